@@ -1,0 +1,92 @@
+//! Sans-IO core of the Hop node runtime.
+//!
+//! A [`Node`] takes the current [`Instant`] plus datagrams from neighbours or timeouts, and
+//! yields datagrams to send ([`Node::poll_transmit`]), its next deadline
+//! ([`Node::poll_timeout`]) and application events ([`Node::poll_event`]). It never touches a
+//! socket or a clock. Transports are modules behind the [`Transport`] trait.
+
+pub mod node;
+pub mod routing;
+pub mod time;
+pub mod transport;
+
+use bytes::Bytes;
+use serde::Serialize;
+use thiserror::Error;
+
+pub use hop_wire::{NodeId, TransportId};
+pub use node::{Node, NodeEvent, NodeStats, Transmit};
+pub use routing::{Routing, StaticRoutes};
+pub use time::Instant;
+pub use transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
+
+/// Identity of a flow: the node that opened it and an id unique at that node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct FlowKey {
+    pub src: NodeId,
+    pub id: u32,
+}
+
+impl std::fmt::Display for FlowKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{:08x}", self.src, self.id)
+    }
+}
+
+/// Why a transfer was abandoned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum FailReason {
+    /// No progress for the configured give-up time.
+    Timeout,
+    /// No route to the destination and none appeared in time.
+    NoRoute,
+    /// The application aborted it.
+    Aborted,
+    /// The destination refused the flow (e.g. it reached its flow limit).
+    Refused,
+}
+
+/// What a transport tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Destination: a new flow arrived.
+    FlowOpened { flow: FlowKey },
+    /// Destination: the next in-order bytes of a flow, starting at `offset`.
+    Delivered {
+        flow: FlowKey,
+        offset: u64,
+        data: Bytes,
+    },
+    /// Destination: the sender finished and every byte has been delivered.
+    FlowFinished { flow: FlowKey, bytes: u64 },
+    /// Source: every byte was acknowledged end to end; the flow's state is released.
+    SendComplete { flow: FlowKey, bytes: u64 },
+    /// Source: the transfer was abandoned; the flow's state is released.
+    SendFailed { flow: FlowKey, reason: FailReason },
+    /// Source: the flow accepts more application bytes.
+    Writable { flow: FlowKey },
+}
+
+/// Errors from the application-facing calls.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AppError {
+    #[error("transport {0:?} is not hosted on this node")]
+    NoSuchTransport(TransportId),
+    #[error("unknown flow {0}")]
+    UnknownFlow(FlowKey),
+    #[error("flow {0} is already finished")]
+    FlowFinished(FlowKey),
+    #[error("a node cannot open a flow to itself")]
+    SelfDestination,
+    #[error("too many flows (limit {0})")]
+    TooManyFlows(usize),
+}
+
+/// Errors from [`Node::handle_datagram`]; the datagram is dropped and counted.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RecvError {
+    #[error("malformed datagram: {0}")]
+    Wire(#[from] hop_wire::Error),
+    #[error("datagram for transport {0:?}, which this node does not host")]
+    TransportNotHosted(TransportId),
+}

@@ -1,0 +1,301 @@
+//! A node: identity, routing, the envelope, and the transports it hosts.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use hop_wire::{Envelope, EnvelopeRepr, NodeId, TransportId, BROADCAST_NODE};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::time::Instant;
+use crate::transport::{Class, Ctx, Received, Transport, TransportStats};
+use crate::{AppError, Event, FlowKey, RecvError, Routing};
+
+/// A datagram the runtime must send to a neighbour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// The neighbour that must process it (also written in the envelope).
+    pub next_hop: NodeId,
+    /// How to send it; see [`Class`].
+    pub class: Class,
+    /// The encoded envelope.
+    pub payload: Vec<u8>,
+    /// The transport that produced it.
+    pub transport: TransportId,
+}
+
+/// An application event together with the transport it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub transport: TransportId,
+    pub event: Event,
+}
+
+/// Node-level counters.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeStats {
+    pub datagrams_received: u64,
+    pub datagrams_overheard: u64,
+    pub datagrams_rejected: u64,
+    pub datagrams_sent: u64,
+    pub transports: Vec<(TransportId, TransportStats)>,
+}
+
+/// One node of the mesh hosting several transports behind one envelope.
+pub struct Node {
+    id: NodeId,
+    routing: Box<dyn Routing>,
+    rng: SmallRng,
+    transports: Vec<Box<dyn Transport>>,
+    /// Local flows -> index into `transports`.
+    local_flows: HashMap<FlowKey, usize>,
+    next_flow_id: u32,
+    /// Round-robin position for `poll_transmit` and `poll_event`.
+    tx_turn: usize,
+    ev_turn: usize,
+    received: u64,
+    overheard: u64,
+    rejected: u64,
+    sent: u64,
+}
+
+impl Node {
+    /// A node with no transports yet. `seed` drives all randomness of the node (flow id
+    /// allocation and whatever transports draw), so a simulation is reproducible.
+    pub fn new(id: NodeId, routing: Box<dyn Routing>, seed: u64) -> Self {
+        let mut rng = SmallRng::seed_from_u64(seed ^ u64::from(id).wrapping_mul(0x9E37_79B9));
+        // Start flow ids at a random point so a restarted node does not reuse the ids of
+        // flows that other nodes still hold state for.
+        let next_flow_id = rng.gen::<u32>() | 1;
+        Node {
+            id,
+            routing,
+            rng,
+            transports: Vec::new(),
+            local_flows: HashMap::new(),
+            next_flow_id,
+            tx_turn: 0,
+            ev_turn: 0,
+            received: 0,
+            overheard: 0,
+            rejected: 0,
+            sent: 0,
+        }
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Host a transport. A second transport with the same id replaces the first.
+    pub fn add_transport(&mut self, t: Box<dyn Transport>) {
+        if let Some(i) = self.transports.iter().position(|x| x.id() == t.id()) {
+            self.transports[i] = t;
+        } else {
+            self.transports.push(t);
+        }
+    }
+
+    pub fn has_transport(&self, id: TransportId) -> bool {
+        self.transports.iter().any(|t| t.id() == id)
+    }
+
+    pub fn set_routing(&mut self, routing: Box<dyn Routing>) {
+        self.routing = routing;
+    }
+
+    pub fn routing(&self) -> &dyn Routing {
+        self.routing.as_ref()
+    }
+
+    fn index_of(&self, id: TransportId) -> Result<usize, AppError> {
+        self.transports
+            .iter()
+            .position(|t| t.id() == id)
+            .ok_or(AppError::NoSuchTransport(id))
+    }
+
+    fn with_ctx<R>(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        f: impl FnOnce(&mut dyn Transport, &mut Ctx<'_>) -> R,
+    ) -> R {
+        let mut ctx = Ctx {
+            now,
+            local: self.id,
+            routing: self.routing.as_ref(),
+            rng: &mut self.rng,
+        };
+        f(self.transports[idx].as_mut(), &mut ctx)
+    }
+
+    /// Open a flow to `dst` over `transport`.
+    pub fn open(
+        &mut self,
+        now: Instant,
+        transport: TransportId,
+        dst: NodeId,
+    ) -> Result<FlowKey, AppError> {
+        let idx = self.index_of(transport)?;
+        if dst == self.id {
+            return Err(AppError::SelfDestination);
+        }
+        let key = FlowKey {
+            src: self.id,
+            id: self.next_flow_id,
+        };
+        self.next_flow_id = self.next_flow_id.wrapping_add(1);
+        self.with_ctx(now, idx, |t, ctx| t.open(ctx, key, dst))?;
+        self.local_flows.insert(key, idx);
+        Ok(key)
+    }
+
+    fn flow_index(&self, flow: FlowKey) -> Result<usize, AppError> {
+        self.local_flows
+            .get(&flow)
+            .copied()
+            .ok_or(AppError::UnknownFlow(flow))
+    }
+
+    /// Offer application bytes on a local flow; returns how many were accepted.
+    pub fn send(&mut self, now: Instant, flow: FlowKey, data: Bytes) -> Result<usize, AppError> {
+        let idx = self.flow_index(flow)?;
+        self.with_ctx(now, idx, |t, ctx| t.send(ctx, flow, data))
+    }
+
+    /// Declare that no more bytes follow on a local flow.
+    pub fn finish(&mut self, now: Instant, flow: FlowKey) -> Result<(), AppError> {
+        let idx = self.flow_index(flow)?;
+        self.with_ctx(now, idx, |t, ctx| t.finish(ctx, flow))
+    }
+
+    /// Abandon a local flow.
+    pub fn abort(&mut self, now: Instant, flow: FlowKey) -> Result<(), AppError> {
+        let idx = self.flow_index(flow)?;
+        self.local_flows.remove(&flow);
+        self.with_ctx(now, idx, |t, ctx| t.abort(ctx, flow))
+    }
+
+    /// A datagram arrived from the medium (addressed to us, broadcast, or overheard).
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Result<(), RecvError> {
+        let env = match Envelope::parse(datagram) {
+            Ok(env) => env,
+            Err(e) => {
+                self.rejected += 1;
+                return Err(RecvError::Wire(e));
+            }
+        };
+        if env.repr.link_src == self.id {
+            // Our own transmission echoed back (e.g. broadcast loopback): not news.
+            return Ok(());
+        }
+        let overheard = env.repr.link_dst != self.id && env.repr.link_dst != BROADCAST_NODE;
+        let idx = match self.index_of(env.repr.transport) {
+            Ok(i) => i,
+            Err(_) => {
+                self.rejected += 1;
+                return Err(RecvError::TransportNotHosted(env.repr.transport));
+            }
+        };
+        if overheard {
+            self.overheard += 1;
+        } else {
+            self.received += 1;
+        }
+        let rx = Received {
+            link_src: env.repr.link_src,
+            link_dst: env.repr.link_dst,
+            overheard,
+            body: env.body,
+        };
+        let res = self.with_ctx(now, idx, |t, ctx| t.handle(ctx, rx));
+        if let Err(e) = res {
+            self.rejected += 1;
+            return Err(RecvError::Wire(e));
+        }
+        Ok(())
+    }
+
+    /// The deadline from [`Node::poll_timeout`] has passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for idx in 0..self.transports.len() {
+            let due = self.transports[idx].poll_timeout().is_some_and(|d| d <= now);
+            if due {
+                self.with_ctx(now, idx, |t, ctx| t.handle_timeout(ctx));
+            }
+        }
+    }
+
+    /// Next datagram to send. Transports are served round robin.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        let n = self.transports.len();
+        for k in 0..n {
+            let idx = (self.tx_turn + k) % n;
+            if let Some(out) = self.with_ctx(now, idx, |t, ctx| t.poll_transmit(ctx)) {
+                self.tx_turn = (idx + 1) % n;
+                let repr = EnvelopeRepr {
+                    transport: self.transports[idx].id(),
+                    flags: 0,
+                    link_src: self.id,
+                    link_dst: out.next_hop,
+                };
+                let mut payload = Vec::new();
+                if repr.emit(&out.body, &mut payload).is_err() {
+                    // A transport produced a body too large for the envelope: a bug in the
+                    // transport, counted and dropped rather than sent truncated.
+                    self.rejected += 1;
+                    continue;
+                }
+                self.sent += 1;
+                return Some(Transmit {
+                    next_hop: out.next_hop,
+                    class: out.class,
+                    payload,
+                    transport: repr.transport,
+                });
+            }
+        }
+        None
+    }
+
+    /// Earliest deadline of any transport.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.transports.iter().filter_map(|t| t.poll_timeout()).min()
+    }
+
+    /// Next application event, transports served round robin.
+    pub fn poll_event(&mut self) -> Option<NodeEvent> {
+        let n = self.transports.len();
+        for k in 0..n {
+            let idx = (self.ev_turn + k) % n;
+            if let Some(event) = self.transports[idx].poll_event() {
+                self.ev_turn = (idx + 1) % n;
+                if let Event::SendComplete { flow, .. } | Event::SendFailed { flow, .. } = &event
+                {
+                    self.local_flows.remove(flow);
+                }
+                return Some(NodeEvent {
+                    transport: self.transports[idx].id(),
+                    event,
+                });
+            }
+        }
+        None
+    }
+
+    pub fn stats(&self) -> NodeStats {
+        NodeStats {
+            datagrams_received: self.received,
+            datagrams_overheard: self.overheard,
+            datagrams_rejected: self.rejected,
+            datagrams_sent: self.sent,
+            transports: self
+                .transports
+                .iter()
+                .map(|t| (t.id(), t.stats()))
+                .collect(),
+        }
+    }
+}

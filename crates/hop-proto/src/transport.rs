@@ -1,0 +1,116 @@
+//! The boundary between a node and a transport.
+//!
+//! A [`Node`](crate::Node) owns identity, routing and the datagram envelope; each transport
+//! (Hop, HxH, ATP) is a module implementing [`Transport`] and sees only transport messages
+//! (envelope bodies) plus a [`Ctx`] describing the node. Transports are sans-IO state machines:
+//! they are driven by `handle`/`handle_timeout` and drained by `poll_transmit`/`poll_event`,
+//! and they report their next deadline through `poll_timeout`.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use hop_wire::{NodeId, TransportId};
+use rand::rngs::SmallRng;
+use serde::Serialize;
+
+use crate::time::Instant;
+use crate::{AppError, Event, FlowKey, Routing};
+
+/// How the runtime must send a datagram (issue: each emitted datagram carries a class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    /// Control: link-layer reliability (retries) and top priority (802.11e AC_VO, DSCP EF).
+    Control,
+    /// Data: no link-layer retries, background priority (AC_BK, DSCP CS1). May be sent as a
+    /// link-layer broadcast so neighbours overhear it; the envelope still names the intended
+    /// next hop.
+    Data,
+}
+
+/// What a node knows about itself, lent to a transport for one call.
+pub struct Ctx<'a> {
+    pub now: Instant,
+    pub local: NodeId,
+    pub routing: &'a dyn Routing,
+    /// Seeded randomness (deterministic under the simulator).
+    pub rng: &'a mut SmallRng,
+}
+
+/// A transport message received from a neighbour.
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'a> {
+    /// The neighbour that transmitted it.
+    pub link_src: NodeId,
+    /// The neighbour it was meant for (may be [`hop_wire::BROADCAST_NODE`]).
+    pub link_dst: NodeId,
+    /// True when `link_dst` is another node: this node overheard it on a shared medium.
+    pub overheard: bool,
+    /// The envelope body.
+    pub body: &'a [u8],
+}
+
+/// A transport message to send to a neighbour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub next_hop: NodeId,
+    pub class: Class,
+    pub body: Vec<u8>,
+}
+
+/// Counters every transport reports; the simulator and daemon publish them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TransportStats {
+    /// Datagrams sent, by message type name (e.g. "bsyn", "back", "data").
+    pub sent_by_type: BTreeMap<&'static str, u64>,
+    /// Datagrams received (addressed to this node), by message type name.
+    pub received_by_type: BTreeMap<&'static str, u64>,
+    /// Data packets this node physically transmitted more than once on the same hop.
+    pub data_retransmissions: u64,
+    /// Bytes currently held in caches and buffers.
+    pub cache_bytes: u64,
+    /// Peak of `cache_bytes`.
+    pub cache_bytes_peak: u64,
+    /// Peak, over flows, of complete blocks (or packets, for packet transports) held for a flow
+    /// and not yet moved downstream.
+    pub buffered_blocks_peak: u64,
+    /// Flows with state on this node now.
+    pub flows: u64,
+    /// Transport-specific counters.
+    pub extra: BTreeMap<&'static str, u64>,
+}
+
+/// A transport module hosted by a node.
+pub trait Transport: Send {
+    fn id(&self) -> TransportId;
+
+    /// Start a flow from this node to `dst`; `key` was allocated by the node.
+    fn open(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, dst: NodeId) -> Result<(), AppError>;
+
+    /// Queue application bytes on a local flow. Returns how many were accepted (the rest must
+    /// be offered again after an [`Event::Writable`]).
+    fn send(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey, data: Bytes) -> Result<usize, AppError>;
+
+    /// No more bytes will be sent on `flow`; the transport finishes it after delivering all.
+    fn finish(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError>;
+
+    /// Abandon a local flow now, releasing its state.
+    fn abort(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError>;
+
+    /// A message from a neighbour. Malformed bodies are reported, never panicked on.
+    fn handle(&mut self, ctx: &mut Ctx<'_>, rx: Received<'_>) -> Result<(), hop_wire::Error>;
+
+    /// Called when the deadline from `poll_timeout` has passed.
+    fn handle_timeout(&mut self, ctx: &mut Ctx<'_>);
+
+    /// Next message to send, if any. The runtime calls this when its link queue has room, so a
+    /// transport may defer work (e.g. a txop of data) until polled.
+    fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing>;
+
+    /// Earliest instant at which `handle_timeout` must be called.
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    fn poll_event(&mut self) -> Option<Event>;
+
+    fn stats(&self) -> TransportStats;
+}

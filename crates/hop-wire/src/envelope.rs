@@ -1,0 +1,213 @@
+//! The common envelope carried by every datagram between neighbours.
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |        magic 0x4850 "HP"      |   version=1   |  transport    |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |     flags     |  reserved=0   |          body length          |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |                     link source node id                       |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |                   link destination node id                    |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |                 body (transport message) ...                  |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |               crc32c of every byte above                      |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |   authentication trailer (only if flags & AUTH) ...           |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! ```
+//!
+//! All integers are big-endian. The link destination is the neighbour the sender intends the
+//! datagram for; a node that receives a datagram whose link destination is neither itself nor
+//! [`BROADCAST_NODE`] has *overheard* it. The authentication trailer is appended and checked
+//! by the runtime that holds keys (see `docs/wire-format.md`); this module only reserves the
+//! flag and reports the trailer's bytes.
+
+use crate::{Error, NodeId};
+
+/// "HP" in ASCII.
+pub const MAGIC: u16 = 0x4850;
+/// Current wire version.
+pub const VERSION: u8 = 1;
+/// Length of the fixed header before the body.
+pub const HEADER_LEN: usize = 16;
+/// Length of the integrity check after the body.
+pub const CRC_LEN: usize = 4;
+/// Link destination meaning "every neighbour".
+pub const BROADCAST_NODE: NodeId = u32::MAX;
+/// Flag: an authentication trailer follows the integrity check.
+pub const FLAG_AUTH: u8 = 0x01;
+const KNOWN_FLAGS: u8 = FLAG_AUTH;
+
+/// Which transport a datagram belongs to.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportId {
+    /// Hop: reliable per-hop block transfer.
+    Hop = 1,
+    /// HxH: credit-based hop-by-hop congestion control.
+    Hxh = 2,
+    /// ATP: ad hoc transport protocol (rate-based, receiver feedback).
+    Atp = 3,
+}
+
+impl TransportId {
+    pub fn from_u8(v: u8) -> Result<Self, Error> {
+        match v {
+            1 => Ok(TransportId::Hop),
+            2 => Ok(TransportId::Hxh),
+            3 => Ok(TransportId::Atp),
+            other => Err(Error::UnknownTransport(other)),
+        }
+    }
+}
+
+/// Parsed envelope header; the body is borrowed from the datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvelopeRepr {
+    pub transport: TransportId,
+    pub flags: u8,
+    pub link_src: NodeId,
+    pub link_dst: NodeId,
+}
+
+/// A checked view of a received datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct Envelope<'a> {
+    pub repr: EnvelopeRepr,
+    /// The transport message.
+    pub body: &'a [u8],
+    /// Bytes after the integrity check (the authentication trailer), empty unless `FLAG_AUTH`.
+    pub trailer: &'a [u8],
+    /// Bytes covered by the integrity check (header and body).
+    pub covered: &'a [u8],
+}
+
+impl EnvelopeRepr {
+    /// Total encoded length of an envelope with a body of `body_len` bytes, without trailer.
+    pub fn encoded_len(body_len: usize) -> usize {
+        HEADER_LEN + body_len + CRC_LEN
+    }
+
+    /// Append header, `body` and integrity check to `out`.
+    ///
+    /// Bodies longer than 65535 bytes cannot be encoded and yield an error.
+    pub fn emit(&self, body: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        let body_len = u16::try_from(body.len()).map_err(|_| Error::Malformed {
+            field: "body_len",
+            reason: "body longer than 65535 bytes",
+        })?;
+        let start = out.len();
+        out.reserve(Self::encoded_len(body.len()));
+        out.extend_from_slice(&MAGIC.to_be_bytes());
+        out.push(VERSION);
+        out.push(self.transport as u8);
+        out.push(self.flags);
+        out.push(0);
+        out.extend_from_slice(&body_len.to_be_bytes());
+        out.extend_from_slice(&self.link_src.to_be_bytes());
+        out.extend_from_slice(&self.link_dst.to_be_bytes());
+        out.extend_from_slice(body);
+        let crc = crc32c::crc32c(&out[start..]);
+        out.extend_from_slice(&crc.to_be_bytes());
+        Ok(())
+    }
+}
+
+impl<'a> Envelope<'a> {
+    /// Parse and check a datagram. Never panics.
+    pub fn parse(buf: &'a [u8]) -> Result<Self, Error> {
+        if buf.len() < HEADER_LEN + CRC_LEN {
+            return Err(Error::Truncated {
+                needed: HEADER_LEN + CRC_LEN,
+                have: buf.len(),
+            });
+        }
+        let magic = u16::from_be_bytes([buf[0], buf[1]]);
+        if magic != MAGIC {
+            return Err(Error::BadMagic(magic));
+        }
+        if buf[2] != VERSION {
+            return Err(Error::UnsupportedVersion(buf[2]));
+        }
+        let transport = TransportId::from_u8(buf[3])?;
+        let flags = buf[4];
+        if flags & !KNOWN_FLAGS != 0 || buf[5] != 0 {
+            return Err(Error::ReservedBits(
+                u32::from(flags & !KNOWN_FLAGS) | (u32::from(buf[5]) << 8),
+            ));
+        }
+        let body_len = usize::from(u16::from_be_bytes([buf[6], buf[7]]));
+        let end = HEADER_LEN + body_len;
+        if buf.len() < end + CRC_LEN {
+            return Err(Error::Truncated {
+                needed: end + CRC_LEN,
+                have: buf.len(),
+            });
+        }
+        let trailer = &buf[end + CRC_LEN..];
+        if flags & FLAG_AUTH == 0 && !trailer.is_empty() {
+            return Err(Error::LengthMismatch {
+                declared: end + CRC_LEN,
+                actual: buf.len(),
+            });
+        }
+        let crc = u32::from_be_bytes([buf[end], buf[end + 1], buf[end + 2], buf[end + 3]]);
+        if crc32c::crc32c(&buf[..end]) != crc {
+            return Err(Error::BadChecksum);
+        }
+        let link_src = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]);
+        let link_dst = u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]);
+        Ok(Envelope {
+            repr: EnvelopeRepr {
+                transport,
+                flags,
+                link_src,
+                link_dst,
+            },
+            body: &buf[HEADER_LEN..end],
+            trailer,
+            covered: &buf[..end],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let repr = EnvelopeRepr {
+            transport: TransportId::Hop,
+            flags: 0,
+            link_src: 7,
+            link_dst: BROADCAST_NODE,
+        };
+        let mut out = Vec::new();
+        repr.emit(b"hello", &mut out).unwrap();
+        let env = Envelope::parse(&out).unwrap();
+        assert_eq!(env.repr, repr);
+        assert_eq!(env.body, b"hello");
+        assert!(env.trailer.is_empty());
+    }
+
+    #[test]
+    fn corrupted_byte_is_rejected() {
+        let repr = EnvelopeRepr {
+            transport: TransportId::Atp,
+            flags: 0,
+            link_src: 1,
+            link_dst: 2,
+        };
+        let mut out = Vec::new();
+        repr.emit(&[9; 40], &mut out).unwrap();
+        out[20] ^= 0x40;
+        assert_eq!(Envelope::parse(&out).unwrap_err(), Error::BadChecksum);
+    }
+}
