@@ -8,8 +8,11 @@
 //! Decoders never panic: any byte string yields either a parsed representation or an
 //! [`Error`].
 
+pub mod atp;
 pub mod envelope;
 pub mod error;
+pub mod hop;
+pub mod hxh;
 
 pub use envelope::{Envelope, EnvelopeRepr, TransportId, BROADCAST_NODE};
 pub use error::Error;
