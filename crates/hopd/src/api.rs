@@ -1,0 +1,177 @@
+//! The local socket API (Unix domain socket), version 1.
+//!
+//! Every message is a frame: a 4-byte big-endian length, then that many bytes. Control frames
+//! hold one JSON object; data frames (file content) hold raw bytes and follow the control
+//! frame that announces them, ending with an empty frame. See `docs/hopd.md`.
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Version of this API; requests carry it in `v`.
+pub const API_VERSION: u32 = 1;
+/// Largest frame accepted.
+pub const MAX_FRAME: usize = 4 * 1024 * 1024;
+/// Size of data frames written by the daemon and by `hop`.
+pub const DATA_CHUNK: usize = 256 * 1024;
+
+/// A request from an application.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Request {
+    /// Send a file to node `to`; `size` bytes of data frames follow, then an empty frame.
+    Send {
+        v: u32,
+        to: u32,
+        name: String,
+        size: u64,
+    },
+    /// Receive files: the daemon sends each complete, verified file as a `file` reply plus
+    /// data frames; the client answers `ack` once it has stored it.
+    Recv { v: u32 },
+    /// Confirms a received file; the daemon then deletes its copy.
+    Ack { v: u32, flow: String },
+    /// Daemon status.
+    Status { v: u32 },
+}
+
+/// A reply from the daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum Reply {
+    /// The flow was opened.
+    Accepted {
+        flow: String,
+    },
+    /// Bytes handed to the transport so far.
+    Progress {
+        bytes: u64,
+    },
+    /// The destination acknowledged every byte end to end.
+    Complete {
+        flow: String,
+        bytes: u64,
+    },
+    /// A received file follows as data frames.
+    File {
+        flow: String,
+        from: u32,
+        name: String,
+        size: u64,
+        blake3: String,
+    },
+    Status(serde_json::Value),
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+/// Error classes, each with its own exit status in `hop`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadRequest,
+    UnknownNode,
+    NoSpace,
+    Failed,
+    Internal,
+}
+
+/// `hop` exit statuses (documented in docs/hopd.md).
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// A transfer failed (timeout, no route, refused, aborted).
+    pub const FAILED: i32 = 1;
+    /// Bad command line or unreadable input file.
+    pub const USAGE: i32 = 2;
+    /// The daemon is not running or its socket cannot be reached.
+    pub const NO_DAEMON: i32 = 3;
+    /// The destination node is unknown to the daemon.
+    pub const UNKNOWN_NODE: i32 = 4;
+    /// Out of space (local disk, or the daemon's storage limits).
+    pub const NO_SPACE: i32 = 5;
+    /// Integrity check failed or the daemon broke the protocol.
+    pub const PROTOCOL: i32 = 6;
+}
+
+impl ErrorCode {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorCode::BadRequest => exit::USAGE,
+            ErrorCode::UnknownNode => exit::UNKNOWN_NODE,
+            ErrorCode::NoSpace => exit::NO_SPACE,
+            ErrorCode::Failed => exit::FAILED,
+            ErrorCode::Internal => exit::PROTOCOL,
+        }
+    }
+}
+
+/// Read one frame; `Ok(None)` at a clean end of stream.
+pub async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> std::io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds {MAX_FRAME}"),
+        ));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf).await?;
+    Ok(Some(buf))
+}
+
+pub async fn write_frame<W: AsyncWriteExt + Unpin>(w: &mut W, data: &[u8]) -> std::io::Result<()> {
+    w.write_all(&(data.len() as u32).to_be_bytes()).await?;
+    w.write_all(data).await?;
+    Ok(())
+}
+
+pub async fn write_json<W: AsyncWriteExt + Unpin, T: Serialize>(
+    w: &mut W,
+    msg: &T,
+) -> std::io::Result<()> {
+    let data = serde_json::to_vec(msg)?;
+    write_frame(w, &data).await
+}
+
+pub fn parse_reply(frame: &[u8]) -> std::io::Result<Reply> {
+    serde_json::from_slice(frame)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_json_shape() {
+        let r = Request::Send {
+            v: 1,
+            to: 3,
+            name: "f".into(),
+            size: 9,
+        };
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(s, r#"{"op":"send","v":1,"to":3,"name":"f","size":9}"#);
+        assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
+        assert!(serde_json::from_str::<Request>(r#"{"op":"status","v":1,"x":2}"#).is_err());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn frames_round_trip() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        write_frame(&mut a, b"abc").await.unwrap();
+        write_frame(&mut a, b"").await.unwrap();
+        drop(a);
+        assert_eq!(read_frame(&mut b).await.unwrap().unwrap(), b"abc");
+        assert_eq!(read_frame(&mut b).await.unwrap().unwrap(), b"");
+        assert_eq!(read_frame(&mut b).await.unwrap(), None);
+    }
+}

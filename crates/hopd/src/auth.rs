@@ -1,0 +1,278 @@
+//! Hop-by-hop authentication of envelopes with a pre-shared mesh key.
+//!
+//! A sealed envelope has `FLAG_AUTH` set (covered by its crc32c) and carries a 24-byte trailer
+//! after the crc: an 8-byte big-endian send counter and a 16-byte ChaCha20-Poly1305 tag. The
+//! tag authenticates every byte before the trailer (as associated data, empty plaintext) under
+//! the nonce `link source node id (4 bytes) || counter (8 bytes)`, so each (sender, counter)
+//! pair is used once. Receivers keep, per sender, the highest counter seen and a sliding
+//! window of the [`REPLAY_WINDOW`] counters below it, and drop anything seen before.
+
+use std::collections::HashMap;
+
+use chacha20poly1305::aead::AeadInPlace;
+use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
+use hop_wire::envelope::{CRC_LEN, FLAG_AUTH, HEADER_LEN};
+use hop_wire::{Envelope, NodeId};
+
+/// Bytes of the authentication trailer: counter + tag.
+pub const TRAILER_LEN: usize = 8 + 16;
+/// Width of the replay window (counters below the highest seen that are still accepted once).
+pub const REPLAY_WINDOW: u64 = 1024;
+const WORDS: usize = (REPLAY_WINDOW / 64) as usize;
+
+/// Why a datagram failed authentication.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("malformed envelope: {0}")]
+    Malformed(#[from] hop_wire::Error),
+    #[error("no authentication trailer")]
+    Unauthenticated,
+    #[error("authentication tag does not verify")]
+    BadTag,
+    #[error("replayed or too old (counter {0})")]
+    Replay(u64),
+    #[error("sender {0} refused: per-peer state is full")]
+    TooManyPeers(NodeId),
+}
+
+#[derive(Debug, Clone)]
+struct Window {
+    top: u64,
+    /// Bit i of the window: counter `top - i` was seen.
+    bits: [u64; WORDS],
+}
+
+impl Window {
+    fn new(first: u64) -> Self {
+        let mut bits = [0u64; WORDS];
+        bits[0] = 1;
+        Window { top: first, bits }
+    }
+
+    fn check(&self, c: u64) -> bool {
+        if c > self.top {
+            return true;
+        }
+        let age = self.top - c;
+        if age >= REPLAY_WINDOW {
+            return false;
+        }
+        self.bits[(age / 64) as usize] & (1 << (age % 64)) == 0
+    }
+
+    fn mark(&mut self, c: u64) {
+        if c > self.top {
+            let shift = c - self.top;
+            if shift >= REPLAY_WINDOW {
+                self.bits = [0; WORDS];
+            } else {
+                let words = (shift / 64) as usize;
+                let bitsh = (shift % 64) as u32;
+                for i in (0..WORDS).rev() {
+                    let src = i.checked_sub(words);
+                    let hi = src.map_or(0, |s| self.bits[s]);
+                    let lo = src
+                        .and_then(|s| s.checked_sub(1))
+                        .map_or(0, |s| self.bits[s]);
+                    self.bits[i] = if bitsh == 0 {
+                        hi
+                    } else {
+                        (hi << bitsh) | (lo >> (64 - bitsh))
+                    };
+                }
+            }
+            self.top = c;
+            self.bits[0] |= 1;
+        } else {
+            let age = self.top - c;
+            self.bits[(age / 64) as usize] |= 1 << (age % 64);
+        }
+    }
+}
+
+/// Seals outgoing and opens incoming envelopes.
+pub struct Authenticator {
+    aead: ChaCha20Poly1305,
+    local: NodeId,
+    counter: u64,
+    windows: HashMap<NodeId, Window>,
+    max_peers: usize,
+}
+
+impl Authenticator {
+    /// `first_counter` must exceed every counter this node used before (e.g. the wall clock in
+    /// nanoseconds at start), or neighbours drop its datagrams as replays.
+    pub fn new(key: &[u8; 32], local: NodeId, first_counter: u64, max_peers: usize) -> Self {
+        Authenticator {
+            aead: ChaCha20Poly1305::new(Key::from_slice(key)),
+            local,
+            counter: first_counter,
+            windows: HashMap::new(),
+            max_peers,
+        }
+    }
+
+    pub fn peers(&self) -> usize {
+        self.windows.len()
+    }
+
+    fn nonce(src: NodeId, counter: u64) -> Nonce {
+        let mut n = [0u8; 12];
+        n[..4].copy_from_slice(&src.to_be_bytes());
+        n[4..].copy_from_slice(&counter.to_be_bytes());
+        *Nonce::from_slice(&n)
+    }
+
+    /// Turn an unauthenticated envelope (as produced by the node) into a sealed one in place.
+    pub fn seal(&mut self, datagram: &mut Vec<u8>) -> Result<(), AuthError> {
+        let env = Envelope::parse(datagram)?;
+        if env.repr.flags & FLAG_AUTH != 0 {
+            return Ok(());
+        }
+        let end = datagram.len() - CRC_LEN;
+        datagram[4] |= FLAG_AUTH;
+        let crc = crc32c::crc32c(&datagram[..end]);
+        datagram[end..].copy_from_slice(&crc.to_be_bytes());
+        let counter = self.counter;
+        self.counter += 1;
+        let nonce = Self::nonce(self.local, counter);
+        let mut aad = std::mem::take(datagram);
+        aad.extend_from_slice(&counter.to_be_bytes());
+        let tag = self
+            .aead
+            .encrypt_in_place_detached(&nonce, &aad, &mut [])
+            .map_err(|_| AuthError::BadTag)?;
+        aad.extend_from_slice(&tag);
+        *datagram = aad;
+        Ok(())
+    }
+
+    /// Check a received datagram. On success returns the link source; the datagram (with
+    /// its trailer) can be handed to the node as is.
+    pub fn open(&mut self, datagram: &[u8]) -> Result<NodeId, AuthError> {
+        let env = Envelope::parse(datagram)?;
+        if env.repr.flags & FLAG_AUTH == 0 || env.trailer.len() != TRAILER_LEN {
+            return Err(AuthError::Unauthenticated);
+        }
+        let src = env.repr.link_src;
+        let counter = u64::from_be_bytes(env.trailer[..8].try_into().unwrap_or([0; 8]));
+        if let Some(w) = self.windows.get(&src) {
+            if !w.check(counter) {
+                return Err(AuthError::Replay(counter));
+            }
+        } else if self.windows.len() >= self.max_peers {
+            return Err(AuthError::TooManyPeers(src));
+        }
+        let covered = HEADER_LEN + env.body.len() + CRC_LEN + 8;
+        let aad = &datagram[..covered];
+        let tag = Tag::from_slice(&env.trailer[8..]);
+        self.aead
+            .decrypt_in_place_detached(&Self::nonce(src, counter), aad, &mut [], tag)
+            .map_err(|_| AuthError::BadTag)?;
+        match self.windows.get_mut(&src) {
+            Some(w) => w.mark(counter),
+            None => {
+                self.windows.insert(src, Window::new(counter));
+            }
+        }
+        Ok(src)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hop_wire::{EnvelopeRepr, TransportId};
+
+    fn datagram(src: NodeId) -> Vec<u8> {
+        let mut v = Vec::new();
+        EnvelopeRepr {
+            transport: TransportId::Hop,
+            flags: 0,
+            link_src: src,
+            link_dst: 2,
+        }
+        .emit(b"payload", &mut v)
+        .unwrap();
+        v
+    }
+
+    #[test]
+    fn seal_open_round_trip_and_replay() {
+        let key = [7u8; 32];
+        let mut a = Authenticator::new(&key, 1, 100, 8);
+        let mut b = Authenticator::new(&key, 2, 100, 8);
+        let mut d = datagram(1);
+        a.seal(&mut d).unwrap();
+        assert_eq!(d.len(), datagram(1).len() + TRAILER_LEN);
+        let env = Envelope::parse(&d).unwrap();
+        assert_eq!(env.body, b"payload");
+        assert_eq!(b.open(&d), Ok(1));
+        assert_eq!(b.open(&d), Err(AuthError::Replay(100)));
+    }
+
+    #[test]
+    fn forged_and_wrong_key_rejected() {
+        let mut a = Authenticator::new(&[7u8; 32], 1, 0, 8);
+        let mut b = Authenticator::new(&[8u8; 32], 2, 0, 8);
+        let mut d = datagram(1);
+        a.seal(&mut d).unwrap();
+        assert_eq!(b.open(&d), Err(AuthError::BadTag));
+        let mut b = Authenticator::new(&[7u8; 32], 2, 0, 8);
+        let n = d.len();
+        d[n - 1] ^= 1;
+        assert_eq!(b.open(&d), Err(AuthError::BadTag));
+        assert_eq!(b.open(&datagram(1)), Err(AuthError::Unauthenticated));
+        assert_eq!(b.peers(), 0);
+    }
+
+    #[test]
+    fn window_accepts_reordering_once() {
+        let key = [1u8; 32];
+        let mut a = Authenticator::new(&key, 1, 5, 8);
+        let mut b = Authenticator::new(&key, 2, 0, 8);
+        let sealed: Vec<Vec<u8>> = (0..200)
+            .map(|_| {
+                let mut d = datagram(1);
+                a.seal(&mut d).unwrap();
+                d
+            })
+            .collect();
+        for i in (0..200).rev() {
+            assert!(b.open(&sealed[i]).is_ok(), "{i}");
+        }
+        for d in &sealed {
+            assert!(matches!(b.open(d), Err(AuthError::Replay(_))));
+        }
+    }
+
+    #[test]
+    fn window_shift_keeps_history() {
+        let mut w = Window::new(10);
+        w.mark(75);
+        assert!(!w.check(10));
+        assert!(!w.check(75));
+        assert!(w.check(11));
+        w.mark(75 + 130);
+        assert!(!w.check(10));
+        assert!(!w.check(75));
+        assert!(w.check(76));
+        w.mark(10_000);
+        assert!(!w.check(75));
+        assert!(w.check(10_000 - 5));
+    }
+
+    #[test]
+    fn peer_limit_bounds_state() {
+        let key = [1u8; 32];
+        let mut b = Authenticator::new(&key, 2, 0, 1);
+        let mut a1 = Authenticator::new(&key, 1, 0, 8);
+        let mut a3 = Authenticator::new(&key, 3, 0, 8);
+        let mut d1 = datagram(1);
+        a1.seal(&mut d1).unwrap();
+        let mut d3 = datagram(3);
+        a3.seal(&mut d3).unwrap();
+        assert!(b.open(&d1).is_ok());
+        assert_eq!(b.open(&d3), Err(AuthError::TooManyPeers(3)));
+    }
+}

@@ -1,0 +1,477 @@
+//! The daemon's configuration file (TOML).
+//!
+//! Unknown keys are errors. [`Config::load`] reports problems with the file name, the line
+//! and column, and a hint on how to fix them.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hop_wire::NodeId;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Default UDP port of hopd.
+pub const DEFAULT_PORT: u16 = 7470;
+/// Default bound on bytes of blocks held in memory by the daemon's custody store.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
+/// Default bound on bytes of custody storage on disk.
+pub const DEFAULT_MAX_DISK_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+/// Default bound on peers (senders) for which replay state is kept.
+pub const DEFAULT_MAX_PEERS: usize = 1024;
+/// Default bound on concurrent incoming flows accepted at a destination.
+pub const DEFAULT_MAX_INCOMING_FLOWS: usize = 256;
+
+/// How data-class datagrams reach the next hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkMode {
+    /// Datagrams go to the next hop's address only.
+    #[default]
+    Unicast,
+    /// Data datagrams go to the subnet's broadcast address, so every neighbour overhears them
+    /// (Hop paper §3.3, virtual retransmission relies on overhearing).
+    Broadcast,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    node_id: Spanned<NodeId>,
+    listen: Spanned<String>,
+    interface: Option<String>,
+    #[serde(default)]
+    link_mode: LinkMode,
+    broadcast_address: Option<Spanned<String>>,
+    api_socket: Option<PathBuf>,
+    metrics_listen: Option<Spanned<String>>,
+    log_level: Option<String>,
+    #[serde(default)]
+    neighbours: Vec<RawNeighbour>,
+    #[serde(default)]
+    routes: Vec<RawRoute>,
+    #[serde(default)]
+    kernel_routes: bool,
+    storage: RawStorage,
+    security: RawSecurity,
+    #[serde(default)]
+    hop: HopParams,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNeighbour {
+    id: Spanned<NodeId>,
+    address: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    destination: Spanned<NodeId>,
+    next_hop: Spanned<NodeId>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    dir: PathBuf,
+    max_memory_bytes: Option<u64>,
+    max_disk_bytes: Option<u64>,
+    max_incoming_flows: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecurity {
+    mesh_key: Option<Spanned<String>>,
+    mesh_key_file: Option<Spanned<PathBuf>>,
+    max_peers: Option<usize>,
+}
+
+/// Protocol parameters; each one left out keeps the value of `HopConfig::default()`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HopParams {
+    pub max_block_bytes: Option<usize>,
+    pub packet_payload_bytes: Option<usize>,
+    pub txop_bytes: Option<usize>,
+    pub micro_block_threshold: Option<usize>,
+    pub backpressure_limit: Option<usize>,
+    pub backpressure: Option<bool>,
+    pub ack_withholding: Option<bool>,
+    pub vtx_initial_timeout_ms: Option<u64>,
+    pub vtx_ttl: Option<u8>,
+}
+
+/// A neighbour: node id and UDP address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour {
+    pub id: NodeId,
+    pub addr: SocketAddr,
+}
+
+/// A checked configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_id: NodeId,
+    pub listen: SocketAddr,
+    pub interface: Option<String>,
+    pub link_mode: LinkMode,
+    pub broadcast_address: Option<SocketAddr>,
+    pub api_socket: PathBuf,
+    pub metrics_listen: Option<SocketAddr>,
+    pub log_level: Option<String>,
+    pub neighbours: Vec<Neighbour>,
+    pub routes: BTreeMap<NodeId, NodeId>,
+    pub kernel_routes: bool,
+    pub storage_dir: PathBuf,
+    pub max_memory_bytes: u64,
+    pub max_disk_bytes: u64,
+    pub max_incoming_flows: usize,
+    pub mesh_key: [u8; 32],
+    pub max_peers: usize,
+    pub hop: HopParams,
+}
+
+/// A configuration problem, located in the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}\n  hint: {hint}")]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+    pub hint: String,
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: Option<Range<usize>>, message: String, hint: &str) -> ConfigError {
+        let (line, column) = match span {
+            Some(r) => line_col(self.text, r.start),
+            None => (1, 1),
+        };
+        ConfigError {
+            file: self.file.to_string(),
+            line,
+            column,
+            message,
+            hint: hint.to_string(),
+        }
+    }
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text.as_bytes()[..offset];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let col = offset
+        - before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1)
+        + 1;
+    (line, col)
+}
+
+fn hint_for_parse(msg: &str) -> &'static str {
+    if msg.contains("unknown field") {
+        "remove the key or fix its spelling; docs/hopd.md lists every key"
+    } else if msg.contains("missing field") {
+        "add the missing key; docs/hopd.md lists the required keys"
+    } else if msg.contains("invalid type") {
+        "give the value the type docs/hopd.md names (numbers unquoted, addresses quoted)"
+    } else if msg.contains("unknown variant") {
+        "use one of the values listed in the message"
+    } else {
+        "check the TOML syntax near this position"
+    }
+}
+
+fn parse_addr(
+    ctx: &Ctx<'_>,
+    s: &Spanned<String>,
+    what: &str,
+    default_port: Option<u16>,
+) -> Result<SocketAddr, ConfigError> {
+    let v = s.get_ref().trim();
+    if let Ok(a) = v.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let (Some(port), Ok(ip)) = (default_port, v.parse::<IpAddr>()) {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    Err(ctx.err(
+        Some(s.span()),
+        format!("{what}: `{v}` is not an IP address with port"),
+        "write it as \"192.0.2.1:7470\" or \"[2001:db8::1]:7470\"",
+    ))
+}
+
+/// Decode a 32-byte key from 64 hex digits (whitespace ignored).
+pub fn parse_hex_key(s: &str) -> Option<[u8; 32]> {
+    let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    if digits.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, pair) in digits.chunks(2).enumerate() {
+        let hi = (pair[0] as char).to_digit(16)?;
+        let lo = (pair[1] as char).to_digit(16)?;
+        key[i] = (hi * 16 + lo) as u8;
+    }
+    Some(key)
+}
+
+impl Config {
+    /// Read and check a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the file: {e}"),
+            hint: "check the path and its permissions".into(),
+        })?;
+        Self::parse(&file, &text, path.parent().unwrap_or(Path::new(".")))
+    }
+
+    /// Check configuration `text`; `file` names it in errors and relative key files are
+    /// resolved against `base`.
+    pub fn parse(file: &str, text: &str, base: &Path) -> Result<Config, ConfigError> {
+        let ctx = Ctx { file, text };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let msg = e.message().to_string();
+            ctx.err(e.span(), msg.clone(), hint_for_parse(&msg))
+        })?;
+        let node_id = *raw.node_id.get_ref();
+        if node_id == hop_wire::BROADCAST_NODE || node_id == 0 {
+            return Err(ctx.err(
+                Some(raw.node_id.span()),
+                format!("node_id {node_id} is reserved"),
+                "pick a node id between 1 and 4294967294",
+            ));
+        }
+        let listen = parse_addr(&ctx, &raw.listen, "listen", Some(DEFAULT_PORT))?;
+        let broadcast_address = match &raw.broadcast_address {
+            Some(b) => Some(parse_addr(
+                &ctx,
+                b,
+                "broadcast_address",
+                Some(listen.port()),
+            )?),
+            None => None,
+        };
+        if raw.link_mode == LinkMode::Broadcast && broadcast_address.is_none() {
+            return Err(ctx.err(
+                None,
+                "link_mode = \"broadcast\" needs broadcast_address".into(),
+                "add broadcast_address = \"<subnet broadcast>:<port>\", e.g. \"10.0.0.255:7470\"",
+            ));
+        }
+        let metrics_listen = match &raw.metrics_listen {
+            Some(m) => Some(parse_addr(&ctx, m, "metrics_listen", None)?),
+            None => None,
+        };
+        let mut neighbours: Vec<Neighbour> = Vec::new();
+        for n in &raw.neighbours {
+            let id = *n.id.get_ref();
+            if id == node_id {
+                return Err(ctx.err(
+                    Some(n.id.span()),
+                    format!("neighbour {id} is this node itself"),
+                    "remove the entry or correct node_id",
+                ));
+            }
+            if neighbours.iter().any(|x| x.id == id) {
+                return Err(ctx.err(
+                    Some(n.id.span()),
+                    format!("neighbour {id} is listed twice"),
+                    "keep one entry per neighbour id",
+                ));
+            }
+            let addr = parse_addr(&ctx, &n.address, "neighbour address", Some(DEFAULT_PORT))?;
+            neighbours.push(Neighbour { id, addr });
+        }
+        let mut routes = BTreeMap::new();
+        for r in &raw.routes {
+            let dst = *r.destination.get_ref();
+            let nh = *r.next_hop.get_ref();
+            if !neighbours.iter().any(|n| n.id == nh) {
+                return Err(ctx.err(
+                    Some(r.next_hop.span()),
+                    format!("route to {dst}: next hop {nh} is not a neighbour"),
+                    "add a [[neighbours]] entry for the next hop, or fix next_hop",
+                ));
+            }
+            if dst == node_id {
+                return Err(ctx.err(
+                    Some(r.destination.span()),
+                    format!("route to {dst}: that is this node"),
+                    "remove the route",
+                ));
+            }
+            if routes.insert(dst, nh).is_some() {
+                return Err(ctx.err(
+                    Some(r.destination.span()),
+                    format!("two routes to destination {dst}"),
+                    "keep one route per destination",
+                ));
+            }
+        }
+        let mesh_key = match (&raw.security.mesh_key, &raw.security.mesh_key_file) {
+            (Some(k), None) => parse_hex_key(k.get_ref()).ok_or_else(|| {
+                ctx.err(
+                    Some(k.span()),
+                    "mesh_key is not 64 hex digits".into(),
+                    "generate one with `head -c32 /dev/urandom | xxd -p -c64`",
+                )
+            })?,
+            (None, Some(f)) => {
+                let p = base.join(f.get_ref());
+                let s = std::fs::read_to_string(&p).map_err(|e| {
+                    ctx.err(
+                        Some(f.span()),
+                        format!("cannot read mesh_key_file {}: {e}", p.display()),
+                        "check the path (relative paths start at the config file's folder)",
+                    )
+                })?;
+                parse_hex_key(&s).ok_or_else(|| {
+                    ctx.err(
+                        Some(f.span()),
+                        format!("{} does not hold 64 hex digits", p.display()),
+                        "write the key as 64 hex digits, e.g. `head -c32 /dev/urandom | xxd -p -c64`",
+                    )
+                })?
+            }
+            (Some(k), Some(_)) => {
+                return Err(ctx.err(
+                    Some(k.span()),
+                    "both mesh_key and mesh_key_file are set".into(),
+                    "keep exactly one of them",
+                ))
+            }
+            (None, None) => return Err(ctx.err(
+                None,
+                "[security] needs mesh_key or mesh_key_file".into(),
+                "add mesh_key_file = \"/etc/hopd/mesh.key\" (64 hex digits, same on every node)",
+            )),
+        };
+        if let Some(ps) = raw.hop.packet_payload_bytes {
+            if !(64..=65000).contains(&ps) {
+                return Err(ctx.err(
+                    None,
+                    format!("hop.packet_payload_bytes = {ps} is out of range"),
+                    "use a value between 64 and 65000 (fit the link MTU, e.g. 1400)",
+                ));
+            }
+        }
+        let storage_dir = base.join(&raw.storage.dir);
+        let api_socket = raw
+            .api_socket
+            .map(|p| base.join(p))
+            .unwrap_or_else(|| storage_dir.join("hopd.sock"));
+        Ok(Config {
+            node_id,
+            listen,
+            interface: raw.interface,
+            link_mode: raw.link_mode,
+            broadcast_address,
+            api_socket,
+            metrics_listen,
+            log_level: raw.log_level,
+            neighbours,
+            routes,
+            kernel_routes: raw.kernel_routes,
+            storage_dir,
+            max_memory_bytes: raw
+                .storage
+                .max_memory_bytes
+                .unwrap_or(DEFAULT_MAX_MEMORY_BYTES),
+            max_disk_bytes: raw.storage.max_disk_bytes.unwrap_or(DEFAULT_MAX_DISK_BYTES),
+            max_incoming_flows: raw
+                .storage
+                .max_incoming_flows
+                .unwrap_or(DEFAULT_MAX_INCOMING_FLOWS),
+            mesh_key,
+            max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),
+            hop: raw.hop,
+        })
+    }
+
+    /// The neighbour with UDP address `addr`'s IP, if any.
+    pub fn neighbour_by_ip(&self, ip: IpAddr) -> Option<NodeId> {
+        self.neighbours
+            .iter()
+            .find(|n| n.addr.ip() == ip)
+            .map(|n| n.id)
+    }
+
+    pub fn neighbour_addr(&self, id: NodeId) -> Option<SocketAddr> {
+        self.neighbours.iter().find(|n| n.id == id).map(|n| n.addr)
+    }
+
+    pub fn vtx_initial_timeout(&self) -> Option<Duration> {
+        self.hop.vtx_initial_timeout_ms.map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+    fn good() -> String {
+        format!(
+            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n\n[[neighbours]]\nid = 2\naddress = \"127.0.0.2:7000\"\n\n[[routes]]\ndestination = 3\nnext_hop = 2\n\n[storage]\ndir = \"/tmp/x\"\n\n[security]\nmesh_key = \"{KEY}\"\n"
+        )
+    }
+
+    #[test]
+    fn good_config_parses() {
+        let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
+        assert_eq!(c.node_id, 1);
+        assert_eq!(c.routes.get(&3), Some(&2));
+        assert_eq!(c.neighbour_addr(2), Some("127.0.0.2:7000".parse().unwrap()));
+        assert_eq!(c.mesh_key[1], 0x11);
+    }
+
+    #[test]
+    fn unknown_key_is_located() {
+        let text = good().replace("[storage]\n", "[storage]\nmax_dsk = 5\n");
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{e}");
+        assert_eq!(e.line, 13, "{e}");
+    }
+
+    #[test]
+    fn route_via_non_neighbour_is_rejected() {
+        let text = good().replace("next_hop = 2", "next_hop = 9");
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert_eq!(e.line, 10, "{e}");
+        assert!(e.hint.contains("neighbours"));
+    }
+
+    #[test]
+    fn bad_key_is_rejected() {
+        let text = good().replace(KEY, "abc");
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert!(e.message.contains("hex"), "{e}");
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    }
+}

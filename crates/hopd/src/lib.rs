@@ -1,0 +1,9 @@
+//! `hopd`, the Hop node daemon, and `hop`, its command-line tool.
+//!
+//! The daemon drives the sans-IO node core ([`hop_proto::Node`] hosting the Hop transport)
+//! over UDP. Applications talk to it through a Unix socket ([`api`]). See `docs/hopd.md`.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod flowfmt;
