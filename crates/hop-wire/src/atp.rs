@@ -216,7 +216,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn arb() -> impl Strategy<Value = (bool, u8, Vec<u32>, Vec<u8>, Vec<(u32, u32)>)> {
+    type Case = (bool, u8, Vec<u32>, Vec<u8>, Vec<(u32, u32)>);
+
+    fn arb() -> impl Strategy<Value = Case> {
         (
             any::<bool>(),
             any::<u8>(),

@@ -308,7 +308,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn arb_msg() -> impl Strategy<Value = (u8, Vec<u32>, Vec<u8>, Vec<(u32, u32)>)> {
+    type Case = (u8, Vec<u32>, Vec<u8>, Vec<(u32, u32)>);
+
+    fn arb_msg() -> impl Strategy<Value = Case> {
         (
             0u8..5,
             proptest::collection::vec(any::<u32>(), 8),
