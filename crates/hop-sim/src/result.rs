@@ -1,0 +1,174 @@
+//! The JSON result of a run (schema documented in docs/scenarios.md).
+
+use std::collections::BTreeMap;
+
+use hop_proto::NodeStats;
+use serde::Serialize;
+
+/// Bumped on any incompatible change of the result layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SimResult {
+    pub schema_version: u32,
+    pub scenario: String,
+    pub seed: u64,
+    pub medium_kind: String,
+    /// "flows_done", "duration" or "idle" (nothing left to simulate).
+    pub stop_reason: String,
+    pub virtual_seconds: f64,
+    /// The only field that differs between two runs of the same scenario and seed.
+    pub wall_seconds: f64,
+    pub all_flows_completed: bool,
+    /// Jain's index over the flows' goodputs; null without flows.
+    pub jain_fairness: Option<f64>,
+    pub flows: Vec<FlowResult>,
+    pub nodes: Vec<NodeResult>,
+    pub medium: MediumCounters,
+}
+
+impl SimResult {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowResult {
+    pub index: usize,
+    pub src: u32,
+    pub dst: u32,
+    pub transport: String,
+    /// "src:id" as the node allocated it; null if the flow never opened.
+    pub flow_id: Option<String>,
+    pub size: u64,
+    /// Start time, seconds.
+    pub start: f64,
+    /// Bytes the source transport accepted.
+    pub bytes_sent: u64,
+    /// Unique in-order bytes delivered at the destination.
+    pub bytes_delivered: u64,
+    /// Bytes delivered again (already delivered before).
+    pub duplicate_bytes: u64,
+    /// Every byte delivered, in order, equal to what was sent.
+    pub identical: bool,
+    pub completed: bool,
+    /// Seconds from start until the last byte was delivered; null unless completed.
+    pub completion_time: Option<f64>,
+    /// Seconds from start until the source saw SendComplete.
+    pub send_complete_time: Option<f64>,
+    /// Unique bytes delivered * 8 / (time of the last delivery - start) (Hop paper §5.1.1).
+    pub goodput_bps: f64,
+    pub failed: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MacCounters {
+    pub frames_sent: u64,
+    pub data_frames: u64,
+    pub control_frames: u64,
+    pub acks_sent: u64,
+    pub link_retries: u64,
+    pub link_drops: u64,
+    pub rx_collisions: u64,
+    pub duplicates_filtered: u64,
+    pub airtime_ns: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MediumCounters {
+    /// Data and control frames put on the air (link retries included, ACKs excluded).
+    pub frames_sent: u64,
+    pub acks_sent: u64,
+    /// Frames lost at their link destination because they overlapped another frame.
+    pub collisions: u64,
+    /// Frames lost at their link destination by the link's loss rate.
+    pub random_losses: u64,
+    pub link_retries: u64,
+    /// Control frames dropped after the retry limit.
+    pub link_drops: u64,
+    /// Frames in interface queues when their node crashed.
+    pub crash_drops: u64,
+    pub airtime_ns: u64,
+    pub stale_timeouts: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeResult {
+    pub id: u32,
+    pub crashes: u64,
+    pub alive: bool,
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+    pub datagrams_overheard: u64,
+    pub datagrams_rejected: u64,
+    pub sent_by_type: BTreeMap<String, u64>,
+    pub received_by_type: BTreeMap<String, u64>,
+    pub data_retransmissions: u64,
+    pub cache_bytes_peak: u64,
+    pub buffered_blocks_peak: u64,
+    pub extra: BTreeMap<String, u64>,
+    pub mac: MacCounters,
+}
+
+impl NodeResult {
+    /// Sum counters over incarnations and transports; peaks are maxima.
+    pub fn from_stats(
+        id: u32,
+        crashes: u64,
+        alive: bool,
+        all: &[NodeStats],
+        mac: MacCounters,
+    ) -> Self {
+        let mut r = NodeResult {
+            id,
+            crashes,
+            alive,
+            datagrams_sent: 0,
+            datagrams_received: 0,
+            datagrams_overheard: 0,
+            datagrams_rejected: 0,
+            sent_by_type: BTreeMap::new(),
+            received_by_type: BTreeMap::new(),
+            data_retransmissions: 0,
+            cache_bytes_peak: 0,
+            buffered_blocks_peak: 0,
+            extra: BTreeMap::new(),
+            mac,
+        };
+        for s in all {
+            r.datagrams_sent += s.datagrams_sent;
+            r.datagrams_received += s.datagrams_received;
+            r.datagrams_overheard += s.datagrams_overheard;
+            r.datagrams_rejected += s.datagrams_rejected;
+            for (_, t) in &s.transports {
+                for (k, v) in &t.sent_by_type {
+                    *r.sent_by_type.entry((*k).to_string()).or_default() += v;
+                }
+                for (k, v) in &t.received_by_type {
+                    *r.received_by_type.entry((*k).to_string()).or_default() += v;
+                }
+                for (k, v) in &t.extra {
+                    *r.extra.entry((*k).to_string()).or_default() += v;
+                }
+                r.data_retransmissions += t.data_retransmissions;
+                r.cache_bytes_peak = r.cache_bytes_peak.max(t.cache_bytes_peak);
+                r.buffered_blocks_peak = r.buffered_blocks_peak.max(t.buffered_blocks_peak);
+            }
+        }
+        r
+    }
+}
+
+/// Jain's fairness index (Σx)² / (n Σx²); 1.0 when all are equal.
+pub fn jain(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let s: f64 = xs.iter().sum();
+    let s2: f64 = xs.iter().map(|x| x * x).sum();
+    if s2 == 0.0 {
+        return Some(0.0);
+    }
+    Some(s * s / (xs.len() as f64 * s2))
+}

@@ -1,0 +1,654 @@
+//! Scenario files (TOML): topology, medium, routing, flows, events and transport overrides.
+//!
+//! Every table rejects unknown keys so that a typo in a scenario is an error, not a silently
+//! ignored setting. `docs/scenarios.md` documents every key.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::error::ScenarioError;
+
+/// 802.11b PLCP long preamble + header at 1 Mb/s (IEEE 802.11-2007 §18.2.2): 192 µs.
+pub const DEFAULT_PREAMBLE_US: f64 = 192.0;
+/// 802.11b DIFS = SIFS + 2 slots: 50 µs.
+pub const DEFAULT_DIFS_US: f64 = 50.0;
+/// 802.11b SIFS: 10 µs.
+pub const DEFAULT_SIFS_US: f64 = 10.0;
+/// 802.11b slot time: 20 µs.
+pub const DEFAULT_SLOT_US: f64 = 20.0;
+/// 802.11b CWmin (DSSS PHY): 31 slots.
+pub const DEFAULT_CW_MIN: u32 = 31;
+/// 802.11b CWmax: 1023 slots.
+pub const DEFAULT_CW_MAX: u32 = 1023;
+/// Control datagrams go through the voice queue (Hop paper §3.6); 802.11e AC_VO CWmin for
+/// a DSSS PHY is (CWmin+1)/4-1 = 7.
+pub const DEFAULT_CONTROL_CW_MIN: u32 = 7;
+/// Link-layer retry limit for control datagrams (802.11 default short retry limit 7).
+pub const DEFAULT_RETRY_LIMIT: u32 = 7;
+/// The paper's testbed locks 802.11b at 11 Mb/s (Hop paper §5).
+pub const DEFAULT_RATE_MBPS: f64 = 11.0;
+/// 802.11b ACKs go at a basic rate; 2 Mb/s.
+pub const DEFAULT_ACK_RATE_MBPS: f64 = 2.0;
+/// Background-queue txop used by Hop: 8160 µs (Hop paper §4.1).
+pub const DEFAULT_TXOP_US: f64 = 8160.0;
+/// MAC header + FCS (28 B) plus IP (20 B) and UDP (8 B) headers, which Hop runs over (§4).
+pub const DEFAULT_HEADER_BYTES: u32 = 56;
+/// Interface queue length in frames.
+pub const DEFAULT_QUEUE_FRAMES: usize = 10;
+/// Default virtual-time limit of a run, seconds.
+pub const DEFAULT_DURATION_S: f64 = 600.0;
+
+fn default_rate() -> f64 {
+    DEFAULT_RATE_MBPS
+}
+
+/// A whole scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Free-form name reported in the result.
+    #[serde(default)]
+    pub name: String,
+    /// Seed of every random draw (medium losses, backoff, node randomness, byte patterns).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Virtual-time limit in seconds (alias `stop_at`).
+    #[serde(default, alias = "stop_at")]
+    pub duration: Option<f64>,
+    /// Keep running until `duration` even when every flow is done.
+    #[serde(default)]
+    pub run_to_end: bool,
+    #[serde(default)]
+    pub medium: MediumSpec,
+    pub topology: TopologySpec,
+    #[serde(default)]
+    pub routing: RoutingSpec,
+    #[serde(default)]
+    pub flows: Vec<FlowSpec>,
+    #[serde(default)]
+    pub events: Vec<EventSpec>,
+    /// Per-transport configuration overrides, keyed by transport name.
+    #[serde(default)]
+    pub transports: BTreeMap<String, toml::Table>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MediumKind {
+    /// 802.11-like shared medium: carrier sense, backoff, collisions, overhearing.
+    #[default]
+    Shared,
+    /// Independent point-to-point links: no contention, no collisions, no overhearing.
+    P2p,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MediumSpec {
+    #[serde(default)]
+    pub kind: MediumKind,
+    #[serde(default = "d_preamble")]
+    pub preamble_us: f64,
+    #[serde(default = "d_difs")]
+    pub difs_us: f64,
+    #[serde(default = "d_sifs")]
+    pub sifs_us: f64,
+    #[serde(default = "d_slot")]
+    pub slot_us: f64,
+    #[serde(default = "d_cw_min")]
+    pub cw_min: u32,
+    #[serde(default = "d_cw_max")]
+    pub cw_max: u32,
+    #[serde(default = "d_ctl_cw")]
+    pub control_cw_min: u32,
+    #[serde(default = "d_retry")]
+    pub retry_limit: u32,
+    #[serde(default = "d_ack_rate")]
+    pub ack_rate_mbps: f64,
+    /// Data frames sent back to back after one contention, up to this airtime (0 = off).
+    #[serde(default = "d_txop")]
+    pub txop_us: f64,
+    /// Per-frame overhead bytes added to the datagram (MAC header, FCS, IP, UDP).
+    #[serde(default = "d_hdr")]
+    pub header_bytes: u32,
+    /// Bounded interface queue, frames per node.
+    #[serde(default = "d_queue")]
+    pub queue_frames: usize,
+    /// Send Class::Data datagrams as link-layer broadcast (all neighbours hear either way).
+    #[serde(default)]
+    pub data_broadcast: bool,
+}
+
+fn d_preamble() -> f64 {
+    DEFAULT_PREAMBLE_US
+}
+fn d_difs() -> f64 {
+    DEFAULT_DIFS_US
+}
+fn d_sifs() -> f64 {
+    DEFAULT_SIFS_US
+}
+fn d_slot() -> f64 {
+    DEFAULT_SLOT_US
+}
+fn d_cw_min() -> u32 {
+    DEFAULT_CW_MIN
+}
+fn d_cw_max() -> u32 {
+    DEFAULT_CW_MAX
+}
+fn d_ctl_cw() -> u32 {
+    DEFAULT_CONTROL_CW_MIN
+}
+fn d_retry() -> u32 {
+    DEFAULT_RETRY_LIMIT
+}
+fn d_ack_rate() -> f64 {
+    DEFAULT_ACK_RATE_MBPS
+}
+fn d_txop() -> f64 {
+    DEFAULT_TXOP_US
+}
+fn d_hdr() -> u32 {
+    DEFAULT_HEADER_BYTES
+}
+fn d_queue() -> usize {
+    DEFAULT_QUEUE_FRAMES
+}
+
+impl Default for MediumSpec {
+    fn default() -> Self {
+        MediumSpec {
+            kind: MediumKind::Shared,
+            preamble_us: DEFAULT_PREAMBLE_US,
+            difs_us: DEFAULT_DIFS_US,
+            sifs_us: DEFAULT_SIFS_US,
+            slot_us: DEFAULT_SLOT_US,
+            cw_min: DEFAULT_CW_MIN,
+            cw_max: DEFAULT_CW_MAX,
+            control_cw_min: DEFAULT_CONTROL_CW_MIN,
+            retry_limit: DEFAULT_RETRY_LIMIT,
+            ack_rate_mbps: DEFAULT_ACK_RATE_MBPS,
+            txop_us: DEFAULT_TXOP_US,
+            header_bytes: DEFAULT_HEADER_BYTES,
+            queue_frames: DEFAULT_QUEUE_FRAMES,
+            data_broadcast: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Generator {
+    /// No generated links: only `[[topology.links]]`.
+    None,
+    /// 0 - 1 - 2 - ... - (nodes-1).
+    Chain,
+    /// `rows` x `cols` grid, 4-neighbourhood, node id = row * cols + col.
+    Grid,
+    /// Node 0 is the hub, every other node a leaf.
+    Star,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologySpec {
+    /// Number of nodes; ids are 0..nodes. For a grid, defaults to rows * cols.
+    #[serde(default)]
+    pub nodes: Option<u32>,
+    #[serde(default = "d_gen")]
+    pub generator: Generator,
+    #[serde(default)]
+    pub rows: Option<u32>,
+    #[serde(default)]
+    pub cols: Option<u32>,
+    /// Defaults for generated links (and for explicit links that omit them).
+    #[serde(default)]
+    pub loss: f64,
+    #[serde(default = "default_rate")]
+    pub rate_mbps: f64,
+    #[serde(default = "d_delay")]
+    pub delay_us: f64,
+    #[serde(default)]
+    pub links: Vec<LinkSpec>,
+}
+
+fn d_gen() -> Generator {
+    Generator::None
+}
+/// A few hundred metres of radio propagation: 1 µs.
+fn d_delay() -> f64 {
+    1.0
+}
+
+/// An undirected link; per-direction values override the symmetric ones.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    pub a: u32,
+    pub b: u32,
+    #[serde(default)]
+    pub loss: Option<f64>,
+    #[serde(default)]
+    pub loss_ab: Option<f64>,
+    #[serde(default)]
+    pub loss_ba: Option<f64>,
+    #[serde(default)]
+    pub rate_mbps: Option<f64>,
+    #[serde(default)]
+    pub rate_ab_mbps: Option<f64>,
+    #[serde(default)]
+    pub rate_ba_mbps: Option<f64>,
+    #[serde(default)]
+    pub delay_us: Option<f64>,
+    /// The link starts down.
+    #[serde(default)]
+    pub down: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteMetric {
+    /// Fewest hops.
+    #[default]
+    Hops,
+    /// Expected transmission count 1/((1-p_fwd)(1-p_rev)).
+    Etx,
+    /// Only `[[routing.routes]]` / `[[routing.paths]]`.
+    Static,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingSpec {
+    #[serde(default)]
+    pub metric: RouteMetric,
+    /// Recompute shortest paths over the links that are up after every topology event.
+    /// Destinations that become unreachable keep their previous next hop (§3.4).
+    #[serde(default)]
+    pub recompute: bool,
+    /// Explicit entries; they override computed ones.
+    #[serde(default)]
+    pub routes: Vec<RouteSpec>,
+    /// A path installs forward routes to its last node and reverse routes to its first.
+    #[serde(default)]
+    pub paths: Vec<PathSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    pub node: u32,
+    pub dst: u32,
+    pub via: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathSpec {
+    pub path: Vec<u32>,
+}
+
+/// A byte count: an integer, or a string with a unit ("4KB", "1MB", "10 MiB"; KB = 1000).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+impl Size {
+    pub fn bytes(&self) -> Result<u64, String> {
+        match self {
+            Size::Bytes(b) => Ok(*b),
+            Size::Text(s) => parse_size(s),
+        }
+    }
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: expected e.g. 4096, \"4KB\", \"1MiB\""))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1048576.0,
+        "gib" => 1073741824.0,
+        other => {
+            return Err(format!(
+                "bad size unit {other:?} in {s:?}: use B, KB, MB, GB, KiB, MiB or GiB"
+            ))
+        }
+    };
+    Ok((n * mult).round() as u64)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowSpec {
+    pub src: u32,
+    pub dst: u32,
+    pub size: Size,
+    /// Start time, seconds.
+    #[serde(default)]
+    pub start: f64,
+    #[serde(default = "d_transport")]
+    pub transport: String,
+}
+
+fn d_transport() -> String {
+    "hop".to_string()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// Link `a`-`b` stops carrying frames in both directions.
+    LinkDown,
+    LinkUp,
+    /// Every link of `node` goes down; the node keeps its memory.
+    NodeDown,
+    NodeUp,
+    /// `node` loses all state and stops sending and receiving.
+    NodeCrash,
+    /// `node` comes back as a fresh node (same id and transports).
+    NodeRestart,
+    /// Change the loss rate of link `a`-`b` (`loss`, or `loss_ab`/`loss_ba`).
+    SetLoss,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    /// Seconds.
+    pub at: f64,
+    pub kind: EventKind,
+    #[serde(default)]
+    pub node: Option<u32>,
+    #[serde(default)]
+    pub a: Option<u32>,
+    #[serde(default)]
+    pub b: Option<u32>,
+    #[serde(default)]
+    pub loss: Option<f64>,
+    #[serde(default)]
+    pub loss_ab: Option<f64>,
+    #[serde(default)]
+    pub loss_ba: Option<f64>,
+    /// Repeat the event every `every` seconds...
+    #[serde(default)]
+    pub every: Option<f64>,
+    /// ...this many times in total (default: until the end of the run).
+    #[serde(default)]
+    pub count: Option<u32>,
+}
+
+impl Scenario {
+    /// Parse a scenario from TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, ScenarioError> {
+        let sc: Scenario = toml::from_str(text).map_err(|e| {
+            ScenarioError::Parse(e.to_string().replace('\n', " ").trim().to_string())
+        })?;
+        sc.validate()?;
+        Ok(sc)
+    }
+
+    /// Read and parse a scenario file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ScenarioError::Io(format!("{}: {e}", path.display())))?;
+        Self::from_toml(&text)
+    }
+
+    /// Number of nodes after applying the generator.
+    pub fn node_count(&self) -> Result<u32, ScenarioError> {
+        let t = &self.topology;
+        match t.generator {
+            Generator::Grid => {
+                let (r, c) = match (t.rows, t.cols) {
+                    (Some(r), Some(c)) if r > 0 && c > 0 => (r, c),
+                    _ => {
+                        return Err(ScenarioError::Invalid(
+                            "topology.generator = \"grid\" needs rows and cols >= 1".into(),
+                        ))
+                    }
+                };
+                let n = r.checked_mul(c).ok_or_else(|| {
+                    ScenarioError::Invalid("topology: rows * cols is too large".into())
+                })?;
+                if let Some(k) = t.nodes {
+                    if k != n {
+                        return Err(ScenarioError::Invalid(format!(
+                            "topology: nodes = {k} but rows * cols = {n}; drop `nodes` or fix it"
+                        )));
+                    }
+                }
+                Ok(n)
+            }
+            _ => t.nodes.ok_or_else(|| {
+                ScenarioError::Invalid("topology.nodes is required (node ids are 0..nodes)".into())
+            }),
+        }
+    }
+
+    /// Checks that do not need the transport registry.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let inv = |m: String| Err(ScenarioError::Invalid(m));
+        let n = self.node_count()?;
+        if n == 0 {
+            return inv("topology.nodes must be at least 1".into());
+        }
+        if n > 100_000 {
+            return inv(format!("topology.nodes = {n} is too large (limit 100000)"));
+        }
+        let node_ok = |what: &str, id: u32| -> Result<(), ScenarioError> {
+            if id >= n {
+                Err(ScenarioError::Invalid(format!(
+                    "{what}: node {id} does not exist (ids are 0..{n})"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(d) = self.duration {
+            if !(d.is_finite() && d > 0.0) {
+                return inv(format!(
+                    "duration = {d}: must be a positive number of seconds"
+                ));
+            }
+        }
+        let m = &self.medium;
+        for (k, v) in [
+            ("medium.preamble_us", m.preamble_us),
+            ("medium.difs_us", m.difs_us),
+            ("medium.sifs_us", m.sifs_us),
+            ("medium.slot_us", m.slot_us),
+            ("medium.txop_us", m.txop_us),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return inv(format!("{k} = {v}: must be >= 0"));
+            }
+        }
+        if !(m.ack_rate_mbps.is_finite() && m.ack_rate_mbps > 0.0) {
+            return inv("medium.ack_rate_mbps must be > 0".into());
+        }
+        if m.cw_min > m.cw_max || m.control_cw_min > m.cw_max || m.cw_max > 65535 {
+            return inv("medium: need cw_min, control_cw_min <= cw_max <= 65535".into());
+        }
+        if m.queue_frames == 0 || m.queue_frames > 100_000 {
+            return inv("medium.queue_frames must be in 1..=100000".into());
+        }
+        if m.retry_limit > 1000 {
+            return inv("medium.retry_limit must be <= 1000".into());
+        }
+        let t = &self.topology;
+        check_loss("topology.loss", t.loss)?;
+        check_rate("topology.rate_mbps", t.rate_mbps)?;
+        check_delay("topology.delay_us", t.delay_us)?;
+        for (i, l) in t.links.iter().enumerate() {
+            let w = format!("topology.links[{i}]");
+            node_ok(&w, l.a)?;
+            node_ok(&w, l.b)?;
+            if l.a == l.b {
+                return inv(format!("{w}: a link needs two different nodes"));
+            }
+            for v in [l.loss, l.loss_ab, l.loss_ba].into_iter().flatten() {
+                check_loss(&w, v)?;
+            }
+            for v in [l.rate_mbps, l.rate_ab_mbps, l.rate_ba_mbps]
+                .into_iter()
+                .flatten()
+            {
+                check_rate(&w, v)?;
+            }
+            if let Some(d) = l.delay_us {
+                check_delay(&w, d)?;
+            }
+        }
+        for (i, r) in self.routing.routes.iter().enumerate() {
+            let w = format!("routing.routes[{i}]");
+            node_ok(&w, r.node)?;
+            node_ok(&w, r.dst)?;
+            node_ok(&w, r.via)?;
+        }
+        for (i, p) in self.routing.paths.iter().enumerate() {
+            let w = format!("routing.paths[{i}]");
+            if p.path.len() < 2 {
+                return inv(format!("{w}: a path needs at least two nodes"));
+            }
+            for &x in &p.path {
+                node_ok(&w, x)?;
+            }
+        }
+        for (i, f) in self.flows.iter().enumerate() {
+            let w = format!("flows[{i}]");
+            node_ok(&w, f.src)?;
+            node_ok(&w, f.dst)?;
+            if f.src == f.dst {
+                return inv(format!("{w}: src and dst are both {}", f.src));
+            }
+            let size = f
+                .size
+                .bytes()
+                .map_err(|e| ScenarioError::Invalid(format!("{w}: {e}")))?;
+            if size > 1 << 34 {
+                return inv(format!("{w}: size {size} is too large (limit 16 GiB)"));
+            }
+            if !(f.start.is_finite() && f.start >= 0.0) {
+                return inv(format!("{w}: start must be >= 0 seconds"));
+            }
+        }
+        for (i, e) in self.events.iter().enumerate() {
+            let w = format!("events[{i}] ({:?})", e.kind);
+            if !(e.at.is_finite() && e.at >= 0.0) {
+                return inv(format!("{w}: at must be >= 0 seconds"));
+            }
+            if let Some(ev) = e.every {
+                if !(ev.is_finite() && ev > 0.0) {
+                    return inv(format!("{w}: every must be > 0 seconds"));
+                }
+            }
+            if e.count.is_some() && e.every.is_none() {
+                return inv(format!("{w}: count needs every"));
+            }
+            match e.kind {
+                EventKind::LinkDown | EventKind::LinkUp | EventKind::SetLoss => {
+                    let (Some(a), Some(b)) = (e.a, e.b) else {
+                        return inv(format!("{w}: needs a and b (the link's nodes)"));
+                    };
+                    node_ok(&w, a)?;
+                    node_ok(&w, b)?;
+                    if e.node.is_some() {
+                        return inv(format!("{w}: takes a and b, not node"));
+                    }
+                    if e.kind == EventKind::SetLoss {
+                        if e.loss.is_none() && e.loss_ab.is_none() && e.loss_ba.is_none() {
+                            return inv(format!("{w}: needs loss, loss_ab or loss_ba"));
+                        }
+                        for v in [e.loss, e.loss_ab, e.loss_ba].into_iter().flatten() {
+                            check_loss(&w, v)?;
+                        }
+                    } else if e.loss.is_some() || e.loss_ab.is_some() || e.loss_ba.is_some() {
+                        return inv(format!("{w}: loss only applies to set_loss"));
+                    }
+                }
+                EventKind::NodeDown
+                | EventKind::NodeUp
+                | EventKind::NodeCrash
+                | EventKind::NodeRestart => {
+                    let Some(x) = e.node else {
+                        return inv(format!("{w}: needs node"));
+                    };
+                    node_ok(&w, x)?;
+                    if e.a.is_some() || e.b.is_some() || e.loss.is_some() {
+                        return inv(format!("{w}: takes node only"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_loss(w: &str, v: f64) -> Result<(), ScenarioError> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(ScenarioError::Invalid(format!(
+            "{w}: loss {v} must be a fraction in 0..=1"
+        )))
+    }
+}
+
+fn check_rate(w: &str, v: f64) -> Result<(), ScenarioError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(ScenarioError::Invalid(format!(
+            "{w}: rate {v} Mb/s must be > 0"
+        )))
+    }
+}
+
+fn check_delay(w: &str, v: f64) -> Result<(), ScenarioError> {
+    if v.is_finite() && (0.0..=60e6).contains(&v) {
+        Ok(())
+    } else {
+        Err(ScenarioError::Invalid(format!(
+            "{w}: delay {v} µs must be in 0..=60000000"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4KB").unwrap(), 4000);
+        assert_eq!(parse_size("1 MiB").unwrap(), 1 << 20);
+        assert_eq!(parse_size("12").unwrap(), 12);
+        assert!(parse_size("3 parsecs").is_err());
+    }
+
+    #[test]
+    fn unknown_key_rejected() {
+        let e = Scenario::from_toml("[topology]\nnodes = 2\nnodez = 3\n").unwrap_err();
+        assert!(e.to_string().contains("nodez"), "{e}");
+    }
+}
