@@ -580,7 +580,11 @@ impl Simulation {
             Ev::BurstNext { n, gen } => {
                 let sn = &mut self.nodes[n];
                 if sn.gen == gen && sn.state == MacState::Burst && sn.node.is_some() {
-                    if let Some(p) = sn.data_q.pop_front() {
+                    if sn.transmitting {
+                        // An ACK went out in the gap: the burst is over, contend again.
+                        sn.state = MacState::Idle;
+                        self.kick(n);
+                    } else if let Some(p) = sn.data_q.pop_front() {
                         sn.cur = Some(p);
                         self.transmit(n);
                     } else {
@@ -1072,6 +1076,11 @@ impl Simulation {
             None => (true, false),
         };
         self.release(frame);
+        if is_ack && !self.shared {
+            // A point-to-point ACK travels on the reverse link and never occupied the
+            // node's transmitter.
+            return;
+        }
         self.nodes[n].transmitting = false;
         if self.nodes[n].node.is_none() {
             return;
@@ -1162,10 +1171,6 @@ impl Simulation {
         let air = self.ack_air;
         self.medium.airtime_ns += air;
         self.emit(n, frame, to as u32, air);
-        if !self.shared {
-            // A point-to-point ACK travels on the reverse link and does not occupy the node's
-            // transmitter.
-        }
     }
 
     fn rx_start(&mut self, n: usize, frame: u64) {
