@@ -6,6 +6,7 @@
 //! socket or a clock. Transports are modules behind the [`Transport`] trait.
 
 pub mod node;
+pub mod hop;
 pub mod routing;
 pub mod time;
 pub mod transport;

@@ -1,0 +1,176 @@
+//! Hop parameters. Defaults follow the Hop paper (§4.1 MAC parameters, §4.2 parameters); values
+//! the paper leaves open are chosen here and justified next to each constant.
+
+use std::time::Duration;
+
+/// Maximum block size: 1 MiB (§4.2 "we set the default maximum block size to 1MB").
+pub const DEFAULT_MAX_BLOCK_BYTES: usize = 1 << 20;
+
+/// Payload bytes per data packet. A DATA datagram is envelope header (16) + Hop header (20) +
+/// DATA fields (18) + payload + crc (4) + optional auth trailer (24) = 82 + payload bytes; a
+/// micro-block BSYN is 84 + payload. With 1380 bytes the largest datagram is 1464 bytes, within
+/// the 1472-byte UDP payload of a 1500-byte IP datagram (§5: "same default packet size as TCP
+/// (1.5KB)").
+pub const DEFAULT_PACKET_PAYLOAD_BYTES: usize = 1380;
+
+/// Bytes per txop: the 802.11e background-queue txop of 8160 µs, "roughly 8KB of data" at
+/// 11 Mb/s (§4.1). Rounded up to whole packets (6 packets of 1380 bytes).
+pub const DEFAULT_TXOP_BYTES: usize = 8192;
+
+/// BSYN batch threshold below which a block is a micro-block sent on the BSYN itself (§4.2:
+/// 16KB).
+pub const DEFAULT_MICRO_BLOCK_THRESHOLD: usize = 16 * 1024;
+
+/// Backpressure limit H, complete blocks per flow not yet moved downstream (§3.3, §4.2: 1).
+pub const DEFAULT_BACKPRESSURE_LIMIT: usize = 1;
+
+/// Initial virtual retransmission timeout (§4.2: 60 seconds), afterwards reset to the most
+/// recent block round-trip time.
+pub const DEFAULT_VTX_INITIAL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// TTL of a virtual retransmission (§4.2: 50 hops).
+pub const DEFAULT_VTX_TTL: u8 = 50;
+
+/// Per-hop BSYN retransmission timer. BSYN and BACK are control datagrams sent with link-layer
+/// ARQ at top priority (§3.1, §4.1), so a BACK normally returns within one txop of the
+/// receiver's current burst (8.2 ms at 11 Mb/s, §4.1) plus queueing; 200 ms covers the
+/// receiver's BACK deferral (below) and a full interface queue of data ahead of it, while a
+/// lost BSYN/BACK costs at most 200 ms. Not in the paper.
+pub const DEFAULT_BSYN_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Ceiling of the BSYN retransmission backoff (doubling per unanswered BSYN). Bounds how long
+/// a block waits after a partitioned next hop comes back (§3.4) while keeping an unreachable
+/// next hop to one control datagram per 2 s. Not in the paper.
+pub const DEFAULT_BSYN_MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// A receiver answers a BSYN for a block whose data is still arriving only after the data has
+/// paused this long (or the block is complete): the BSYN is a control datagram and overtakes
+/// data still queued at the sender, and answering at once would report packets in flight as
+/// missing. About seven 1500-byte frames at 11 Mb/s. Not in the paper.
+pub const DEFAULT_BACK_QUIET: Duration = Duration::from_millis(10);
+
+/// Ack withholding releases a receiver from its current sender after this long without hearing
+/// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
+pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Bytes of blocks a node keeps (custody, in-progress and cache). §4.2 keeps every block in
+/// memory; this bounds it. Cached (non-custody) blocks are evicted least recently used first.
+pub const DEFAULT_CACHE_LIMIT_BYTES: u64 = 64 << 20;
+
+/// Flows with state on one node; further flows are refused so bogus flows cannot exhaust
+/// memory.
+pub const DEFAULT_MAX_FLOWS: usize = 1024;
+
+/// Flow state on a relay or destination without activity for this long and without blocks in
+/// custody is reclaimed. Long enough to outlast the partitions of §5.7 between two blocks.
+pub const DEFAULT_FLOW_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A block in custody that could not be moved downstream for this long expires (§3.2, case 3:
+/// "a cached block eventually expires because no next-hop node is available for a long
+/// duration"); the source recovers it by virtual retransmission.
+pub const DEFAULT_CUSTODY_EXPIRY: Duration = Duration::from_secs(3600);
+
+/// A source gives up a flow after this long without any progress (no BACK from its next hop
+/// and no end-to-end BACK).
+pub const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(3600);
+
+/// Interval of housekeeping (idle flows, silent senders, expired custody).
+pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Configuration of [`HopTransport`](super::HopTransport). Every mechanism of the paper can be
+/// tuned or switched off for experiments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HopConfig {
+    /// Largest block (§4.2). Smaller blocks are formed when less data is ready.
+    pub max_block_bytes: usize,
+    /// Payload bytes per packet (see [`DEFAULT_PACKET_PAYLOAD_BYTES`]).
+    pub packet_payload_bytes: usize,
+    /// Bytes per txop, the scheduler's quantum and the pipelining threshold (§3.1, §3.6).
+    pub txop_bytes: usize,
+    /// Blocks smaller than this ride on the BSYN (§3.6). 0 disables micro-blocks.
+    pub micro_block_threshold: usize,
+    /// H: complete blocks per flow held and not yet moved downstream (§3.3).
+    pub backpressure_limit: usize,
+    /// Enable hop-by-hop backpressure (§3.3).
+    pub backpressure: bool,
+    /// Enable ack withholding (§3.5).
+    pub ack_withholding: bool,
+    /// Silence after which ack withholding moves on to another sender.
+    pub withhold_timeout: Duration,
+    /// Enable spatial pipelining (§3.1); otherwise a relay forwards only complete blocks.
+    pub pipelining: bool,
+    /// Cache packets overheard on a shared medium (§3.2).
+    pub cache_overheard: bool,
+    /// Enable end-to-end virtual retransmissions (§3.2).
+    pub virtual_retransmission: bool,
+    /// Initial virtual retransmission timeout (§4.2).
+    pub vtx_initial_timeout: Duration,
+    /// TTL of a virtual retransmission (§4.2).
+    pub vtx_ttl: u8,
+    /// Per-hop BSYN retransmission timer.
+    pub bsyn_timeout: Duration,
+    /// Ceiling of the BSYN retransmission backoff.
+    pub bsyn_max_backoff: Duration,
+    /// BACK deferral while data for the block is still arriving.
+    pub back_quiet: Duration,
+    /// Bytes of blocks kept on a node.
+    pub cache_limit_bytes: u64,
+    /// Flows with state on a node.
+    pub max_flows: usize,
+    /// Idle flow reclamation on relays and destinations.
+    pub flow_idle_timeout: Duration,
+    /// Expiry of a block in custody that cannot move (§3.2).
+    pub custody_expiry: Duration,
+    /// A source abandons a flow after this long without progress.
+    pub give_up_after: Duration,
+    /// Application bytes a source buffers beyond its blocks (at least one block's worth).
+    pub source_buffer_bytes: usize,
+}
+
+impl Default for HopConfig {
+    fn default() -> Self {
+        HopConfig {
+            max_block_bytes: DEFAULT_MAX_BLOCK_BYTES,
+            packet_payload_bytes: DEFAULT_PACKET_PAYLOAD_BYTES,
+            txop_bytes: DEFAULT_TXOP_BYTES,
+            micro_block_threshold: DEFAULT_MICRO_BLOCK_THRESHOLD,
+            backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
+            backpressure: true,
+            ack_withholding: true,
+            withhold_timeout: DEFAULT_WITHHOLD_TIMEOUT,
+            pipelining: true,
+            cache_overheard: true,
+            virtual_retransmission: true,
+            vtx_initial_timeout: DEFAULT_VTX_INITIAL_TIMEOUT,
+            vtx_ttl: DEFAULT_VTX_TTL,
+            bsyn_timeout: DEFAULT_BSYN_TIMEOUT,
+            bsyn_max_backoff: DEFAULT_BSYN_MAX_BACKOFF,
+            back_quiet: DEFAULT_BACK_QUIET,
+            cache_limit_bytes: DEFAULT_CACHE_LIMIT_BYTES,
+            max_flows: DEFAULT_MAX_FLOWS,
+            flow_idle_timeout: DEFAULT_FLOW_IDLE_TIMEOUT,
+            custody_expiry: DEFAULT_CUSTODY_EXPIRY,
+            give_up_after: DEFAULT_GIVE_UP_AFTER,
+            source_buffer_bytes: DEFAULT_MAX_BLOCK_BYTES,
+        }
+    }
+}
+
+impl HopConfig {
+    /// Packet payload size actually used: 1..=65535 bytes.
+    pub(crate) fn packet_size(&self) -> u16 {
+        self.packet_payload_bytes.clamp(1, usize::from(u16::MAX)) as u16
+    }
+
+    /// Block size actually used: at most 65535 packets and at most `u32::MAX` bytes.
+    pub(crate) fn block_bytes(&self) -> usize {
+        let cap = usize::from(self.packet_size()) * hop_wire::hop::MAX_PACKETS_PER_BLOCK as usize;
+        self.max_block_bytes.clamp(1, cap.min(u32::MAX as usize))
+    }
+
+    /// Packets per txop (at least one).
+    pub(crate) fn txop_packets(&self) -> u32 {
+        let n = self.txop_bytes.div_ceil(usize::from(self.packet_size()));
+        n.clamp(1, u32::MAX as usize) as u32
+    }
+}

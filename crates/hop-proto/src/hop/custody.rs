@@ -1,0 +1,55 @@
+//! Custody persistence hooks.
+//!
+//! A relay takes *custody* of a block when it sends the BACK that completes the block for its
+//! upstream neighbour: from then on the upstream may forget it, so the block must survive until
+//! it is acknowledged downstream (or end to end). [`CustodyStore::persist`] is called just
+//! before that BACK; if it fails the BACK is withheld (the upstream keeps retrying, nothing is
+//! lost). [`CustodyStore::release`] is called once the block has been acknowledged by the next
+//! hop or end to end. After a restart the runtime reads its store and hands the blocks to
+//! [`HopTransport::restore`](super::HopTransport::restore).
+//!
+//! The default store keeps nothing (custody lives only in memory).
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use crate::{FlowKey, NodeId};
+
+/// A block in custody, as persisted and restored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBlock {
+    pub flow: FlowKey,
+    /// End-to-end destination of the flow.
+    pub dst: NodeId,
+    pub block_num: u32,
+    /// Byte offset of the block in the flow's stream.
+    pub offset: u64,
+    /// The block is the flow's last.
+    pub fin: bool,
+    pub data: Bytes,
+}
+
+/// The store cannot take more custody.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("custody store full")]
+pub struct StoreFull;
+
+/// Durable storage for blocks in custody; synchronous by design (called on the protocol path).
+pub trait CustodyStore: Send {
+    /// Persist `block` before its completing BACK is sent upstream.
+    fn persist(&mut self, block: &StoredBlock) -> Result<(), StoreFull>;
+    /// The block is no longer in this node's custody.
+    fn release(&mut self, flow: FlowKey, block_num: u32);
+}
+
+/// The default: custody is held in memory only.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemoryOnly;
+
+impl CustodyStore for MemoryOnly {
+    fn persist(&mut self, _block: &StoredBlock) -> Result<(), StoreFull> {
+        Ok(())
+    }
+
+    fn release(&mut self, _flow: FlowKey, _block_num: u32) {}
+}

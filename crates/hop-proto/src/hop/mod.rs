@@ -1,0 +1,1816 @@
+//! Hop: reliable per-hop block transfer (Hop paper, NSDI 2009, §3).
+//!
+//! Data moves in blocks of up to 1 MiB, split into packets and sent in txop-sized bursts. Each
+//! hop runs rounds of BSYN → BACK (bitmap) → missing packets until its next hop holds the block
+//! (§3.1); relays forward a block as soon as they hold a txop's worth of it (spatial
+//! pipelining). The destination acknowledges each block end to end; a source that hears
+//! nothing within the last block round-trip time sends a virtual retransmission that is served
+//! from the caches along the path (§3.2). Per flow a node holds at most H blocks not yet moved
+//! downstream (backpressure, §3.3); blocks wait in custody while the next hop is unreachable
+//! (§3.4); a receiver serves one upstream sender at a time (ack withholding, §3.5); small
+//! transfers ride on the BSYN and are served first (micro-blocks, §3.6).
+//!
+//! The transport is sans-IO: see [`crate::Transport`].
+
+mod bitmap;
+mod config;
+mod custody;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hop_wire::hop::{
+    BlockGeom, HopBody, HopHeader, HopMessage, MsgType, FLAG_ABORT, FLAG_ASK, FLAG_COMPLETE,
+    FLAG_FIN, FLAG_MICRO, FLAG_VTX,
+};
+use hop_wire::{NodeId, TransportId};
+
+use crate::time::Instant;
+use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
+use crate::{AppError, Event, FailReason, FlowKey};
+
+pub use bitmap::Bitmap;
+pub use config::*;
+pub use custody::{CustodyStore, MemoryOnly, StoreFull, StoredBlock};
+
+/// Why a BSYN was not answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Withhold {
+    /// Backpressure: H blocks held, or custody storage full (§3.3).
+    Backpressure,
+    /// Another upstream sender holds the receiver (§3.5).
+    AckWithholding,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OutState {
+    /// A BSYN must be sent (when a route exists).
+    NeedBsyn,
+    /// BSYN sent; waiting for the BACK until `deadline`.
+    AwaitBack { deadline: Instant },
+    /// Sending the packets the next hop lacks.
+    Sending,
+}
+
+/// The transfer of one block to the next hop.
+#[derive(Debug, Clone)]
+struct OutXfer {
+    next_hop: NodeId,
+    state: OutState,
+    /// Packets the next hop reported.
+    peer: Bitmap,
+    /// Packets sent since the last BACK.
+    sent_round: Bitmap,
+    /// Packets ever sent on this hop (retransmission accounting).
+    ever_sent: Bitmap,
+    vtx: bool,
+    ttl: u8,
+    micro: bool,
+    /// Unanswered BSYNs in a row (backoff exponent).
+    attempts: u32,
+    cursor: u32,
+}
+
+#[derive(Debug)]
+struct Block {
+    offset: u64,
+    geom: BlockGeom,
+    fin: bool,
+    data: Vec<u8>,
+    have: Bitmap,
+    /// The node must not drop it: it accepted it from upstream (complete) or is its source.
+    custody: bool,
+    /// Fully acknowledged by the next hop (or delivered, at the destination).
+    moved: bool,
+    /// The upstream neighbour whose BSYN we answered (on-path block).
+    admitted_from: Option<NodeId>,
+    last_used: Instant,
+    last_data: Instant,
+    /// A virtual retransmission with this TTL must be forwarded.
+    vtx_fwd: Option<u8>,
+    /// When custody was taken (expiry).
+    custody_since: Instant,
+    /// Source only: first BSYN (round-trip measurement) and virtual retransmission timer.
+    first_sent: Option<Instant>,
+    vtx_deadline: Option<Instant>,
+    vtx_count: u32,
+}
+
+impl Block {
+    fn new(offset: u64, geom: BlockGeom, fin: bool, now: Instant) -> Self {
+        let n = geom.packets();
+        Block {
+            offset,
+            geom,
+            fin,
+            data: vec![0; geom.block_len as usize],
+            have: Bitmap::new(n),
+            custody: false,
+            moved: false,
+            admitted_from: None,
+            last_used: now,
+            last_data: Instant::ZERO,
+            vtx_fwd: None,
+            custody_since: now,
+            first_sent: None,
+            vtx_deadline: None,
+            vtx_count: 0,
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.have.is_full()
+    }
+
+    /// Store packet `n`; returns true if it was new.
+    fn store(&mut self, n: u32, payload: &[u8]) -> bool {
+        match self.geom.packet_range(n) {
+            Some(r) if r.len() == payload.len() && !self.have.get(n) => {
+                self.data[r].copy_from_slice(payload);
+                self.have.set(n)
+            }
+            _ => false,
+        }
+    }
+
+    fn packet(&self, n: u32) -> &[u8] {
+        match self.geom.packet_range(n) {
+            Some(r) => &self.data[r],
+            None => &[],
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct SourceState {
+    pending: VecDeque<Bytes>,
+    pending_bytes: usize,
+    next_block: u32,
+    next_offset: u64,
+    finish: bool,
+    fin_block: Option<u32>,
+    rto: Duration,
+    last_progress: Instant,
+    blocked: bool,
+    had_route: bool,
+}
+
+#[derive(Debug, Default)]
+struct DestState {
+    next_deliver: u32,
+    delivered: u64,
+    finished: bool,
+}
+
+#[derive(Debug)]
+struct Flow {
+    dst: NodeId,
+    blocks: BTreeMap<u32, Block>,
+    outs: BTreeMap<u32, OutXfer>,
+    /// Deferred BACKs: block -> (upstream, due).
+    deferred: BTreeMap<u32, (NodeId, Instant)>,
+    last_activity: Instant,
+    /// The destination reported the flow finished; waiting for FIN or idle timeout.
+    finished: bool,
+    source: Option<SourceState>,
+    dest: Option<DestState>,
+}
+
+impl Flow {
+    fn new(dst: NodeId, now: Instant) -> Self {
+        Flow {
+            dst,
+            blocks: BTreeMap::new(),
+            outs: BTreeMap::new(),
+            deferred: BTreeMap::new(),
+            last_activity: now,
+            finished: false,
+            source: None,
+            dest: None,
+        }
+    }
+
+    /// Complete blocks held and not yet moved downstream (§3.3).
+    fn held_unmoved(&self) -> usize {
+        self.blocks
+            .values()
+            .filter(|b| b.custody && !b.moved && b.complete())
+            .count()
+    }
+
+    fn has_custody(&self) -> bool {
+        self.blocks.values().any(|b| b.custody && !b.moved)
+    }
+}
+
+/// A BSYN that was withheld, answered when the reason clears.
+#[derive(Debug, Clone)]
+struct Waiting {
+    from: NodeId,
+    key: FlowKey,
+    dst: NodeId,
+    block: u32,
+    offset: u64,
+    geom: BlockGeom,
+    flags: u8,
+    ttl: u8,
+    at: Instant,
+}
+
+/// An upstream block this node is receiving (ack withholding bookkeeping).
+#[derive(Debug, Clone, Copy)]
+struct Admitted {
+    from: NodeId,
+    last_heard: Instant,
+}
+
+/// The Hop transport of one node.
+pub struct HopTransport {
+    cfg: HopConfig,
+    pkt: u16,
+    txop_pkts: u32,
+    flows: BTreeMap<FlowKey, Flow>,
+    ctrl: VecDeque<Outgoing>,
+    rr: VecDeque<FlowKey>,
+    turn_left: u32,
+    events: VecDeque<Event>,
+    admitted: BTreeMap<(FlowKey, u32), Admitted>,
+    waiting: Vec<Waiting>,
+    store: Box<dyn CustodyStore>,
+    stats: TransportStats,
+    cache_bytes: u64,
+    timer: Option<Instant>,
+    housekeeping_at: Option<Instant>,
+}
+
+fn bump(map: &mut BTreeMap<&'static str, u64>, k: &'static str) {
+    *map.entry(k).or_insert(0) += 1;
+}
+
+fn name_of(t: MsgType, flags: u8) -> &'static str {
+    match t {
+        MsgType::Data => "data",
+        MsgType::Bsyn if flags & FLAG_MICRO != 0 => "micro",
+        MsgType::Bsyn if flags & FLAG_VTX != 0 => "vtx",
+        MsgType::Bsyn => "bsyn",
+        MsgType::Back => "back",
+        MsgType::E2eBack => "e2e_back",
+        MsgType::Fin => "fin",
+    }
+}
+
+fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
+    base.saturating_mul(1u32 << attempts.min(16))
+        .min(max.max(base))
+}
+
+impl HopTransport {
+    pub fn new(cfg: HopConfig) -> Self {
+        Self::with_store(cfg, Box::new(MemoryOnly))
+    }
+
+    /// A transport persisting custody through `store`.
+    pub fn with_store(cfg: HopConfig, store: Box<dyn CustodyStore>) -> Self {
+        let pkt = cfg.packet_size();
+        let txop_pkts = cfg.txop_packets();
+        HopTransport {
+            cfg,
+            pkt,
+            txop_pkts,
+            flows: BTreeMap::new(),
+            ctrl: VecDeque::new(),
+            rr: VecDeque::new(),
+            turn_left: 0,
+            events: VecDeque::new(),
+            admitted: BTreeMap::new(),
+            waiting: Vec::new(),
+            store,
+            stats: TransportStats::default(),
+            cache_bytes: 0,
+            timer: None,
+            housekeeping_at: None,
+        }
+    }
+
+    pub fn config(&self) -> &HopConfig {
+        &self.cfg
+    }
+
+    /// Put blocks read back from a [`CustodyStore`] after a restart into custody again; they
+    /// are forwarded as soon as the next hop answers. Blocks of flows this node is the source
+    /// or destination of are ignored (the application owns those bytes).
+    pub fn restore(&mut self, now: Instant, local: NodeId, blocks: Vec<StoredBlock>) {
+        for sb in blocks {
+            if sb.flow.src == local || sb.dst == local {
+                continue;
+            }
+            if !self.flows.contains_key(&sb.flow) && self.flows.len() >= self.cfg.max_flows {
+                continue;
+            }
+            let Ok(len) = u32::try_from(sb.data.len()) else {
+                continue;
+            };
+            let geom = BlockGeom {
+                block_len: len,
+                packet_size: self.pkt,
+            };
+            if geom.validate().is_err() {
+                continue;
+            }
+            let flow = self
+                .flows
+                .entry(sb.flow)
+                .or_insert_with(|| Flow::new(sb.dst, now));
+            if flow.blocks.contains_key(&sb.block_num) {
+                continue;
+            }
+            let mut b = Block::new(sb.offset, geom, sb.fin, now);
+            b.data.copy_from_slice(&sb.data);
+            b.have.fill();
+            b.custody = true;
+            b.admitted_from = Some(sb.flow.src);
+            flow.blocks.insert(sb.block_num, b);
+            self.cache_bytes += u64::from(len);
+        }
+        self.note_cache();
+        self.refresh_timer(now);
+    }
+
+    // ----- helpers -----
+
+    fn note_cache(&mut self) {
+        self.stats.cache_bytes = self.cache_bytes;
+        self.stats.cache_bytes_peak = self.stats.cache_bytes_peak.max(self.cache_bytes);
+    }
+
+    fn note_buffered(&mut self, key: FlowKey) {
+        if let Some(f) = self.flows.get(&key) {
+            let n = f.held_unmoved() as u64;
+            self.stats.buffered_blocks_peak = self.stats.buffered_blocks_peak.max(n);
+        }
+    }
+
+    fn extra(&mut self, k: &'static str) {
+        bump(&mut self.stats.extra, k);
+    }
+
+    fn push_ctrl(&mut self, next_hop: NodeId, msg: &HopMessage<'_>) {
+        let mut body = Vec::with_capacity(msg.encoded_len());
+        if msg.emit(&mut body).is_err() {
+            return;
+        }
+        bump(
+            &mut self.stats.sent_by_type,
+            name_of(msg.msg_type(), msg.header.flags),
+        );
+        self.ctrl.push_back(Outgoing {
+            next_hop,
+            class: Class::Control,
+            body,
+        });
+    }
+
+    fn header(key: FlowKey, dst: NodeId, block: u32, flags: u8, ttl: u8) -> HopHeader {
+        HopHeader {
+            flags,
+            ttl,
+            src: key.src,
+            flow_id: key.id,
+            dst,
+            block_num: block,
+        }
+    }
+
+    fn drop_block(&mut self, key: FlowKey, num: u32) {
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if let Some(b) = f.blocks.remove(&num) {
+            self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
+            if b.custody && !b.moved && f.source.is_none() {
+                self.store.release(key, num);
+            }
+        }
+        f.outs.remove(&num);
+        f.deferred.remove(&num);
+        self.admitted.remove(&(key, num));
+        self.note_cache();
+    }
+
+    fn remove_flow(&mut self, key: FlowKey) {
+        let nums: Vec<u32> = match self.flows.get(&key) {
+            Some(f) => f.blocks.keys().copied().collect(),
+            None => return,
+        };
+        for n in nums {
+            self.drop_block(key, n);
+        }
+        if let Some(f) = self.flows.remove(&key) {
+            if let Some(s) = f.source {
+                self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
+                self.note_cache();
+            }
+        }
+        self.admitted.retain(|(k, _), _| *k != key);
+        self.waiting.retain(|w| w.key != key);
+        self.rr.retain(|k| *k != key);
+    }
+
+    /// Evict cached (non-custody, not in progress) blocks until the cache fits its limit.
+    fn evict(&mut self) {
+        while self.cache_bytes > self.cfg.cache_limit_bytes {
+            let mut victim: Option<(Instant, FlowKey, u32)> = None;
+            for (k, f) in &self.flows {
+                for (n, b) in &f.blocks {
+                    let protected = (b.custody && !b.moved)
+                        || f.outs.contains_key(n)
+                        || self.admitted.contains_key(&(*k, *n));
+                    if !protected && !matches!(victim, Some((t, _, _)) if t <= b.last_used) {
+                        victim = Some((b.last_used, *k, *n));
+                    }
+                }
+            }
+            match victim {
+                Some((_, k, n)) => {
+                    self.drop_block(k, n);
+                    self.extra("cache_evictions");
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Bytes that cannot be evicted.
+    fn protected_bytes(&self) -> u64 {
+        let mut sum = 0u64;
+        for (k, f) in &self.flows {
+            for (n, b) in &f.blocks {
+                if (b.custody && !b.moved)
+                    || f.outs.contains_key(n)
+                    || self.admitted.contains_key(&(*k, *n))
+                {
+                    sum += u64::from(b.geom.block_len);
+                }
+            }
+            if let Some(s) = &f.source {
+                sum += s.pending_bytes as u64;
+            }
+        }
+        sum
+    }
+
+    // ----- source side -----
+
+    /// Cut the next block from the application's bytes (never waiting for more, §4.2).
+    fn form_block(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        let limit = self.cfg.block_bytes();
+        let micro_threshold = self.cfg.micro_block_threshold;
+        let pkt = self.pkt;
+        let now = ctx.now;
+        let over_cache = self.protected_bytes() > self.cfg.cache_limit_bytes;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if f.outs.values().any(|o| !o.vtx) || f.finished {
+            return;
+        }
+        let dst = f.dst;
+        let Some(s) = f.source.as_mut() else {
+            return;
+        };
+        if s.fin_block.is_some() || (s.pending_bytes == 0 && !s.finish) {
+            return;
+        }
+        // Custody at the source is bounded by the cache: wait for end-to-end BACKs.
+        if over_cache && s.pending_bytes > 0 {
+            return;
+        }
+        let len = s.pending_bytes.min(limit);
+        let mut data = Vec::with_capacity(len);
+        while data.len() < len {
+            let Some(front) = s.pending.front_mut() else {
+                break;
+            };
+            let take = (len - data.len()).min(front.len());
+            data.extend_from_slice(&front.split_to(take));
+            if front.is_empty() {
+                s.pending.pop_front();
+            }
+        }
+        s.pending_bytes -= data.len();
+        let fin = s.finish && s.pending_bytes == 0;
+        let num = s.next_block;
+        s.next_block = s.next_block.wrapping_add(1);
+        let offset = s.next_offset;
+        s.next_offset += data.len() as u64;
+        if fin {
+            s.fin_block = Some(num);
+        }
+        let rto = s.rto;
+        let was_blocked = std::mem::take(&mut s.blocked);
+        let geom = BlockGeom {
+            block_len: data.len() as u32,
+            packet_size: pkt,
+        };
+        let mut b = Block::new(offset, geom, fin, now);
+        b.data = data;
+        b.have.fill();
+        b.custody = true;
+        b.first_sent = Some(now);
+        b.vtx_deadline = Some(now + rto);
+        let micro = (geom.block_len as usize) < micro_threshold;
+        f.blocks.insert(num, b);
+        f.last_activity = now;
+        let next_hop = ctx.routing.next_hop(dst).unwrap_or(dst);
+        f.outs
+            .insert(num, Self::new_xfer(next_hop, geom, false, 0, micro));
+        if was_blocked {
+            self.events.push_back(Event::Writable { flow: key });
+        }
+        self.note_buffered(key);
+    }
+
+    fn new_xfer(next_hop: NodeId, geom: BlockGeom, vtx: bool, ttl: u8, micro: bool) -> OutXfer {
+        let n = geom.packets();
+        OutXfer {
+            next_hop,
+            state: OutState::NeedBsyn,
+            peer: Bitmap::new(n),
+            sent_round: Bitmap::new(n),
+            ever_sent: Bitmap::new(n),
+            vtx,
+            ttl,
+            micro,
+            attempts: 0,
+            cursor: 0,
+        }
+    }
+
+    // ----- per-flow pump: start transfers, send BSYNs -----
+
+    fn pump_flow(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        let now = ctx.now;
+        let Some(f) = self.flows.get(&key) else {
+            return;
+        };
+        let is_source = f.source.is_some();
+        let is_dest = f.dest.is_some();
+        if is_source {
+            self.form_block(ctx, key);
+            self.source_vtx(ctx, key);
+        } else if !is_dest {
+            self.relay_forward(ctx, key);
+        }
+        // Deferred BACKs that are due.
+        let due: Vec<(u32, NodeId)> = match self.flows.get(&key) {
+            Some(f) => f
+                .deferred
+                .iter()
+                .filter(|(n, (_, t))| *t <= now || f.blocks.get(n).is_some_and(|b| b.complete()))
+                .map(|(n, (u, _))| (*n, *u))
+                .collect(),
+            None => return,
+        };
+        for (n, up) in due {
+            if let Some(f) = self.flows.get_mut(&key) {
+                f.deferred.remove(&n);
+            }
+            self.send_back(key, n, up, now);
+        }
+        // BSYNs.
+        let nums: Vec<u32> = match self.flows.get(&key) {
+            Some(f) => f.outs.keys().copied().collect(),
+            None => return,
+        };
+        for n in nums {
+            self.drive_xfer(ctx, key, n);
+        }
+    }
+
+    /// Send a BSYN (or micro-block BSYNs) for a transfer that needs one.
+    fn drive_xfer(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32) {
+        let now = ctx.now;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let dst = f.dst;
+        let (Some(x), Some(b)) = (f.outs.get_mut(&n), f.blocks.get(&n)) else {
+            return;
+        };
+        let need = match x.state {
+            OutState::NeedBsyn => true,
+            OutState::AwaitBack { .. } => false,
+            OutState::Sending => {
+                if x.micro {
+                    true
+                } else {
+                    let left = b.have.count_in_not(&x.peer, &x.sent_round);
+                    if left > 0 && !self.rr.contains(&key) {
+                        self.rr.push_back(key);
+                    }
+                    left == 0 && b.complete()
+                }
+            }
+        };
+        if !need {
+            return;
+        }
+        // Follow route changes (§3.4): the next hop is looked up whenever a BSYN is sent.
+        let Some(next_hop) = ctx.routing.next_hop(dst) else {
+            return;
+        };
+        if next_hop != x.next_hop {
+            let (vtx, ttl, micro) = (x.vtx, x.ttl, x.micro);
+            *x = Self::new_xfer(next_hop, b.geom, vtx, ttl, micro);
+        }
+        let mut flags = if b.fin { FLAG_FIN } else { 0 };
+        if x.vtx {
+            flags |= FLAG_VTX;
+        }
+        let ttl = if x.vtx { x.ttl } else { 0 };
+        let wait = backoff(self.cfg.bsyn_timeout, self.cfg.bsyn_max_backoff, x.attempts);
+        x.state = OutState::AwaitBack {
+            deadline: now + wait,
+        };
+        x.attempts = x.attempts.saturating_add(1);
+        let mut msgs: Vec<Vec<u8>> = Vec::new();
+        let mut retx = 0u64;
+        if x.micro {
+            flags |= FLAG_MICRO;
+            // Every packet the next hop lacks rides on its own BSYN; the last one asks for
+            // the BACK.
+            let missing: Vec<u32> = (0..b.geom.packets())
+                .filter(|i| !x.peer.get(*i) && b.have.get(*i))
+                .collect();
+            if missing.is_empty() || !b.complete() {
+                let msg = HopMessage {
+                    header: Self::header(key, dst, n, flags | FLAG_ASK, ttl),
+                    body: HopBody::Bsyn {
+                        offset: b.offset,
+                        geom: b.geom,
+                        packet_num: 0,
+                        payload: &[],
+                    },
+                };
+                let mut out = Vec::new();
+                if msg.emit(&mut out).is_ok() {
+                    msgs.push(out);
+                }
+            } else {
+                for (i, p) in missing.iter().enumerate() {
+                    let last = i + 1 == missing.len();
+                    let fl = if last { flags | FLAG_ASK } else { flags };
+                    let msg = HopMessage {
+                        header: Self::header(key, dst, n, fl, ttl),
+                        body: HopBody::Bsyn {
+                            offset: b.offset,
+                            geom: b.geom,
+                            packet_num: *p as u16,
+                            payload: b.packet(*p),
+                        },
+                    };
+                    let mut out = Vec::new();
+                    if msg.emit(&mut out).is_ok() {
+                        msgs.push(out);
+                    }
+                    if !x.ever_sent.set(*p) {
+                        retx += 1;
+                    }
+                }
+            }
+        } else {
+            let msg = HopMessage {
+                header: Self::header(key, dst, n, flags, ttl),
+                body: HopBody::Bsyn {
+                    offset: b.offset,
+                    geom: b.geom,
+                    packet_num: 0,
+                    payload: &[],
+                },
+            };
+            let mut out = Vec::new();
+            if msg.emit(&mut out).is_ok() {
+                msgs.push(out);
+            }
+        }
+        let name = name_of(MsgType::Bsyn, flags);
+        let nh = x.next_hop;
+        self.stats.data_retransmissions += retx;
+        for body in msgs {
+            bump(&mut self.stats.sent_by_type, name);
+            self.ctrl.push_back(Outgoing {
+                next_hop: nh,
+                class: Class::Control,
+                body,
+            });
+        }
+    }
+
+    /// Source: virtual retransmission of blocks not acknowledged end to end in time (§3.2).
+    fn source_vtx(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        if !self.cfg.virtual_retransmission {
+            return;
+        }
+        let now = ctx.now;
+        let ttl = self.cfg.vtx_ttl;
+        let vmax = self.cfg.vtx_initial_timeout;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let rto = f.source.as_ref().map(|s| s.rto).unwrap_or(vmax);
+        let dst = f.dst;
+        let mut started = 0;
+        for (n, b) in f.blocks.iter_mut() {
+            let Some(dl) = b.vtx_deadline else { continue };
+            if dl > now {
+                continue;
+            }
+            if f.outs.contains_key(n) {
+                // Still moving to the first hop: not a loss; look again later.
+                b.vtx_deadline = Some(now + rto);
+                continue;
+            }
+            b.vtx_count += 1;
+            b.vtx_deadline = Some(now + backoff(rto, vmax.max(rto), b.vtx_count));
+            let next_hop = ctx.routing.next_hop(dst).unwrap_or(dst);
+            let micro = (b.geom.block_len as usize) < self.cfg.micro_block_threshold;
+            f.outs
+                .insert(*n, Self::new_xfer(next_hop, b.geom, true, ttl, micro));
+            started += 1;
+        }
+        for _ in 0..started {
+            self.extra("vtx_sent");
+        }
+    }
+
+    /// Relay: start forwarding blocks (pipelined once a txop's worth is held, §3.1).
+    fn relay_forward(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        let pipelining = self.cfg.pipelining;
+        let txop = self.txop_pkts;
+        let micro_threshold = self.cfg.micro_block_threshold;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if f.finished {
+            return;
+        }
+        let dst = f.dst;
+        let ready = |b: &Block| b.complete() || (pipelining && b.have.count() >= txop);
+        let normal_active = f.outs.values().any(|o| !o.vtx);
+        let mut start: Vec<(u32, bool, u8)> = Vec::new();
+        let mut normal_taken = normal_active;
+        for (n, b) in &f.blocks {
+            if f.outs.contains_key(n) || !ready(b) {
+                continue;
+            }
+            if let Some(t) = b.vtx_fwd {
+                start.push((*n, true, t));
+            } else if !normal_taken && b.admitted_from.is_some() && !b.moved {
+                start.push((*n, false, 0));
+                normal_taken = true;
+            }
+        }
+        if start.is_empty() {
+            return;
+        }
+        let next_hop = ctx.routing.next_hop(dst).unwrap_or(dst);
+        for (n, vtx, ttl) in start {
+            let Some(b) = f.blocks.get_mut(&n) else {
+                continue;
+            };
+            b.vtx_fwd = None;
+            let micro = (b.geom.block_len as usize) < micro_threshold && b.complete();
+            f.outs
+                .insert(n, Self::new_xfer(next_hop, b.geom, vtx, ttl, micro));
+        }
+    }
+
+    // ----- receiving side -----
+
+    /// Admission of a BSYN's block (backpressure, custody room, ack withholding).
+    fn may_admit(
+        &self,
+        key: FlowKey,
+        n: u32,
+        from: NodeId,
+        geom: BlockGeom,
+        micro: bool,
+    ) -> Result<(), Withhold> {
+        let Some(f) = self.flows.get(&key) else {
+            return Ok(());
+        };
+        if let Some(b) = f.blocks.get(&n) {
+            if b.admitted_from == Some(from) || b.complete() {
+                return Ok(());
+            }
+        }
+        let unblocks_delivery = f.dest.as_ref().is_some_and(|d| d.next_deliver == n);
+        if self.cfg.backpressure
+            && !unblocks_delivery
+            && f.held_unmoved() >= self.cfg.backpressure_limit.max(1)
+        {
+            return Err(Withhold::Backpressure);
+        }
+        let have = f
+            .blocks
+            .get(&n)
+            .map(|b| u64::from(b.geom.block_len))
+            .unwrap_or(0);
+        if self.protected_bytes() + u64::from(geom.block_len) - have > self.cfg.cache_limit_bytes {
+            return Err(Withhold::Backpressure);
+        }
+        if self.cfg.ack_withholding && !micro {
+            let busy_other = self.admitted.values().any(|a| a.from != from);
+            let others_waiting = self.waiting.iter().any(|w| w.from != from);
+            if busy_other {
+                return Err(Withhold::AckWithholding);
+            }
+            // Fairness: a sender that just finished does not jump ahead of waiting senders.
+            let holder_is_from = self.admitted.values().any(|a| a.from == from);
+            if others_waiting && !holder_is_from {
+                let smaller_waiting = self
+                    .waiting
+                    .iter()
+                    .any(|w| w.from != from && w.geom.block_len <= geom.block_len);
+                if smaller_waiting {
+                    return Err(Withhold::AckWithholding);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn ensure_flow(&mut self, key: FlowKey, dst: NodeId, local: NodeId, now: Instant) -> bool {
+        if let Some(f) = self.flows.get_mut(&key) {
+            f.last_activity = now;
+            return true;
+        }
+        if key.src == local {
+            // A flow of ours we no longer know: finished or aborted.
+            return false;
+        }
+        if self.flows.len() >= self.cfg.max_flows {
+            self.extra("flows_refused");
+            return false;
+        }
+        let mut f = Flow::new(dst, now);
+        if dst == local {
+            f.dest = Some(DestState::default());
+            self.events.push_back(Event::FlowOpened { flow: key });
+        }
+        self.flows.insert(key, f);
+        self.stats.flows = self.flows.len() as u64;
+        true
+    }
+
+    fn send_back(&mut self, key: FlowKey, n: u32, to: NodeId, now: Instant) {
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let dst = f.dst;
+        let delivered = f.dest.as_ref().is_some_and(|d| n < d.next_deliver);
+        let (len, bits, complete, fin) = match f.blocks.get_mut(&n) {
+            Some(b) => {
+                b.last_used = now;
+                let mut bits = Vec::with_capacity(b.have.len().div_ceil(8) as usize);
+                b.have.write_bytes(&mut bits);
+                (b.geom.block_len, (b.have.len(), bits), b.complete(), b.fin)
+            }
+            None if delivered => (0, (0, Vec::new()), true, false),
+            None => return,
+        };
+        let mut flags = if complete { FLAG_COMPLETE } else { 0 };
+        if fin {
+            flags |= FLAG_FIN;
+        }
+        let (packets, bitmap) = bits;
+        let msg = HopMessage {
+            header: Self::header(key, dst, n, flags, 0),
+            body: HopBody::Back {
+                block_len: len,
+                packets: packets as u16,
+                bitmap: &bitmap,
+            },
+        };
+        self.push_ctrl(to, &msg);
+    }
+
+    fn send_e2e(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32) {
+        let Some(f) = self.flows.get(&key) else {
+            return;
+        };
+        let Some(d) = &f.dest else { return };
+        let flags = if d.finished { FLAG_FIN } else { 0 };
+        let msg = HopMessage {
+            header: Self::header(key, f.dst, n, flags, 0),
+            body: HopBody::E2eBack {
+                cum_blocks: d.next_deliver,
+            },
+        };
+        if let Some(nh) = ctx.routing.next_hop(key.src) {
+            self.push_ctrl(nh, &msg);
+        }
+    }
+
+    /// Answer a BSYN now, or remember it if withheld.
+    #[allow(clippy::too_many_arguments)]
+    fn on_bsyn(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        h: &HopHeader,
+        offset: u64,
+        geom: BlockGeom,
+        packet_num: u16,
+        payload: &[u8],
+        retry: bool,
+    ) {
+        let now = ctx.now;
+        let key = FlowKey {
+            src: h.src,
+            id: h.flow_id,
+        };
+        let n = h.block_num;
+        let micro = h.flags & FLAG_MICRO != 0;
+        let vtx = h.flags & FLAG_VTX != 0;
+        if !self.ensure_flow(key, h.dst, ctx.local, now) {
+            return;
+        }
+        let is_dest = h.dst == ctx.local;
+        // Already delivered at the destination: acknowledge again, hop and end to end.
+        let delivered = self
+            .flows
+            .get(&key)
+            .and_then(|f| f.dest.as_ref())
+            .is_some_and(|d| n < d.next_deliver || d.finished);
+        if delivered {
+            self.send_back(key, n, from, now);
+            self.send_e2e(ctx, key, n);
+            return;
+        }
+        let existing_ok = self
+            .flows
+            .get(&key)
+            .and_then(|f| f.blocks.get(&n))
+            .map(|b| (b.geom == geom, b.complete()));
+        if existing_ok.is_some_and(|(same, _)| !same) {
+            // Geometry changed (a restarted source): start the block afresh.
+            self.drop_block(key, n);
+        }
+        let complete_here = existing_ok.is_some_and(|(same, c)| same && c);
+        if !complete_here {
+            if let Err(w) = self.may_admit(key, n, from, geom, micro) {
+                if !retry {
+                    self.extra(match w {
+                        Withhold::Backpressure => "backpressure_withheld",
+                        Withhold::AckWithholding => "acks_withheld",
+                    });
+                    self.waiting
+                        .retain(|x| !(x.key == key && x.block == n && x.from == from));
+                    self.waiting.push(Waiting {
+                        from,
+                        key,
+                        dst: h.dst,
+                        block: n,
+                        offset,
+                        geom,
+                        flags: h.flags,
+                        ttl: h.ttl,
+                        at: now,
+                    });
+                }
+                // Keep a micro payload anyway if the block is known; it costs nothing more.
+                return;
+            }
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if !f.blocks.contains_key(&n) {
+            self.cache_bytes += u64::from(geom.block_len);
+        }
+        let b = f
+            .blocks
+            .entry(n)
+            .or_insert_with(|| Block::new(offset, geom, h.flags & FLAG_FIN != 0, now));
+        b.offset = offset;
+        b.fin |= h.flags & FLAG_FIN != 0;
+        b.last_used = now;
+        if b.admitted_from.is_none() || b.admitted_from != Some(from) {
+            b.admitted_from = Some(from);
+        }
+        if vtx && !is_dest && h.ttl > 1 {
+            b.vtx_fwd = Some(h.ttl - 1);
+            if b.moved {
+                b.moved = false;
+            }
+        }
+        let mut ask = !micro || h.flags & FLAG_ASK != 0;
+        if micro && !payload.is_empty() {
+            let was = b.complete();
+            b.store(u32::from(packet_num), payload);
+            b.last_data = now;
+            if b.complete() && !was {
+                ask = true;
+            }
+        }
+        let complete = b.complete();
+        if !complete {
+            self.admitted.insert(
+                (key, n),
+                Admitted {
+                    from,
+                    last_heard: now,
+                },
+            );
+        }
+        self.note_cache();
+        if complete {
+            self.block_completed(ctx, key, n, from);
+            if ask || !micro {
+                self.send_back_checked(ctx, key, n, from);
+            }
+        } else if ask {
+            let quiet = self.cfg.back_quiet;
+            let Some(f) = self.flows.get_mut(&key) else {
+                return;
+            };
+            let last = f
+                .blocks
+                .get(&n)
+                .map(|b| b.last_data)
+                .unwrap_or(Instant::ZERO);
+            if !micro && last + quiet > now {
+                f.deferred.insert(n, (from, last + quiet));
+            } else {
+                self.send_back(key, n, from, now);
+            }
+        }
+        self.evict();
+    }
+
+    /// Send the BACK for a complete block, taking custody first (persisting it).
+    fn send_back_checked(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32, to: NodeId) {
+        let now = ctx.now;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let dst = f.dst;
+        let is_relay = f.source.is_none() && f.dest.is_none();
+        if let Some(b) = f.blocks.get_mut(&n) {
+            if is_relay && !b.custody && b.admitted_from.is_some() {
+                let sb = StoredBlock {
+                    flow: key,
+                    dst,
+                    block_num: n,
+                    offset: b.offset,
+                    fin: b.fin,
+                    data: Bytes::copy_from_slice(&b.data),
+                };
+                if self.store.persist(&sb).is_err() {
+                    bump(&mut self.stats.extra, "custody_store_full");
+                    return;
+                }
+                b.custody = true;
+                b.custody_since = now;
+            }
+        }
+        self.note_buffered(key);
+        self.send_back(key, n, to, now);
+    }
+
+    /// A block became complete on this node.
+    fn block_completed(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32, _from: NodeId) {
+        self.admitted.remove(&(key, n));
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        f.deferred.remove(&n);
+        if f.dest.is_some() {
+            if let Some(b) = f.blocks.get_mut(&n) {
+                b.custody = true;
+            }
+            self.deliver(ctx, key);
+        }
+    }
+
+    /// Destination: deliver complete blocks in order and acknowledge them end to end.
+    fn deliver(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        loop {
+            let Some(f) = self.flows.get_mut(&key) else {
+                return;
+            };
+            let Some(d) = f.dest.as_mut() else { return };
+            let n = d.next_deliver;
+            let ready = f.blocks.get(&n).is_some_and(|b| b.complete());
+            if !ready {
+                return;
+            }
+            let Some(b) = f.blocks.remove(&n) else {
+                return;
+            };
+            self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
+            d.next_deliver = n.wrapping_add(1);
+            let len = b.data.len() as u64;
+            if !b.data.is_empty() {
+                self.events.push_back(Event::Delivered {
+                    flow: key,
+                    offset: d.delivered,
+                    data: Bytes::from(b.data),
+                });
+            }
+            d.delivered += len;
+            if b.fin {
+                d.finished = true;
+                let bytes = d.delivered;
+                f.finished = true;
+                self.events
+                    .push_back(Event::FlowFinished { flow: key, bytes });
+            }
+            f.outs.remove(&n);
+            self.note_cache();
+            self.send_e2e(ctx, key, n);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_data(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        rx: &Received<'_>,
+        h: &HopHeader,
+        offset: u64,
+        geom: BlockGeom,
+        packet_num: u16,
+        payload: &[u8],
+    ) {
+        let now = ctx.now;
+        let key = FlowKey {
+            src: h.src,
+            id: h.flow_id,
+        };
+        let n = h.block_num;
+        if rx.overheard && !self.cfg.cache_overheard {
+            return;
+        }
+        if rx.overheard && (h.src == ctx.local) {
+            return;
+        }
+        if !self.flows.contains_key(&key) && (rx.overheard || h.dst != ctx.local) {
+            // Only cache what fits without displacing custody.
+            if self.protected_bytes() + u64::from(geom.block_len) > self.cfg.cache_limit_bytes {
+                return;
+            }
+        }
+        if !self.ensure_flow(key, h.dst, ctx.local, now) {
+            return;
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if f.dest
+            .as_ref()
+            .is_some_and(|d| n < d.next_deliver || d.finished)
+        {
+            return;
+        }
+        if f.source.is_some() {
+            return;
+        }
+        if f.blocks.get(&n).is_some_and(|b| b.geom != geom) {
+            if rx.overheard {
+                return;
+            }
+            self.drop_block(key, n);
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let new_block = !f.blocks.contains_key(&n);
+        let b = f
+            .blocks
+            .entry(n)
+            .or_insert_with(|| Block::new(offset, geom, false, now));
+        if new_block {
+            self.cache_bytes += u64::from(geom.block_len);
+        }
+        let was_complete = b.complete();
+        let fresh = b.store(u32::from(packet_num), payload);
+        b.last_used = now;
+        if !rx.overheard {
+            b.last_data = now;
+            if b.admitted_from.is_none() {
+                b.admitted_from = Some(rx.link_src);
+            }
+        } else if fresh {
+            self.stats
+                .extra
+                .entry("overheard_cached")
+                .and_modify(|x| *x += 1)
+                .or_insert(1);
+        }
+        let complete = b.complete();
+        let upstream = b.admitted_from;
+        if let Some(a) = self.admitted.get_mut(&(key, n)) {
+            a.last_heard = now;
+        }
+        self.note_cache();
+        if complete && !was_complete {
+            if let Some(up) = upstream {
+                self.block_completed(ctx, key, n, up);
+                // Answer the upstream at once: it is waiting for this BACK.
+                self.send_back_checked(ctx, key, n, up);
+            }
+            self.service_waiting(ctx);
+        } else if !rx.overheard && !complete {
+            // Keep a deferred BACK's deadline after the newest packet.
+            let quiet = self.cfg.back_quiet;
+            if let Some(f) = self.flows.get_mut(&key) {
+                if let Some(d) = f.deferred.get_mut(&n) {
+                    d.1 = now + quiet;
+                }
+            }
+        }
+        self.evict();
+    }
+
+    fn on_back(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        h: &HopHeader,
+        packets: u16,
+        bitmap: &[u8],
+    ) {
+        let now = ctx.now;
+        let key = FlowKey {
+            src: h.src,
+            id: h.flow_id,
+        };
+        let n = h.block_num;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        f.last_activity = now;
+        if let Some(s) = f.source.as_mut() {
+            s.last_progress = now;
+        }
+        let Some(b) = f.blocks.get_mut(&n) else {
+            f.outs.remove(&n);
+            return;
+        };
+        let Some(x) = f.outs.get_mut(&n) else {
+            return;
+        };
+        if x.next_hop != from {
+            return;
+        }
+        let complete = h.flags & FLAG_COMPLETE != 0;
+        if !complete && u32::from(packets) != b.geom.packets() {
+            return;
+        }
+        b.last_used = now;
+        if complete {
+            x.peer.fill();
+        } else {
+            x.peer.union_bytes(bitmap);
+        }
+        x.attempts = 0;
+        if x.peer.is_full() {
+            // The next hop holds the whole block: custody moves downstream (§3.1, §3.3).
+            f.outs.remove(&n);
+            b.moved = true;
+            b.vtx_fwd = None;
+            let relay = f.source.is_none();
+            if relay && b.custody {
+                b.custody = false;
+                self.store.release(key, n);
+            }
+            self.service_waiting(ctx);
+            self.pump_flow(ctx, key);
+            return;
+        }
+        if matches!(x.state, OutState::AwaitBack { .. }) {
+            x.state = OutState::Sending;
+            x.sent_round.clear();
+            x.cursor = 0;
+        }
+        self.pump_flow(ctx, key);
+    }
+
+    fn on_e2e(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, cum: u32) {
+        let now = ctx.now;
+        let key = FlowKey {
+            src: h.src,
+            id: h.flow_id,
+        };
+        let fin = h.flags & FLAG_FIN != 0;
+        let n = h.block_num;
+        let Some(f) = self.flows.get_mut(&key) else {
+            // Still pass it on toward the source.
+            if key.src != ctx.local {
+                self.forward_e2e(ctx, h, cum);
+            }
+            return;
+        };
+        f.last_activity = now;
+        // Round-trip time of the block (§3.2: the most recent block RTT is the timeout).
+        if let Some(s) = f.source.as_mut() {
+            s.last_progress = now;
+            if let Some(b) = f.blocks.get(&n) {
+                if b.vtx_count == 0 {
+                    if let Some(t0) = b.first_sent {
+                        s.rto = (now - t0).max(self.cfg.bsyn_timeout);
+                    }
+                }
+            }
+        }
+        let acked: Vec<u32> = f
+            .blocks
+            .keys()
+            .copied()
+            .filter(|b| *b < cum || *b == n)
+            .collect();
+        for b in acked {
+            self.drop_block(key, b);
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if let Some(s) = f.source.as_mut() {
+            let done = s.fin_block.is_some_and(|fb| cum > fb) && f.blocks.is_empty();
+            if fin && done {
+                let bytes = s.next_offset;
+                let dst = f.dst;
+                self.events
+                    .push_back(Event::SendComplete { flow: key, bytes });
+                let msg = HopMessage {
+                    header: Self::header(key, dst, n, 0, 0),
+                    body: HopBody::Fin { total_bytes: bytes },
+                };
+                if let Some(nh) = ctx.routing.next_hop(dst) {
+                    self.push_ctrl(nh, &msg);
+                }
+                self.remove_flow(key);
+                self.stats.flows = self.flows.len() as u64;
+            } else {
+                self.pump_flow(ctx, key);
+            }
+        } else {
+            if fin {
+                f.finished = true;
+            }
+            self.forward_e2e(ctx, h, cum);
+            self.service_waiting(ctx);
+            self.pump_flow(ctx, key);
+        }
+    }
+
+    fn forward_e2e(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, cum: u32) {
+        if let Some(nh) = ctx.routing.next_hop(h.src) {
+            let msg = HopMessage {
+                header: *h,
+                body: HopBody::E2eBack { cum_blocks: cum },
+            };
+            self.push_ctrl(nh, &msg);
+        }
+    }
+
+    fn on_fin(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, total: u64) {
+        let key = FlowKey {
+            src: h.src,
+            id: h.flow_id,
+        };
+        let known = self.flows.contains_key(&key);
+        self.remove_flow(key);
+        self.stats.flows = self.flows.len() as u64;
+        if h.dst != ctx.local && known {
+            if let Some(nh) = ctx.routing.next_hop(h.dst) {
+                let msg = HopMessage {
+                    header: *h,
+                    body: HopBody::Fin { total_bytes: total },
+                };
+                self.push_ctrl(nh, &msg);
+            }
+        }
+    }
+
+    /// Answer withheld BSYNs whose reason cleared, smallest block first (§3.5, §3.6).
+    fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let mut list = std::mem::take(&mut self.waiting);
+        list.sort_by_key(|w| (w.geom.block_len, w.at));
+        let mut keep = Vec::new();
+        for w in list {
+            // Evaluate against the remaining waiters only.
+            self.waiting = keep.clone();
+            if self
+                .may_admit(w.key, w.block, w.from, w.geom, false)
+                .is_ok()
+            {
+                let h = Self::header(w.key, w.dst, w.block, w.flags & !FLAG_MICRO, w.ttl);
+                self.on_bsyn(ctx, w.from, &h, w.offset, w.geom, 0, &[], true);
+                let k = w.key;
+                self.pump_flow(ctx, k);
+            } else {
+                keep.push(w);
+            }
+        }
+        self.waiting = keep;
+    }
+
+    // ----- timers -----
+
+    fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        // Silent senders release ack withholding.
+        let silence = self.cfg.withhold_timeout;
+        let before = self.admitted.len();
+        self.admitted.retain(|_, a| a.last_heard + silence > now);
+        // Withheld BSYNs are refreshed by the sender's retries.
+        let stale = self.cfg.bsyn_max_backoff * 3;
+        self.waiting.retain(|w| w.at + stale > now);
+        if self.admitted.len() != before {
+            self.service_waiting(ctx);
+        }
+        let idle = self.cfg.flow_idle_timeout;
+        let expiry = self.cfg.custody_expiry;
+        let give_up = self.cfg.give_up_after;
+        let mut remove = Vec::new();
+        let mut failed = Vec::new();
+        let mut expired = Vec::new();
+        for (k, f) in &self.flows {
+            if let Some(s) = &f.source {
+                if s.last_progress + give_up <= now {
+                    failed.push((
+                        *k,
+                        if s.had_route {
+                            FailReason::Timeout
+                        } else {
+                            FailReason::NoRoute
+                        },
+                    ));
+                }
+                continue;
+            }
+            for (n, b) in &f.blocks {
+                if b.custody && !b.moved && b.custody_since + expiry <= now {
+                    expired.push((*k, *n));
+                }
+            }
+            if f.last_activity + idle <= now && !f.has_custody() {
+                remove.push(*k);
+            }
+        }
+        for (k, n) in expired {
+            self.extra("custody_expired");
+            self.drop_block(k, n);
+        }
+        for k in remove {
+            self.extra("flows_reclaimed");
+            self.remove_flow(k);
+        }
+        for (k, reason) in failed {
+            self.abort_flow(ctx, k);
+            self.events.push_back(Event::SendFailed { flow: k, reason });
+        }
+        self.stats.flows = self.flows.len() as u64;
+    }
+
+    fn abort_flow(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        if let Some(f) = self.flows.get(&key) {
+            let dst = f.dst;
+            let total = f.source.as_ref().map(|s| s.next_offset).unwrap_or(0);
+            let msg = HopMessage {
+                header: Self::header(key, dst, 0, FLAG_ABORT, 0),
+                body: HopBody::Fin { total_bytes: total },
+            };
+            if let Some(nh) = ctx.routing.next_hop(dst) {
+                self.push_ctrl(nh, &msg);
+            }
+        }
+        self.remove_flow(key);
+        self.stats.flows = self.flows.len() as u64;
+    }
+
+    fn refresh_timer(&mut self, now: Instant) {
+        let mut t: Option<Instant> = None;
+        let mut min = |x: Instant| {
+            t = Some(t.map_or(x, |y: Instant| y.min(x)));
+        };
+        for f in self.flows.values() {
+            for x in f.outs.values() {
+                match x.state {
+                    OutState::AwaitBack { deadline } => min(deadline),
+                    OutState::NeedBsyn => min(now + self.cfg.bsyn_timeout),
+                    OutState::Sending => {}
+                }
+            }
+            for (_, due) in f.deferred.values() {
+                min(*due);
+            }
+            if f.source.is_some() {
+                for b in f.blocks.values() {
+                    if let Some(d) = b.vtx_deadline {
+                        if self.cfg.virtual_retransmission {
+                            min(d);
+                        }
+                    }
+                }
+            }
+        }
+        if self.flows.is_empty() && self.waiting.is_empty() && self.admitted.is_empty() {
+            self.housekeeping_at = None;
+        } else {
+            let h = match self.housekeeping_at {
+                Some(h) if h > now => h,
+                _ => now + HOUSEKEEPING_INTERVAL,
+            };
+            self.housekeeping_at = Some(h);
+            min(h);
+        }
+        self.timer = t;
+    }
+
+    /// Next data packet to send: round robin over flows, one txop per flow per turn (§3.6).
+    fn next_data(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        let mut tries = self.rr.len();
+        while tries > 0 {
+            let &key = self.rr.front()?;
+            let txop = self.txop_pkts;
+            let pipelining = self.cfg.pipelining;
+            let mut produced = None;
+            let mut exhausted = true;
+            if let Some(f) = self.flows.get_mut(&key) {
+                let dst = f.dst;
+                for (n, x) in f.outs.iter_mut() {
+                    if x.state != OutState::Sending || x.micro {
+                        continue;
+                    }
+                    let Some(b) = f.blocks.get(n) else { continue };
+                    let left = b.have.count_in_not(&x.peer, &x.sent_round);
+                    if left == 0 {
+                        continue;
+                    }
+                    // A turn starts only with a full txop of new packets, unless the block
+                    // is complete here (pipelining threshold, §3.1).
+                    if self.turn_left == 0 && left < txop && !b.complete() && pipelining {
+                        continue;
+                    }
+                    let Some(p) = b
+                        .have
+                        .next_in_not(&x.peer, &x.sent_round, x.cursor)
+                        .or_else(|| b.have.next_in_not(&x.peer, &x.sent_round, 0))
+                    else {
+                        continue;
+                    };
+                    x.cursor = p + 1;
+                    x.sent_round.set(p);
+                    if !x.ever_sent.set(p) {
+                        self.stats.data_retransmissions += 1;
+                    }
+                    let mut flags = if b.fin { FLAG_FIN } else { 0 };
+                    if x.vtx {
+                        flags |= FLAG_VTX;
+                    }
+                    let msg = HopMessage {
+                        header: Self::header(key, dst, *n, flags, 0),
+                        body: HopBody::Data {
+                            offset: b.offset,
+                            geom: b.geom,
+                            packet_num: p as u16,
+                            payload: b.packet(p),
+                        },
+                    };
+                    let mut body = Vec::with_capacity(msg.encoded_len());
+                    if msg.emit(&mut body).is_ok() {
+                        produced = Some(Outgoing {
+                            next_hop: x.next_hop,
+                            class: Class::Data,
+                            body,
+                        });
+                    }
+                    exhausted = left <= 1;
+                    break;
+                }
+            }
+            if let Some(out) = produced {
+                bump(&mut self.stats.sent_by_type, "data");
+                if self.turn_left == 0 {
+                    self.turn_left = txop;
+                }
+                self.turn_left -= 1;
+                if self.turn_left == 0 || exhausted {
+                    self.turn_left = 0;
+                    self.rr.pop_front();
+                    self.rr.push_back(key);
+                }
+                if exhausted {
+                    // The round is over: the next BSYN asks what is still missing.
+                    self.pump_flow(ctx, key);
+                    self.refresh_timer(ctx.now);
+                }
+                return Some(out);
+            }
+            self.turn_left = 0;
+            self.rr.pop_front();
+            tries -= 1;
+        }
+        None
+    }
+}
+
+impl Transport for HopTransport {
+    fn id(&self) -> TransportId {
+        TransportId::Hop
+    }
+
+    fn open(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, dst: NodeId) -> Result<(), AppError> {
+        if dst == ctx.local {
+            return Err(AppError::SelfDestination);
+        }
+        if self.flows.len() >= self.cfg.max_flows {
+            return Err(AppError::TooManyFlows(self.cfg.max_flows));
+        }
+        let mut f = Flow::new(dst, ctx.now);
+        f.source = Some(SourceState {
+            rto: self.cfg.vtx_initial_timeout,
+            last_progress: ctx.now,
+            had_route: ctx.routing.next_hop(dst).is_some(),
+            ..SourceState::default()
+        });
+        self.flows.insert(key, f);
+        self.stats.flows = self.flows.len() as u64;
+        self.refresh_timer(ctx.now);
+        Ok(())
+    }
+
+    fn send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        flow: FlowKey,
+        mut data: Bytes,
+    ) -> Result<usize, AppError> {
+        let limit = self.cfg.source_buffer_bytes.max(self.cfg.block_bytes());
+        let f = self
+            .flows
+            .get_mut(&flow)
+            .ok_or(AppError::UnknownFlow(flow))?;
+        let s = f.source.as_mut().ok_or(AppError::UnknownFlow(flow))?;
+        if s.finish {
+            return Err(AppError::FlowFinished(flow));
+        }
+        let room = limit.saturating_sub(s.pending_bytes);
+        let take = room.min(data.len());
+        if take < data.len() {
+            s.blocked = true;
+        }
+        if take > 0 {
+            s.pending.push_back(data.split_to(take));
+            s.pending_bytes += take;
+            self.cache_bytes += take as u64;
+            self.note_cache();
+            self.pump_flow(ctx, flow);
+            self.refresh_timer(ctx.now);
+        }
+        Ok(take)
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
+        let f = self
+            .flows
+            .get_mut(&flow)
+            .ok_or(AppError::UnknownFlow(flow))?;
+        let s = f.source.as_mut().ok_or(AppError::UnknownFlow(flow))?;
+        if s.finish {
+            return Err(AppError::FlowFinished(flow));
+        }
+        s.finish = true;
+        self.pump_flow(ctx, flow);
+        self.refresh_timer(ctx.now);
+        Ok(())
+    }
+
+    fn abort(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
+        if !self.flows.get(&flow).is_some_and(|f| f.source.is_some()) {
+            return Err(AppError::UnknownFlow(flow));
+        }
+        self.abort_flow(ctx, flow);
+        self.refresh_timer(ctx.now);
+        Ok(())
+    }
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, rx: Received<'_>) -> Result<(), hop_wire::Error> {
+        let msg = HopMessage::parse(rx.body)?;
+        let h = msg.header;
+        if !rx.overheard {
+            bump(
+                &mut self.stats.received_by_type,
+                name_of(msg.msg_type(), h.flags),
+            );
+        }
+        match msg.body {
+            HopBody::Data {
+                offset,
+                geom,
+                packet_num,
+                payload,
+            } => self.on_data(ctx, &rx, &h, offset, geom, packet_num, payload),
+            _ if rx.overheard => {}
+            HopBody::Bsyn {
+                offset,
+                geom,
+                packet_num,
+                payload,
+            } => {
+                self.on_bsyn(
+                    ctx,
+                    rx.link_src,
+                    &h,
+                    offset,
+                    geom,
+                    packet_num,
+                    payload,
+                    false,
+                );
+                let key = FlowKey {
+                    src: h.src,
+                    id: h.flow_id,
+                };
+                self.pump_flow(ctx, key);
+            }
+            HopBody::Back {
+                packets, bitmap, ..
+            } => self.on_back(ctx, rx.link_src, &h, packets, bitmap),
+            HopBody::E2eBack { cum_blocks } => self.on_e2e(ctx, &h, cum_blocks),
+            HopBody::Fin { total_bytes } => self.on_fin(ctx, &h, total_bytes),
+        }
+        if matches!(msg.body, HopBody::Data { .. }) && !rx.overheard {
+            let key = FlowKey {
+                src: h.src,
+                id: h.flow_id,
+            };
+            self.pump_flow(ctx, key);
+        }
+        self.refresh_timer(ctx.now);
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        // BSYN retransmissions (§3.1): an unanswered BSYN is sent again with backoff.
+        for f in self.flows.values_mut() {
+            for x in f.outs.values_mut() {
+                if let OutState::AwaitBack { deadline } = x.state {
+                    if deadline <= now {
+                        x.state = OutState::NeedBsyn;
+                        x.sent_round.clear();
+                        x.cursor = 0;
+                    }
+                }
+            }
+        }
+        if self.housekeeping_at.is_some_and(|h| h <= now) {
+            self.housekeeping_at = None;
+            self.housekeeping(ctx);
+        }
+        let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
+        for k in keys {
+            self.pump_flow(ctx, k);
+        }
+        self.service_waiting(ctx);
+        self.refresh_timer(now);
+    }
+
+    fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        if let Some(out) = self.ctrl.pop_front() {
+            return Some(out);
+        }
+        let out = self.next_data(ctx);
+        if out.is_none() && !self.ctrl.is_empty() {
+            return self.ctrl.pop_front();
+        }
+        out
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.timer
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn stats(&self) -> TransportStats {
+        let mut s = self.stats.clone();
+        s.flows = self.flows.len() as u64;
+        s.cache_bytes = self.cache_bytes;
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests;
