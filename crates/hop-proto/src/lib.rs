@@ -5,8 +5,9 @@
 //! ([`Node::poll_timeout`]) and application events ([`Node::poll_event`]). It never touches a
 //! socket or a clock. Transports are modules behind the [`Transport`] trait.
 
-pub mod node;
 pub mod hop;
+pub mod hxh;
+pub mod node;
 pub mod routing;
 pub mod time;
 pub mod transport;

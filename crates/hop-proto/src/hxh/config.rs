@@ -1,0 +1,85 @@
+//! HxH parameters. Values from the HxH paper cite their section; the others are choices of
+//! this implementation, explained in `docs/transports.md`.
+
+use std::time::Duration;
+
+/// Payload bytes per data packet (HxH paper §4: "a packet size of 1000 bytes").
+pub const PACKET_PAYLOAD_BYTES: usize = 1000;
+/// Advertised per-flow buffer, in packets (§4: "nodes advertise a maximum queue size of 4
+/// packets per flow").
+pub const BUFFER_PACKETS: u16 = 4;
+/// Extra per-flow buffer that is never advertised (§3.2: "a downstream node under-reports its
+/// available buffer space by a few packets per flow").
+pub const RESERVE_PACKETS: u16 = 2;
+/// A stalled flow is probed after this many EWMAs of previous delays (§3.2: "five times").
+pub const STALL_MULTIPLIER: u32 = 5;
+/// Unused flow state is deleted after this long (§3.1: "two seconds").
+pub const FLOW_TIMEOUT: Duration = Duration::from_secs(2);
+/// Per-hop retries before a relay drops a packet; stands in for the 802.11 retry limit the
+/// paper's scheduler relies on (§3.1, §3.3: "whenever a frame transmission fails it re-sends").
+pub const HOP_RETRY_LIMIT: u32 = 7;
+
+/// Configuration of [`HxhTransport`](super::HxhTransport).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HxhConfig {
+    /// Payload bytes per data packet.
+    pub packet_payload_bytes: usize,
+    /// Advertised per-flow buffer, in packets.
+    pub buffer_packets: u16,
+    /// Per-flow buffer held back from the advertisement.
+    pub reserve_packets: u16,
+    /// Stall probe after `stall_multiplier` x EWMA of per-hop feedback delay.
+    pub stall_multiplier: u32,
+    /// Idle relay flow state is deleted after this long.
+    pub flow_timeout: Duration,
+    /// Initial estimate of the per-hop feedback delay (data sent -> hop ack received).
+    pub hop_delay_initial: Duration,
+    /// Weight of a new sample in the per-hop delay EWMA.
+    pub hop_delay_gain: f64,
+    /// A hop ack missing for `hop_rto_multiplier` x EWMA means the packet is sent again.
+    pub hop_rto_multiplier: u32,
+    pub hop_rto_min: Duration,
+    pub hop_rto_max: Duration,
+    /// Per-hop retries before a relay drops a packet (end-to-end recovery takes over).
+    pub hop_retry_limit: u32,
+    /// Destination: resend a NACK if the gap is still open after this long (§3.3.1 timer).
+    pub nack_timeout: Duration,
+    /// Destination: at most one explicit ACK per flow per interval (§3.3.2 rate limit).
+    pub explicit_ack_interval: Duration,
+    /// Source: with nothing left to send and data unacknowledged, resend the first
+    /// unacknowledged packet with the ACK-request bit after this long (doubling).
+    pub source_rto: Duration,
+    /// A flow with no progress for this long fails (source) or is dropped (destination).
+    pub give_up: Duration,
+    /// Application bytes a source flow buffers until acknowledged.
+    pub send_buffer_bytes: usize,
+    /// Most flows with state on this node.
+    pub max_flows: usize,
+    /// Finished flows remembered by a destination to answer late retransmissions.
+    pub finished_memory: usize,
+}
+
+impl Default for HxhConfig {
+    fn default() -> Self {
+        HxhConfig {
+            packet_payload_bytes: PACKET_PAYLOAD_BYTES,
+            buffer_packets: BUFFER_PACKETS,
+            reserve_packets: RESERVE_PACKETS,
+            stall_multiplier: STALL_MULTIPLIER,
+            flow_timeout: FLOW_TIMEOUT,
+            hop_delay_initial: Duration::from_millis(20),
+            hop_delay_gain: 0.125,
+            hop_rto_multiplier: 4,
+            hop_rto_min: Duration::from_millis(5),
+            hop_rto_max: Duration::from_secs(1),
+            hop_retry_limit: HOP_RETRY_LIMIT,
+            nack_timeout: Duration::from_millis(200),
+            explicit_ack_interval: Duration::from_millis(10),
+            source_rto: Duration::from_millis(500),
+            give_up: Duration::from_secs(30),
+            send_buffer_bytes: 256 * 1024,
+            max_flows: 1024,
+            finished_memory: 1024,
+        }
+    }
+}

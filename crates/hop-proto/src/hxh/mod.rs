@@ -1,0 +1,1146 @@
+//! HxH: credit-based hop-by-hop congestion control with reverse ACKs (HxH paper §3).
+//!
+//! Every node keeps per-flow state: a small buffer, the credits its next hop advertised for
+//! the flow, and a reverse ACK value (§3.1). Data packets carry the HxH shim header (credits,
+//! reverse ACK, sync and ACK-request bits). A user-space node cannot see the 802.11 MAC's
+//! per-frame success, nor overhear the next hop reliably, so this module uses the explicit
+//! variant of §3.4: the next hop answers every data packet with a per-hop acknowledgement
+//! ([`hop_wire::hxh::HopAck`]) carrying its free credits and its reverse ACK value. Overheard
+//! data from the next hop still refreshes the reverse ACK (passive feedback, §3.3). Data
+//! packets are sent as [`Class::Data`], everything else (per-hop acks, credit updates, NACKs,
+//! explicit ACKs) as [`Class::Control`]. See `docs/transports.md` for every deviation.
+
+pub mod config;
+pub(crate) mod reassembly;
+pub(crate) mod sendbuf;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hop_wire::hxh::{self as wire, Message};
+use hop_wire::{NodeId, TransportId};
+
+pub use config::HxhConfig;
+use reassembly::Reassembly;
+use sendbuf::SendBuffer;
+
+use crate::time::Instant;
+use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
+use crate::{AppError, Event, FailReason, FlowKey};
+
+/// Upper bound on NACK timer backoff (multiples of `nack_timeout`).
+const NACK_BACKOFF_MAX: u32 = 8;
+/// Upper bound on the source retransmission timer backoff (`source_rto` x 2^n).
+const SOURCE_BACKOFF_MAX_EXP: u32 = 4;
+/// Sequence numbers a relay remembers having forwarded, to drop duplicates.
+const SEEN_MAX: usize = 4096;
+
+#[derive(Debug, Clone)]
+struct Pkt {
+    seq: u32,
+    /// ACK_REQ / FIN / RETX as received or set by the source.
+    flags: u8,
+    payload: Bytes,
+    tries: u32,
+}
+
+#[derive(Debug)]
+struct Inflight {
+    pkt: Pkt,
+    sent_at: Instant,
+}
+
+/// Forwarding state toward the next hop (sources and relays).
+#[derive(Debug)]
+struct Fwd {
+    queue: BTreeMap<u32, Pkt>,
+    inflight: BTreeMap<u32, Inflight>,
+    next_hop: Option<NodeId>,
+    /// Credits the next hop last advertised.
+    adv: u16,
+    last_feedback: Instant,
+    last_probe: Instant,
+    probe_ready: bool,
+    /// EWMA of per-hop feedback delay, seconds.
+    hop_delay: f64,
+    /// Fair-queueing finish tag (bytes).
+    vtime: u64,
+    /// Last hop only: packets the destination acknowledged above `rev_ack` (§3.3).
+    delivered: BTreeSet<u32>,
+    in_sync: bool,
+    highest_tx: Option<u32>,
+}
+
+impl Fwd {
+    fn new(cfg: &HxhConfig, now: Instant, vclock: u64) -> Self {
+        Fwd {
+            queue: BTreeMap::new(),
+            inflight: BTreeMap::new(),
+            next_hop: None,
+            adv: cfg.buffer_packets,
+            last_feedback: now,
+            last_probe: now,
+            probe_ready: false,
+            hop_delay: cfg.hop_delay_initial.as_secs_f64(),
+            vtime: vclock,
+            delivered: BTreeSet::new(),
+            in_sync: true,
+            highest_tx: None,
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.queue.len() + self.inflight.len()
+    }
+
+    fn held_bytes(&self) -> u64 {
+        let q: usize = self.queue.values().map(|p| p.payload.len()).sum();
+        let i: usize = self.inflight.values().map(|p| p.pkt.payload.len()).sum();
+        (q + i) as u64
+    }
+
+    fn pool(&self) -> i64 {
+        i64::from(self.adv) - self.inflight.len() as i64
+    }
+
+    fn hop_rto(&self, cfg: &HxhConfig) -> Duration {
+        let d = Duration::from_secs_f64(self.hop_delay * f64::from(cfg.hop_rto_multiplier));
+        d.clamp(cfg.hop_rto_min, cfg.hop_rto_max)
+    }
+
+    fn stall_after(&self, cfg: &HxhConfig) -> Duration {
+        Duration::from_secs_f64(self.hop_delay * f64::from(cfg.stall_multiplier))
+            .max(cfg.hop_rto_min)
+    }
+
+    fn holds(&self, seq: u32) -> bool {
+        self.queue.contains_key(&seq) || self.inflight.contains_key(&seq)
+    }
+
+    fn requeue(&mut self, seq: u32, pkt: Pkt) {
+        self.queue.entry(seq).or_insert(pkt);
+    }
+}
+
+#[derive(Debug)]
+struct Src {
+    buf: SendBuffer,
+    last_progress: Instant,
+    last_tail: Instant,
+    backoff: u32,
+    writable_pending: bool,
+}
+
+#[derive(Debug)]
+struct Relay {
+    upstream: Option<NodeId>,
+    seen: BTreeSet<u32>,
+    last_adv_sent: u16,
+    last_activity: Instant,
+}
+
+#[derive(Debug)]
+struct Dst {
+    reasm: Reassembly,
+    upstream: NodeId,
+    last_activity: Instant,
+    nack_at: Option<Instant>,
+    nack_backoff: u32,
+    nacked_upto: Option<u32>,
+    last_explicit_ack: Option<Instant>,
+}
+
+#[derive(Debug)]
+enum Role {
+    Source(Box<Src>),
+    Relay(Relay),
+    Dest(Box<Dst>),
+}
+
+#[derive(Debug)]
+struct Flow {
+    dst: NodeId,
+    /// Cumulative sequence acknowledged by the destination, as known here.
+    rev_ack: u32,
+    fwd: Fwd,
+    role: Role,
+}
+
+/// The HxH transport module.
+pub struct HxhTransport {
+    cfg: HxhConfig,
+    flows: BTreeMap<FlowKey, Flow>,
+    control: VecDeque<Outgoing>,
+    events: VecDeque<Event>,
+    /// Finished flows at this destination, oldest first, with their final cumulative ACK.
+    finished: VecDeque<(FlowKey, u32)>,
+    finished_set: HashSet<FlowKey>,
+    vclock: u64,
+    stats: TransportStats,
+}
+
+impl HxhTransport {
+    pub fn new(cfg: HxhConfig) -> Self {
+        HxhTransport {
+            cfg,
+            flows: BTreeMap::new(),
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            finished: VecDeque::new(),
+            finished_set: HashSet::new(),
+            vclock: 0,
+            stats: TransportStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &HxhConfig {
+        &self.cfg
+    }
+
+    fn bump(&mut self, name: &'static str) {
+        *self.stats.extra.entry(name).or_insert(0) += 1;
+    }
+
+    fn push_control(&mut self, next_hop: NodeId, msg: Message<'_>) {
+        self.control.push_back(Outgoing {
+            next_hop,
+            class: Class::Control,
+            body: msg.to_vec(),
+        });
+    }
+
+    fn note_usage(&mut self) {
+        let mut bytes = 0u64;
+        let mut peak_pkts = 0u64;
+        for f in self.flows.values() {
+            match &f.role {
+                Role::Source(s) => bytes += s.buf.bytes() as u64,
+                Role::Relay(_) => {
+                    bytes += f.fwd.held_bytes();
+                    peak_pkts = peak_pkts.max(f.fwd.held() as u64);
+                }
+                Role::Dest(d) => {
+                    bytes += d.reasm.pending_bytes();
+                    peak_pkts = peak_pkts.max(d.reasm.pending_packets() as u64);
+                }
+            }
+        }
+        self.stats.cache_bytes = bytes;
+        self.stats.cache_bytes_peak = self.stats.cache_bytes_peak.max(bytes);
+        self.stats.buffered_blocks_peak = self.stats.buffered_blocks_peak.max(peak_pkts);
+        self.stats.flows = self.flows.len() as u64;
+    }
+
+    /// Credits this node advertises upstream for a relayed flow (§3.2, under-reported).
+    fn advertised(cfg: &HxhConfig, fwd: &Fwd) -> u16 {
+        cfg.buffer_packets.saturating_sub(fwd.held() as u16)
+    }
+
+    fn is_last_hop(flow: &Flow) -> bool {
+        flow.fwd.next_hop == Some(flow.dst)
+    }
+
+    /// §3.3.1: a gap is a packet acknowledged by the destination while an earlier one is
+    /// neither acknowledged nor held here.
+    fn last_hop_check_gap(flow: &mut Flow) -> bool {
+        if flow.fwd.in_sync && !flow.fwd.delivered.is_empty() && !flow.fwd.holds(flow.rev_ack) {
+            flow.fwd.in_sync = false;
+            return true;
+        }
+        false
+    }
+
+    /// A new reverse ACK value learnt from downstream or the destination.
+    fn learn_rev_ack(&mut self, now: Instant, key: FlowKey, cum: u32) {
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if cum <= flow.rev_ack {
+            return;
+        }
+        flow.rev_ack = cum;
+        let r = cum;
+        flow.fwd.queue.retain(|&s, _| s >= r);
+        flow.fwd.delivered.retain(|&s| s >= r);
+        if flow.fwd.highest_tx.map_or(true, |h| r > h) {
+            flow.fwd.in_sync = true;
+        }
+        let mut done = None;
+        match &mut flow.role {
+            Role::Relay(rl) => rl.seen.retain(|&s| s >= r),
+            Role::Source(s) => {
+                if s.buf.ack(r) {
+                    s.last_progress = now;
+                    s.last_tail = now;
+                    s.backoff = 0;
+                }
+                if s.buf.complete() {
+                    done = Some(s.buf.total());
+                } else if s.writable_pending && s.buf.has_room() {
+                    s.writable_pending = false;
+                    self.events.push_back(Event::Writable { flow: key });
+                }
+            }
+            Role::Dest(_) => {}
+        }
+        if let Some(bytes) = done {
+            self.flows.remove(&key);
+            self.events
+                .push_back(Event::SendComplete { flow: key, bytes });
+        }
+    }
+
+    fn on_data(&mut self, ctx: &mut Ctx<'_>, rx: &Received<'_>, d: wire::Data<'_>) {
+        let key = FlowKey {
+            src: d.src,
+            id: d.id,
+        };
+        if rx.overheard {
+            // Passive feedback (§3.3): the next hop's shim header carries its reverse ACK.
+            let from_next = self
+                .flows
+                .get(&key)
+                .is_some_and(|f| f.fwd.next_hop == Some(rx.link_src) && f.dst != rx.link_src);
+            if from_next {
+                self.learn_rev_ack(ctx.now, key, d.rev_ack);
+            }
+            return;
+        }
+        if d.src == ctx.local {
+            return;
+        }
+        if d.dst == ctx.local {
+            self.on_data_at_destination(ctx, rx.link_src, key, d);
+        } else {
+            self.on_data_at_relay(ctx, rx.link_src, key, d);
+        }
+    }
+
+    fn on_data_at_relay(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        key: FlowKey,
+        d: wire::Data<'_>,
+    ) {
+        let now = ctx.now;
+        if !self.flows.contains_key(&key) {
+            if self.flows.len() >= self.cfg.max_flows {
+                self.bump("flow_limit_drops");
+                return;
+            }
+            self.flows.insert(
+                key,
+                Flow {
+                    dst: d.dst,
+                    rev_ack: 0,
+                    fwd: Fwd::new(&self.cfg, now, self.vclock),
+                    role: Role::Relay(Relay {
+                        upstream: Some(from),
+                        seen: BTreeSet::new(),
+                        last_adv_sent: self.cfg.buffer_packets,
+                        last_activity: now,
+                    }),
+                },
+            );
+        }
+        let cfg = &self.cfg;
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let Role::Relay(rl) = &mut flow.role else {
+            // A packet of a flow this node sources or terminates, arriving as relay traffic.
+            return;
+        };
+        rl.upstream = Some(from);
+        rl.last_activity = now;
+        let retx = d.flags & wire::DATA_RETX != 0;
+        let dup =
+            d.seq < flow.rev_ack || flow.fwd.holds(d.seq) || (!retx && rl.seen.contains(&d.seq));
+        let mut flags = 0;
+        if dup {
+            *self.stats.extra.entry("duplicates").or_insert(0) += 1;
+        } else if flow.fwd.held() >= usize::from(cfg.buffer_packets + cfg.reserve_packets) {
+            flags |= wire::HOPACK_REFUSED;
+            *self.stats.extra.entry("refused").or_insert(0) += 1;
+        } else {
+            flow.fwd.queue.insert(
+                d.seq,
+                Pkt {
+                    seq: d.seq,
+                    flags: d.flags & (wire::DATA_ACK_REQ | wire::DATA_FIN | wire::DATA_RETX),
+                    payload: Bytes::copy_from_slice(d.payload),
+                    tries: 0,
+                },
+            );
+            rl.seen.insert(d.seq);
+            while rl.seen.len() > SEEN_MAX {
+                rl.seen.pop_first();
+            }
+        }
+        let credits = Self::advertised(cfg, &flow.fwd);
+        rl.last_adv_sent = credits;
+        let ack = wire::HopAck {
+            flags,
+            credits,
+            src: key.src,
+            id: key.id,
+            seq: d.seq,
+            rev_ack: flow.rev_ack,
+        };
+        self.push_control(from, Message::HopAck(ack));
+    }
+
+    fn on_data_at_destination(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: NodeId,
+        key: FlowKey,
+        d: wire::Data<'_>,
+    ) {
+        let now = ctx.now;
+        let sync = d.flags & wire::DATA_SYNC != 0;
+        if self.finished_set.contains(&key) {
+            let cum = self
+                .finished
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(0, |(_, c)| *c);
+            let flags = if sync { wire::HOPACK_SYNC_REPLY } else { 0 };
+            self.push_control(
+                from,
+                Message::HopAck(wire::HopAck {
+                    flags,
+                    credits: self.cfg.buffer_packets,
+                    src: key.src,
+                    id: key.id,
+                    seq: d.seq,
+                    rev_ack: cum,
+                }),
+            );
+            if d.flags & wire::DATA_ACK_REQ != 0 {
+                self.push_control(
+                    from,
+                    Message::Ack(wire::Ack {
+                        src: key.src,
+                        id: key.id,
+                        cum,
+                    }),
+                );
+            }
+            return;
+        }
+        if !self.flows.contains_key(&key) {
+            if self.flows.len() >= self.cfg.max_flows {
+                self.bump("flow_limit_drops");
+                return;
+            }
+            self.flows.insert(
+                key,
+                Flow {
+                    dst: ctx.local,
+                    rev_ack: 0,
+                    fwd: Fwd::new(&self.cfg, now, self.vclock),
+                    role: Role::Dest(Box::new(Dst {
+                        reasm: Reassembly::default(),
+                        upstream: from,
+                        last_activity: now,
+                        nack_at: None,
+                        nack_backoff: 0,
+                        nacked_upto: None,
+                        last_explicit_ack: None,
+                    })),
+                },
+            );
+            self.events.push_back(Event::FlowOpened { flow: key });
+        }
+        let cfg = self.cfg.clone();
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let Role::Dest(dst) = &mut flow.role else {
+            return;
+        };
+        dst.upstream = from;
+        dst.last_activity = now;
+        let fin = d.flags & wire::DATA_FIN != 0;
+        let fresh = dst.reasm.insert(
+            key,
+            d.seq,
+            Bytes::copy_from_slice(d.payload),
+            fin,
+            &mut self.events,
+        );
+        if !fresh {
+            *self.stats.extra.entry("duplicates").or_insert(0) += 1;
+        }
+        let cum = dst.reasm.cum();
+        flow.rev_ack = cum;
+        let credits = cfg
+            .buffer_packets
+            .saturating_sub(dst.reasm.pending_packets() as u16);
+        let mut out: Vec<Message<'static>> = vec![Message::HopAck(wire::HopAck {
+            flags: if sync { wire::HOPACK_SYNC_REPLY } else { 0 },
+            credits,
+            src: key.src,
+            id: key.id,
+            seq: d.seq,
+            rev_ack: if sync { cum } else { 0 },
+        })];
+        let complete = dst.reasm.complete();
+        if complete {
+            let bytes = dst.reasm.delivered_bytes();
+            out.push(Message::Ack(wire::Ack {
+                src: key.src,
+                id: key.id,
+                cum,
+            }));
+            self.flows.remove(&key);
+            self.events
+                .push_back(Event::FlowFinished { flow: key, bytes });
+            self.finished.push_back((key, cum));
+            self.finished_set.insert(key);
+            while self.finished.len() > cfg.finished_memory {
+                if let Some((k, _)) = self.finished.pop_front() {
+                    self.finished_set.remove(&k);
+                }
+            }
+        } else {
+            // §3.3.1: a gap triggers an immediate NACK and arms the NACK timer.
+            let highest = dst.reasm.highest();
+            if highest.is_some() && highest > dst.nacked_upto {
+                let ranges = dst.reasm.missing(wire::MAX_NACK_RANGES);
+                if !ranges.is_empty() {
+                    dst.nacked_upto = highest;
+                    dst.nack_at = Some(now + cfg.nack_timeout);
+                    dst.nack_backoff = 1;
+                    out.push(Message::Nack(wire::Nack {
+                        src: key.src,
+                        id: key.id,
+                        cum,
+                        ranges,
+                    }));
+                }
+            }
+            // §3.3.2: explicit ACK on request, rate limited.
+            if d.flags & wire::DATA_ACK_REQ != 0
+                && dst
+                    .last_explicit_ack
+                    .map_or(true, |t| now >= t + cfg.explicit_ack_interval)
+            {
+                dst.last_explicit_ack = Some(now);
+                out.push(Message::Ack(wire::Ack {
+                    src: key.src,
+                    id: key.id,
+                    cum,
+                }));
+            }
+        }
+        for m in out {
+            self.push_control(from, m);
+        }
+    }
+
+    fn on_hop_ack(&mut self, ctx: &mut Ctx<'_>, from: NodeId, a: wire::HopAck) {
+        let now = ctx.now;
+        let key = FlowKey {
+            src: a.src,
+            id: a.id,
+        };
+        let cfg = self.cfg.clone();
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if matches!(flow.role, Role::Dest(_)) || flow.fwd.next_hop != Some(from) {
+            return;
+        }
+        let last_hop = Self::is_last_hop(flow);
+        flow.fwd.last_feedback = now;
+        flow.fwd.probe_ready = false;
+        flow.fwd.adv = a.credits;
+        if let Role::Relay(rl) = &mut flow.role {
+            rl.last_activity = now;
+        }
+        let mut freed = false;
+        if let Some(inf) = flow.fwd.inflight.remove(&a.seq) {
+            let sample = (now - inf.sent_at).as_secs_f64();
+            flow.fwd.hop_delay =
+                (1.0 - cfg.hop_delay_gain) * flow.fwd.hop_delay + cfg.hop_delay_gain * sample;
+            if a.flags & wire::HOPACK_REFUSED != 0 {
+                flow.fwd.requeue(a.seq, inf.pkt);
+            } else {
+                freed = true;
+                if last_hop && flow.fwd.in_sync && a.seq >= flow.rev_ack {
+                    flow.fwd.delivered.insert(a.seq);
+                }
+            }
+        }
+        if !last_hop {
+            self.learn_rev_ack(now, key, a.rev_ack);
+        } else if a.flags & wire::HOPACK_SYNC_REPLY != 0 {
+            // §3.3.1: the destination's own cumulative ACK resynchronises the last hop.
+            self.bump("sync_replies");
+            self.learn_rev_ack(now, key, a.rev_ack);
+        }
+        let mut sync_request = false;
+        if last_hop {
+            let advanced = self.flows.get_mut(&key).and_then(|flow| {
+                if !flow.fwd.in_sync {
+                    return None;
+                }
+                let mut r = flow.rev_ack;
+                while flow.fwd.delivered.contains(&r) {
+                    r += 1;
+                }
+                (r > flow.rev_ack).then_some(r)
+            });
+            if let Some(r) = advanced {
+                self.learn_rev_ack(now, key, r);
+            }
+            if let Some(flow) = self.flows.get_mut(&key) {
+                sync_request = Self::last_hop_check_gap(flow);
+            }
+        }
+        if sync_request {
+            self.bump("sync_requests");
+        }
+        if freed {
+            self.maybe_credit_update(key);
+        }
+    }
+
+    /// A relay whose last advertisement was zero tells its upstream when room appears.
+    fn maybe_credit_update(&mut self, key: FlowKey) {
+        let cfg = &self.cfg;
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let credits = Self::advertised(cfg, &flow.fwd);
+        let Role::Relay(rl) = &mut flow.role else {
+            return;
+        };
+        if rl.last_adv_sent == 0 && credits > 0 {
+            if let Some(up) = rl.upstream {
+                rl.last_adv_sent = credits;
+                let msg = Message::Credit(wire::Credit {
+                    flags: 0,
+                    credits,
+                    src: key.src,
+                    id: key.id,
+                    rev_ack: flow.rev_ack,
+                });
+                self.push_control(up, msg);
+            }
+        }
+    }
+
+    fn on_credit(&mut self, now: Instant, from: NodeId, c: wire::Credit) {
+        let key = FlowKey {
+            src: c.src,
+            id: c.id,
+        };
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if matches!(flow.role, Role::Dest(_)) || flow.fwd.next_hop != Some(from) {
+            return;
+        }
+        flow.fwd.adv = c.credits;
+        flow.fwd.last_feedback = now;
+        flow.fwd.probe_ready = false;
+        if let Role::Relay(rl) = &mut flow.role {
+            rl.last_activity = now;
+        }
+        if !Self::is_last_hop(flow) {
+            self.learn_rev_ack(now, key, c.rev_ack);
+        }
+    }
+
+    /// Where to send a message that travels upstream toward the source of `key`.
+    fn upstream_of(&self, ctx: &Ctx<'_>, key: FlowKey) -> Option<NodeId> {
+        match self.flows.get(&key).map(|f| &f.role) {
+            Some(Role::Relay(rl)) if rl.upstream.is_some() => rl.upstream,
+            _ => ctx.routing.next_hop(key.src),
+        }
+    }
+
+    fn on_ack(&mut self, ctx: &mut Ctx<'_>, a: wire::Ack) {
+        let key = FlowKey {
+            src: a.src,
+            id: a.id,
+        };
+        self.touch(ctx.now, key);
+        // §3.3.2: intermediate nodes update their ACK state from explicit ACKs.
+        self.learn_rev_ack(ctx.now, key, a.cum);
+        if a.src != ctx.local {
+            if let Some(up) = self.upstream_of(ctx, key) {
+                self.push_control(up, Message::Ack(a));
+            }
+        }
+    }
+
+    fn on_nack(&mut self, ctx: &mut Ctx<'_>, n: wire::Nack) {
+        let key = FlowKey {
+            src: n.src,
+            id: n.id,
+        };
+        self.touch(ctx.now, key);
+        self.learn_rev_ack(ctx.now, key, n.cum);
+        if n.src != ctx.local {
+            if let Some(up) = self.upstream_of(ctx, key) {
+                self.push_control(up, Message::Nack(n));
+            }
+            return;
+        }
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let Role::Source(s) = &mut flow.role else {
+            return;
+        };
+        let mut count = 0u64;
+        for &(start, end) in &n.ranges {
+            let end = end.min(s.buf.next_new());
+            for seq in start.max(flow.rev_ack)..end {
+                if flow.fwd.holds(seq) {
+                    continue;
+                }
+                if let Some((payload, fin)) = s.buf.get(seq) {
+                    let mut flags = wire::DATA_RETX;
+                    if fin {
+                        flags |= wire::DATA_FIN;
+                    }
+                    flow.fwd.queue.insert(
+                        seq,
+                        Pkt {
+                            seq,
+                            flags,
+                            payload,
+                            tries: 0,
+                        },
+                    );
+                    count += 1;
+                }
+            }
+        }
+        *self.stats.extra.entry("e2e_retransmissions").or_insert(0) += count;
+    }
+
+    fn touch(&mut self, now: Instant, key: FlowKey) {
+        if let Some(Flow {
+            role: Role::Relay(rl),
+            ..
+        }) = self.flows.get_mut(&key)
+        {
+            rl.last_activity = now;
+        }
+    }
+
+    /// Does this flow have a packet it could send now?
+    fn has_packet(flow: &mut Flow) -> bool {
+        if !flow.fwd.queue.is_empty() {
+            return true;
+        }
+        match &mut flow.role {
+            Role::Source(s) => s.buf.has_new(),
+            _ => false,
+        }
+    }
+
+    fn eligible(cfg: &HxhConfig, ctx: &Ctx<'_>, flow: &mut Flow) -> bool {
+        if matches!(flow.role, Role::Dest(_)) {
+            return false;
+        }
+        let nh = ctx.routing.next_hop(flow.dst);
+        if nh != flow.fwd.next_hop {
+            // New or changed route: fresh credit state for the new neighbour (§3.1).
+            flow.fwd.next_hop = nh;
+            flow.fwd.adv = cfg.buffer_packets;
+            flow.fwd.in_sync = true;
+            flow.fwd.delivered.clear();
+            flow.fwd.last_feedback = ctx.now;
+        }
+        if nh.is_none() || !Self::has_packet(flow) {
+            return false;
+        }
+        flow.fwd.pool() > 0 || flow.fwd.probe_ready
+    }
+
+    fn take_packet(flow: &mut Flow) -> Option<Pkt> {
+        if let Some((_, p)) = flow.fwd.queue.pop_first() {
+            return Some(p);
+        }
+        if let Role::Source(s) = &mut flow.role {
+            let (seq, payload, fin) = s.buf.take_new()?;
+            return Some(Pkt {
+                seq,
+                flags: if fin { wire::DATA_FIN } else { 0 },
+                payload,
+                tries: 0,
+            });
+        }
+        None
+    }
+
+    fn timers(&self, flow: &Flow) -> Option<Instant> {
+        let cfg = &self.cfg;
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |y: Instant| y.min(x)));
+        let rto = flow.fwd.hop_rto(cfg);
+        if let Some(sent) = flow.fwd.inflight.values().map(|i| i.sent_at).min() {
+            at(sent + rto);
+        }
+        let has_pkt = !flow.fwd.queue.is_empty()
+            || matches!(&flow.role, Role::Source(s) if s.buf.has_pending_new());
+        if has_pkt && flow.fwd.pool() <= 0 && !flow.fwd.probe_ready {
+            at(flow.fwd.last_feedback.max(flow.fwd.last_probe) + flow.fwd.stall_after(cfg));
+        }
+        match &flow.role {
+            Role::Relay(rl) => at(rl.last_activity + cfg.flow_timeout),
+            Role::Dest(d) => {
+                if let Some(n) = d.nack_at {
+                    at(n);
+                }
+                at(d.last_activity + cfg.give_up);
+            }
+            Role::Source(s) => {
+                if s.buf.unacked_sent().next().is_some() {
+                    at(s.last_progress + cfg.give_up);
+                    if flow.fwd.queue.is_empty() && flow.fwd.inflight.is_empty() {
+                        at(s.last_tail + cfg.source_rto * (1u32 << s.backoff.min(30)));
+                    }
+                }
+            }
+        }
+        t
+    }
+}
+
+impl Transport for HxhTransport {
+    fn id(&self) -> TransportId {
+        TransportId::Hxh
+    }
+
+    fn open(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, dst: NodeId) -> Result<(), AppError> {
+        if self.flows.len() >= self.cfg.max_flows {
+            return Err(AppError::TooManyFlows(self.cfg.max_flows));
+        }
+        let now = ctx.now;
+        self.flows.insert(
+            key,
+            Flow {
+                dst,
+                rev_ack: 0,
+                fwd: Fwd::new(&self.cfg, now, self.vclock),
+                role: Role::Source(Box::new(Src {
+                    buf: SendBuffer::new(self.cfg.packet_payload_bytes, self.cfg.send_buffer_bytes),
+                    last_progress: now,
+                    last_tail: now,
+                    backoff: 0,
+                    writable_pending: false,
+                })),
+            },
+        );
+        self.note_usage();
+        Ok(())
+    }
+
+    fn send(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey, data: Bytes) -> Result<usize, AppError> {
+        let f = self
+            .flows
+            .get_mut(&flow)
+            .ok_or(AppError::UnknownFlow(flow))?;
+        let Role::Source(s) = &mut f.role else {
+            return Err(AppError::UnknownFlow(flow));
+        };
+        if s.buf.finished() {
+            return Err(AppError::FlowFinished(flow));
+        }
+        if s.buf.unacked_sent().next().is_none() {
+            s.last_progress = ctx.now;
+            s.last_tail = ctx.now;
+        }
+        let n = s.buf.accept(&data);
+        if n < data.len() {
+            s.writable_pending = true;
+        }
+        self.note_usage();
+        Ok(n)
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
+        let f = self
+            .flows
+            .get_mut(&flow)
+            .ok_or(AppError::UnknownFlow(flow))?;
+        let Role::Source(s) = &mut f.role else {
+            return Err(AppError::UnknownFlow(flow));
+        };
+        if s.buf.finished() {
+            return Err(AppError::FlowFinished(flow));
+        }
+        if s.buf.unacked_sent().next().is_none() {
+            s.last_progress = ctx.now;
+            s.last_tail = ctx.now;
+        }
+        s.buf.finish();
+        Ok(())
+    }
+
+    fn abort(&mut self, _ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
+        match self.flows.get(&flow) {
+            Some(Flow {
+                role: Role::Source(_),
+                ..
+            }) => {
+                self.flows.remove(&flow);
+                self.events.push_back(Event::SendFailed {
+                    flow,
+                    reason: FailReason::Aborted,
+                });
+                self.note_usage();
+                Ok(())
+            }
+            _ => Err(AppError::UnknownFlow(flow)),
+        }
+    }
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, rx: Received<'_>) -> Result<(), hop_wire::Error> {
+        let msg = wire::parse(rx.body)?;
+        if !rx.overheard {
+            *self
+                .stats
+                .received_by_type
+                .entry(msg.type_name())
+                .or_insert(0) += 1;
+        }
+        match msg {
+            Message::Data(d) => self.on_data(ctx, &rx, d),
+            _ if rx.overheard => {}
+            Message::HopAck(a) => self.on_hop_ack(ctx, rx.link_src, a),
+            Message::Credit(c) => self.on_credit(ctx.now, rx.link_src, c),
+            Message::Ack(a) => self.on_ack(ctx, a),
+            Message::Nack(n) => self.on_nack(ctx, n),
+        }
+        self.note_usage();
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let cfg = self.cfg.clone();
+        let mut remove: Vec<(FlowKey, Option<Event>)> = Vec::new();
+        let mut control: Vec<(NodeId, Message<'static>)> = Vec::new();
+        let mut hop_retx = 0u64;
+        let mut hop_drops = 0u64;
+        let mut probes = 0u64;
+        for (&key, flow) in self.flows.iter_mut() {
+            // Per-hop retransmission: a missing hop ack puts the packet back in the queue
+            // (§3.1: "places a copy of the packet back into the flow's queue").
+            let rto = flow.fwd.hop_rto(&cfg);
+            let expired: Vec<u32> = flow
+                .fwd
+                .inflight
+                .iter()
+                .filter(|(_, i)| i.sent_at + rto <= now)
+                .map(|(&s, _)| s)
+                .collect();
+            for seq in expired {
+                if let Some(mut inf) = flow.fwd.inflight.remove(&seq) {
+                    inf.pkt.tries += 1;
+                    if inf.pkt.tries > cfg.hop_retry_limit {
+                        hop_drops += 1;
+                    } else if seq >= flow.rev_ack {
+                        hop_retx += 1;
+                        flow.fwd.requeue(seq, inf.pkt);
+                    }
+                }
+            }
+            // §3.2: probe a stalled flow after 5x the EWMA of previous delays.
+            let waiting = Self::has_packet(flow);
+            if waiting
+                && flow.fwd.pool() <= 0
+                && !flow.fwd.probe_ready
+                && flow.fwd.last_feedback.max(flow.fwd.last_probe) + flow.fwd.stall_after(&cfg)
+                    <= now
+            {
+                flow.fwd.probe_ready = true;
+                probes += 1;
+            }
+            match &mut flow.role {
+                Role::Relay(rl) => {
+                    if rl.last_activity + cfg.flow_timeout <= now {
+                        remove.push((key, None));
+                    }
+                }
+                Role::Dest(d) => {
+                    if d.last_activity + cfg.give_up <= now {
+                        remove.push((key, None));
+                    } else if d.nack_at.is_some_and(|t| t <= now) {
+                        let ranges = d.reasm.missing(wire::MAX_NACK_RANGES);
+                        if ranges.is_empty() {
+                            d.nack_at = None;
+                        } else {
+                            d.nack_backoff = (d.nack_backoff * 2).clamp(1, NACK_BACKOFF_MAX);
+                            d.nack_at = Some(now + cfg.nack_timeout * d.nack_backoff);
+                            control.push((
+                                d.upstream,
+                                Message::Nack(wire::Nack {
+                                    src: key.src,
+                                    id: key.id,
+                                    cum: d.reasm.cum(),
+                                    ranges,
+                                }),
+                            ));
+                        }
+                    }
+                }
+                Role::Source(s) => {
+                    let outstanding = s.buf.unacked_sent().next();
+                    if let Some(first) = outstanding {
+                        if s.last_progress + cfg.give_up <= now {
+                            let reason = if ctx.routing.next_hop(flow.dst).is_none() {
+                                FailReason::NoRoute
+                            } else {
+                                FailReason::Timeout
+                            };
+                            remove.push((key, Some(Event::SendFailed { flow: key, reason })));
+                            continue;
+                        }
+                        let idle = flow.fwd.queue.is_empty() && flow.fwd.inflight.is_empty();
+                        let tail = s.last_tail + cfg.source_rto * (1u32 << s.backoff.min(30));
+                        if idle && tail <= now {
+                            // Source retransmission timer: resend the first unacknowledged
+                            // packet asking for an explicit ACK (§3.3.2).
+                            if let Some((payload, fin)) = s.buf.get(first) {
+                                let mut flags = wire::DATA_RETX | wire::DATA_ACK_REQ;
+                                if fin {
+                                    flags |= wire::DATA_FIN;
+                                }
+                                flow.fwd.queue.insert(
+                                    first,
+                                    Pkt {
+                                        seq: first,
+                                        flags,
+                                        payload,
+                                        tries: 0,
+                                    },
+                                );
+                            }
+                            s.last_tail = now;
+                            s.backoff = (s.backoff + 1).min(SOURCE_BACKOFF_MAX_EXP);
+                        }
+                    }
+                }
+            }
+        }
+        for (key, ev) in remove {
+            self.flows.remove(&key);
+            match ev {
+                Some(e) => self.events.push_back(e),
+                None => self.bump("flows_expired"),
+            }
+        }
+        for (to, m) in control {
+            self.push_control(to, m);
+        }
+        *self.stats.extra.entry("hop_retx_timeouts").or_insert(0) += hop_retx;
+        *self.stats.extra.entry("hop_drops").or_insert(0) += hop_drops;
+        *self.stats.extra.entry("stall_probes").or_insert(0) += probes;
+        self.note_usage();
+    }
+
+    fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        if let Some(o) = self.control.pop_front() {
+            if let Ok(m) = wire::parse(&o.body) {
+                *self.stats.sent_by_type.entry(m.type_name()).or_insert(0) += 1;
+            }
+            return Some(o);
+        }
+        // Per-flow fair queueing (§3.1): serve the eligible flow with the smallest start tag.
+        let cfg = &self.cfg;
+        let vclock = self.vclock;
+        let mut best: Option<(u64, FlowKey)> = None;
+        for (&key, flow) in self.flows.iter_mut() {
+            if Self::eligible(cfg, ctx, flow) {
+                let start = flow.fwd.vtime.max(vclock);
+                if best.map_or(true, |(b, _)| start < b) {
+                    best = Some((start, key));
+                }
+            }
+        }
+        let (start, key) = best?;
+        let flow = self.flows.get_mut(&key)?;
+        let probe = flow.fwd.pool() <= 0;
+        let mut pkt = Self::take_packet(flow)?;
+        let next_hop = flow.fwd.next_hop?;
+        if let Role::Source(s) = &mut flow.role {
+            // §3.3.2: the last packet to leave the source's buffer asks for an explicit ACK.
+            if flow.fwd.queue.is_empty() && !s.buf.has_new() {
+                pkt.flags |= wire::DATA_ACK_REQ;
+            }
+        }
+        let mut flags = pkt.flags;
+        if next_hop == flow.dst {
+            flow.fwd.highest_tx = Some(flow.fwd.highest_tx.map_or(pkt.seq, |h| h.max(pkt.seq)));
+            if !flow.fwd.in_sync {
+                flags |= wire::DATA_SYNC;
+            }
+        }
+        let credits = match &flow.role {
+            Role::Relay(_) => Self::advertised(cfg, &flow.fwd),
+            _ => cfg.buffer_packets,
+        };
+        let body = Message::Data(wire::Data {
+            flags,
+            credits,
+            src: key.src,
+            id: key.id,
+            dst: flow.dst,
+            seq: pkt.seq,
+            rev_ack: flow.rev_ack,
+            payload: &pkt.payload,
+        })
+        .to_vec();
+        let len = pkt.payload.len().max(1) as u64;
+        flow.fwd.vtime = start + len;
+        self.vclock = start;
+        if probe {
+            flow.fwd.probe_ready = false;
+            flow.fwd.last_probe = ctx.now;
+        }
+        let retx = pkt.tries > 0;
+        flow.fwd.inflight.insert(
+            pkt.seq,
+            Inflight {
+                pkt,
+                sent_at: ctx.now,
+            },
+        );
+        if retx {
+            self.stats.data_retransmissions += 1;
+        }
+        *self.stats.sent_by_type.entry("data").or_insert(0) += 1;
+        if probe {
+            self.bump("probe_packets");
+        }
+        Some(Outgoing {
+            next_hop,
+            class: Class::Data,
+            body,
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.flows.values().filter_map(|f| self.timers(f)).min()
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn stats(&self) -> TransportStats {
+        self.stats.clone()
+    }
+}
