@@ -216,6 +216,7 @@ struct Waiting {
     flags: u8,
     ttl: u8,
     at: Instant,
+    reason: Withhold,
 }
 
 /// An upstream block this node is receiving (ack withholding bookkeeping).
@@ -242,6 +243,8 @@ pub struct HopTransport {
     cache_bytes: u64,
     timer: Option<Instant>,
     housekeeping_at: Option<Instant>,
+    /// Source flows with new application bytes or a finish to cut into blocks when polled.
+    to_form: Vec<FlowKey>,
 }
 
 fn bump(map: &mut BTreeMap<&'static str, u64>, k: &'static str) {
@@ -290,6 +293,7 @@ impl HopTransport {
             cache_bytes: 0,
             timer: None,
             housekeeping_at: None,
+            to_form: Vec::new(),
         }
     }
 
@@ -822,17 +826,21 @@ impl HopTransport {
         }
         if self.cfg.ack_withholding && !micro {
             let busy_other = self.admitted.values().any(|a| a.from != from);
-            let others_waiting = self.waiting.iter().any(|w| w.from != from);
+            let others_waiting = self
+                .waiting
+                .iter()
+                .any(|w| w.from != from && w.reason == Withhold::AckWithholding);
             if busy_other {
                 return Err(Withhold::AckWithholding);
             }
             // Fairness: a sender that just finished does not jump ahead of waiting senders.
             let holder_is_from = self.admitted.values().any(|a| a.from == from);
             if others_waiting && !holder_is_from {
-                let smaller_waiting = self
-                    .waiting
-                    .iter()
-                    .any(|w| w.from != from && w.geom.block_len <= geom.block_len);
+                let smaller_waiting = self.waiting.iter().any(|w| {
+                    w.from != from
+                        && w.reason == Withhold::AckWithholding
+                        && w.geom.block_len <= geom.block_len
+                });
                 if smaller_waiting {
                     return Err(Withhold::AckWithholding);
                 }
@@ -978,6 +986,7 @@ impl HopTransport {
                         flags: h.flags,
                         ttl: h.ttl,
                         at: now,
+                        reason: w,
                     });
                 }
                 // Keep a micro payload anyway if the block is known; it costs nothing more.
@@ -1273,7 +1282,12 @@ impl HopTransport {
         b.last_used = now;
         if complete {
             x.peer.fill();
+        } else if matches!(x.state, OutState::AwaitBack { .. }) {
+            // The answer to our BSYN is authoritative (a restarted next hop may hold less).
+            x.peer.clear();
+            x.peer.union_bytes(bitmap);
         } else {
+            // A late duplicate BACK: it can only add information.
             x.peer.union_bytes(bitmap);
         }
         x.attempts = 0;
@@ -1673,9 +1687,13 @@ impl Transport for HopTransport {
             s.pending_bytes += take;
             self.cache_bytes += take as u64;
             self.note_cache();
-            self.pump_flow(ctx, flow);
-            self.refresh_timer(ctx.now);
+            // Blocks are cut when the link asks for data (poll_transmit), so bytes and a
+            // finish offered together travel in one block.
+            if !self.to_form.contains(&flow) {
+                self.to_form.push(flow);
+            }
         }
+        let _ = ctx;
         Ok(take)
     }
 
@@ -1689,8 +1707,10 @@ impl Transport for HopTransport {
             return Err(AppError::FlowFinished(flow));
         }
         s.finish = true;
-        self.pump_flow(ctx, flow);
-        self.refresh_timer(ctx.now);
+        if !self.to_form.contains(&flow) {
+            self.to_form.push(flow);
+        }
+        let _ = ctx;
         Ok(())
     }
 
@@ -1786,6 +1806,12 @@ impl Transport for HopTransport {
     }
 
     fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        if !self.to_form.is_empty() {
+            for key in std::mem::take(&mut self.to_form) {
+                self.pump_flow(ctx, key);
+            }
+            self.refresh_timer(ctx.now);
+        }
         if let Some(out) = self.ctrl.pop_front() {
             return Some(out);
         }
