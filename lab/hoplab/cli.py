@@ -1,0 +1,124 @@
+"""Command line: hoplab run | clean | demo | selftest | setup."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import lab, results, spec as specmod, tapcreator
+from .errors import LabError
+
+
+def run_spec(sp: specmod.Spec, out: Path, progress=print) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    progress(f"hoplab: {sp.name}: {sp.topology.n} nodes, {len(sp.flows)} flows -> {out}")
+    with lab.Lab(sp, out, progress) as lb:
+        raw = lb.run()
+    res = results.assemble(sp, raw)
+    files = results.write(res, out)
+    lag = res["lag"]
+    progress(f"hoplab: lag max {lag['max_ms'] if lag['max_ms'] is None else round(lag['max_ms'], 1)} ms"
+             f" -> run {'VALID' if res['valid'] else 'INVALID'}; wrote {', '.join(files)}")
+    return res
+
+
+def default_out(name: str) -> Path:
+    return Path("lab-results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+
+
+def cmd_run(a) -> int:
+    sp = specmod.load(Path(a.spec))
+    if a.duration:
+        sp.duration = a.duration
+    res = run_spec(sp, Path(a.out) if a.out else default_out(sp.name))
+    print()
+    print(results.markdown(res))
+    return 0 if res["valid"] else 3
+
+
+DEMO_SPEC = {
+    "name": "demo-5hop-chain",
+    "duration": 400.0,
+    "topology": {"kind": "chain", "nodes": 6, "link": [{"a": 2, "b": 3, "loss": 0.2}]},
+    "flow": [
+        {"driver": "tcp", "src": 0, "dst": 5, "size": "10MB", "label": "tcp-cubic-10MB"},
+        {"driver": "udp", "src": 0, "dst": 5, "size": "10MB", "label": "udp-bound-10MB",
+         "after": "tcp-cubic-10MB", "start": 1.0},
+    ],
+}
+
+
+def cmd_demo(a) -> int:
+    d = json.loads(json.dumps(DEMO_SPEC))
+    if a.size:
+        for f in d["flow"]:
+            f["size"] = a.size
+    if a.with_hop:
+        d["flow"].append({"driver": "hop", "src": 0, "dst": 5, "size": d["flow"][0]["size"],
+                          "label": "hop-10MB", "after": "udp-bound-10MB", "start": 1.0})
+    sp = specmod.from_dict(d)
+    res = run_spec(sp, Path(a.out) if a.out else default_out("demo"))
+    print()
+    print("| protocol | bytes received | goodput (Mbit/s) | completion (s) |")
+    print("|---|---|---|---|")
+    for f in res["flows"]:
+        comp = f"{f['completion_s']:.1f}" if f["completion_s"] else "incomplete"
+        print(f"| {f['label']} | {f['bytes']} | {f['goodput_mbps']:.2f} | {comp} |")
+    print(f"\nlag: max {res['lag']['max_ms']} ms ({'valid' if res['valid'] else 'INVALID'}); "
+          f"plots: goodput_cdf.png, goodput_box.png in the results directory")
+    return 0 if res["valid"] else 3
+
+
+def cmd_clean(_a) -> int:
+    lab.clean(verbose=True)
+    return 0
+
+
+def cmd_setup(_a) -> int:
+    print(f"tap-creator wrapper: {tapcreator.ensure()}")
+    return 0
+
+
+def cmd_selftest(a) -> int:
+    from .selftest import selftest
+
+    return selftest(quick=a.quick, out=Path(a.out) if a.out else default_out("selftest"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="hoplab", description="Emulated 802.11 mesh experiments")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run an experiment spec (TOML)")
+    r.add_argument("spec")
+    r.add_argument("--out")
+    r.add_argument("--duration", type=float, help="override the spec's duration (s)")
+    r.set_defaults(fn=cmd_run)
+    c = sub.add_parser("clean", help="remove every namespace/tap/process left by the lab")
+    c.set_defaults(fn=cmd_clean)
+    d = sub.add_parser("demo", help="5-hop 802.11b chain with a lossy link: TCP vs UDP bound")
+    d.add_argument("--out")
+    d.add_argument("--size", help="transfer size (default 10MB)")
+    d.add_argument("--with-hop", action="store_true", help="add the Hop driver (needs hopd)")
+    d.set_defaults(fn=cmd_demo)
+    s = sub.add_parser("selftest", help="validate the emulator against known numbers")
+    s.add_argument("--quick", action="store_true")
+    s.add_argument("--out")
+    s.set_defaults(fn=cmd_selftest)
+    u = sub.add_parser("setup", help="install the ns-3 tap-creator wrapper (idempotent)")
+    u.set_defaults(fn=cmd_setup)
+    a = p.parse_args(argv)
+    try:
+        return a.fn(a)
+    except LabError as e:
+        print(f"hoplab: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hoplab: interrupted; network torn down", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Small traffic sender/receiver run inside the node namespaces.
+
+    python -m hoplab.flowtool tcp-recv --port P --out F
+    python -m hoplab.flowtool tcp-send --dst IP --port P (--size N | --duration S) [--cc cubic]
+    python -m hoplab.flowtool udp-recv --port P --out F
+    python -m hoplab.flowtool udp-send --dst IP --port P (--size N | --duration S) --rate BPS --payload B
+
+Receivers write JSON on end of stream or SIGTERM: unique bytes, first/last byte
+times (wall clock; all namespaces share one clock), and for UDP per-packet
+sequence/delay statistics. Senders write their start/end times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import struct
+import sys
+import time
+
+UDP_HDR = struct.Struct("!IId")  # magic, seq, send time
+UDP_MAGIC = 0x484C4142
+CHUNK = 64 * 1024
+TOS = {"be": 0x00, "ef": 0xB8, "cs1": 0x20}
+
+
+class Stop(Exception):
+    pass
+
+
+def _on_term(_sig, _frm):
+    raise Stop()
+
+
+def _write(path: str, obj: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f)
+    import os
+
+    os.replace(path + ".tmp", path)
+
+
+def tcp_recv(a) -> int:
+    res = {"kind": "tcp-recv", "bytes": 0, "first": None, "last": None, "complete": False}
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", a.port))
+    srv.listen(1)
+    print("ready", flush=True)
+    try:
+        conn, _ = srv.accept()
+        res["accepted"] = time.time()
+        last_write = 0.0
+        buf = bytearray(CHUNK)
+        while True:
+            n = conn.recv_into(buf)
+            if n == 0:
+                res["complete"] = True
+                break
+            now = time.time()
+            if res["first"] is None:
+                res["first"] = now
+            res["last"] = now
+            res["bytes"] += n
+            if now - last_write >= 1.0:
+                last_write = now
+                _write(a.out, res)
+    except Stop:
+        pass
+    finally:
+        _write(a.out, res)
+    return 0
+
+
+def tcp_send(a) -> int:
+    res = {"kind": "tcp-send", "start": time.time(), "sent": 0, "end": None, "error": None}
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, a.cc.encode())
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS[a.tos])
+        for _ in range(100):
+            try:
+                s.connect((a.dst, a.port))
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+                s.close()
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, a.cc.encode())
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS[a.tos])
+        res["connected"] = time.time()
+        data = b"\x5a" * CHUNK
+        deadline = res["start"] + a.duration if a.duration else None
+        remaining = a.size
+        while True:
+            if remaining is not None and remaining <= 0:
+                break
+            if deadline is not None and time.time() >= deadline:
+                break
+            n = CHUNK if remaining is None else min(CHUNK, remaining)
+            sent = s.send(data[:n])
+            res["sent"] += sent
+            if remaining is not None:
+                remaining -= sent
+        s.shutdown(socket.SHUT_WR)
+        # wait for the receiver to close so "end" means delivered
+        s.settimeout(600)
+        while s.recv(4096):
+            pass
+    except Stop:
+        res["error"] = "stopped"
+    except OSError as e:
+        res["error"] = str(e)
+    finally:
+        res["end"] = time.time()
+        s.close()
+        _write(a.out, res)
+    return 0
+
+
+def udp_recv(a) -> int:
+    res = {"kind": "udp-recv", "bytes": 0, "packets": 0, "dups": 0, "first": None, "last": None,
+           "max_seq": -1, "delays_ms": [], "seqs": []}
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    s.bind(("0.0.0.0", a.port))
+    print("ready", flush=True)
+    seen: set[int] = set()
+    keep = a.keep_seqs
+    last_write = 0.0
+    try:
+        while True:
+            data = s.recv(65536)
+            now = time.time()
+            if len(data) < UDP_HDR.size:
+                continue
+            magic, seq, ts = UDP_HDR.unpack_from(data)
+            if magic != UDP_MAGIC:
+                continue
+            if seq == 0xFFFFFFFF:  # end marker
+                continue
+            if seq in seen:
+                res["dups"] += 1
+                continue
+            seen.add(seq)
+            if res["first"] is None:
+                res["first"] = now
+            res["last"] = now
+            res["bytes"] += len(data)
+            res["packets"] += 1
+            res["max_seq"] = max(res["max_seq"], seq)
+            if now - last_write >= 1.0 and not keep:
+                last_write = now
+                _write(a.out, res)
+            if keep:
+                res["seqs"].append(seq)
+                res["delays_ms"].append((now - ts) * 1e3)
+    except Stop:
+        pass
+    finally:
+        _write(a.out, res)
+    return 0
+
+
+def udp_send(a) -> int:
+    res = {"kind": "udp-send", "start": time.time(), "sent_packets": 0, "sent_bytes": 0, "end": None}
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS[a.tos])
+    payload = max(a.payload, UDP_HDR.size)
+    pad = b"\x00" * (payload - UDP_HDR.size)
+    interval = payload * 8.0 / a.rate
+    deadline = res["start"] + a.duration if a.duration else None
+    total = a.size
+    seq = 0
+    t_next = time.time()
+    try:
+        while True:
+            if total is not None and res["sent_bytes"] >= total:
+                break
+            if deadline is not None and time.time() >= deadline:
+                break
+            now = time.time()
+            if now < t_next:
+                time.sleep(min(t_next - now, 0.05))
+                continue
+            try:
+                s.sendto(UDP_HDR.pack(UDP_MAGIC, seq, time.time()) + pad, (a.dst, a.port))
+                res["sent_packets"] += 1
+                res["sent_bytes"] += payload
+            except OSError:
+                res["send_errors"] = res.get("send_errors", 0) + 1
+            seq += 1
+            t_next += interval
+            if t_next < now - 0.2:  # do not burst to catch up after a stall
+                t_next = now
+        for _ in range(3):
+            s.sendto(UDP_HDR.pack(UDP_MAGIC, 0xFFFFFFFF, time.time()), (a.dst, a.port))
+    except Stop:
+        pass
+    finally:
+        res["end"] = time.time()
+        res["packets"] = seq
+        _write(a.out, res)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="hoplab.flowtool")
+    p.add_argument("mode", choices=["tcp-recv", "tcp-send", "udp-recv", "udp-send"])
+    p.add_argument("--dst", default="")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--size", type=int, default=None)
+    p.add_argument("--duration", type=float, default=None)
+    p.add_argument("--rate", type=float, default=8e6)
+    p.add_argument("--payload", type=int, default=1470)
+    p.add_argument("--cc", default="cubic")
+    p.add_argument("--tos", default="be", choices=sorted(TOS))
+    p.add_argument("--keep-seqs", action="store_true")
+    a = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    return {"tcp-recv": tcp_recv, "tcp-send": tcp_send, "udp-recv": udp_recv, "udp-send": udp_send}[a.mode](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""The orchestrator: builds the emulated network, runs an experiment, tears down.
+
+Everything the lab creates is named with PREFIX ("hl-"): namespaces hl-n<i>,
+taps hl-t<i>. Teardown runs on success, errors, timeouts, Ctrl-C and SIGTERM;
+`hoplab clean` removes anything left by a crashed orchestrator.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import routes, tapcreator
+from .drivers import DRIVERS
+from .errors import LabError
+from .spec import Spec
+
+PREFIX = "hl-"
+LOCK_PATH = Path("/run/hoplab.lock")
+MEDIUM_PID = Path("/run/hoplab-medium.pid")
+IN_RANGE_DB = 50.0  # path loss between nodes in range (rx at about -34 dBm: strong, carrier sensed)
+OUT_OF_RANGE_DB = 1000.0
+IFACE = "wl0"
+SUBNET = "10.77"
+
+
+def ns_name(i: int) -> str:
+    return f"{PREFIX}n{i}"
+
+
+def tap_name(i: int) -> str:
+    return f"{PREFIX}t{i}"
+
+
+def mac_of(i: int) -> str:
+    return f"02:48:4c:00:{(i + 1) >> 8:02x}:{(i + 1) & 0xFF:02x}"
+
+
+def ip_of(i: int) -> str:
+    return f"{SUBNET}.{(i + 1) >> 8}.{(i + 1) & 0xFF}"
+
+
+def sh(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(args), capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise LabError(f"command failed: {' '.join(args)}: {r.stderr.strip()}")
+    return r
+
+
+def _ip_batch(lines: list[str], netns: str | None = None) -> None:
+    cmd = ["ip"] + (["-n", netns] if netns else []) + ["-batch", "-"]
+    r = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    if r.returncode != 0:
+        raise LabError(f"ip -batch failed: {r.stderr.strip()}")
+
+
+def lab_namespaces() -> list[str]:
+    r = sh("ip", "netns", "list", check=False)
+    return [ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith(PREFIX)]
+
+
+def lab_links() -> list[str]:
+    r = sh("ip", "-o", "link", "show", check=False)
+    out = []
+    for ln in r.stdout.splitlines():
+        parts = ln.split(":")
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if name.startswith(PREFIX):
+                out.append(name)
+    return out
+
+
+def _kill_pids(pids: list[int]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for p in pids:
+            try:
+                os.kill(p, sig)
+                alive.append(p)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return
+        t_end = time.time() + 2.0
+        while time.time() < t_end and any(_alive(p) for p in alive):
+            time.sleep(0.05)
+        pids = [p for p in alive if _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        st = Path(f"/proc/{pid}/stat").read_text().split()
+        return st[2] != "Z"
+    except OSError:
+        return False
+
+
+def clean(verbose: bool = True) -> dict:
+    """Remove every namespace and link named with the lab prefix, the processes
+    inside those namespaces, and a leftover medium process."""
+    removed = {"processes": 0, "namespaces": 0, "links": 0}
+    for nsn in lab_namespaces():
+        r = sh("ip", "netns", "pids", nsn, check=False)
+        pids = [int(x) for x in r.stdout.split() if x.isdigit()]
+        _kill_pids(pids)
+        removed["processes"] += len(pids)
+    if MEDIUM_PID.exists():
+        try:
+            pid = int(MEDIUM_PID.read_text().strip())
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            if "hoplab.medium" in cmd:
+                _kill_pids([pid])
+                removed["processes"] += 1
+        except (ValueError, OSError):
+            pass
+        MEDIUM_PID.unlink(missing_ok=True)
+    for nsn in lab_namespaces():
+        sh("ip", "netns", "del", nsn, check=False)
+        removed["namespaces"] += 1
+    for ln in lab_links():
+        sh("ip", "link", "del", ln, check=False)
+        removed["links"] += 1
+    if verbose:
+        print(f"hoplab clean: removed {removed}")
+    return removed
+
+
+class Lab:
+    """One experiment run. Use as a context manager: teardown always runs."""
+
+    def __init__(self, spec: Spec, out: Path, progress=print):
+        self.spec = spec
+        self.out = out
+        self.work = out / "raw"
+        self.progress = progress
+        self.procs: list[subprocess.Popen] = []
+        self.medium: subprocess.Popen | None = None
+        self.lock_fd: int | None = None
+        self.table = routes.next_hops(spec.topology, spec.routing)
+        self.t0: float | None = None
+        self.events_log: list[dict] = []
+
+    # ---- helpers used by drivers -----------------------------------------
+    def ip(self, node: int) -> str:
+        return ip_of(node)
+
+    def flow_file(self, idx: int, role: str) -> Path:
+        return self.work / f"flow{idx}-{role}.json"
+
+    def spawn(self, node: int, args: list[str], tag: str, module: str = "hoplab.flowtool") -> subprocess.Popen:
+        cmd = ["ip", "netns", "exec", ns_name(node), sys.executable, "-m", module] + args
+        log = open(self.work / f"{tag}.log", "w")
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+        log.close()
+        self.procs.append(p)
+        return p
+
+    def spawn_cmd(self, node: int, argv: list[str], tag: str) -> subprocess.Popen:
+        cmd = ["ip", "netns", "exec", ns_name(node)] + argv
+        log = open(self.work / f"{tag}.log", "w")
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+        log.close()
+        self.procs.append(p)
+        return p
+
+    # ---- lifecycle -----------------------------------------------------------
+    def __enter__(self):
+        if os.geteuid() != 0:
+            raise LabError("hoplab needs root (network namespaces, taps)")
+        LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
+        self.lock_fd = os.open(LOCK_PATH, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+            raise LabError("another emulation is running (lock /run/hoplab.lock)") from e
+        if lab_namespaces() or lab_links():
+            self.progress("removing leftovers of an earlier run")
+            clean(verbose=False)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self._old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.teardown()
+        finally:
+            signal.signal(signal.SIGTERM, self._old_term)
+            if self.lock_fd is not None:
+                os.close(self.lock_fd)
+        return False
+
+    def teardown(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        t_end = time.time() + 3
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, t_end - time.time()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        if self.medium is not None and self.medium.poll() is None:
+            self.medium_cmd("stop")
+            try:
+                self.medium.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.medium.kill()
+                self.medium.wait()
+        MEDIUM_PID.unlink(missing_ok=True)
+        clean(verbose=False)
+
+    def medium_cmd(self, line: str) -> None:
+        if self.medium is None or self.medium.stdin is None or self.medium.poll() is not None:
+            return
+        try:
+            self.medium.stdin.write((line + "\n").encode())
+            self.medium.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+        if self.t0 is not None:
+            self.events_log.append({"t": round(time.time() - self.t0, 3), "cmd": line})
+
+    def start_medium(self) -> None:
+        tapcreator.ensure()
+        spec, t = self.spec, self.spec.topology
+        data, control, bcast = spec.medium.modes()
+        links = [[a, b, IN_RANGE_DB, loss] for (a, b), loss in sorted(t.links.items())]
+        cfg = {
+            "nodes": t.n,
+            "macs": [mac_of(i) for i in range(t.n)],
+            "taps": [tap_name(i) for i in range(t.n)],
+            "standard": spec.medium.standard,
+            "data_mode": data,
+            "control_mode": control,
+            "nonunicast_mode": bcast,
+            "auto_rate": spec.medium.auto_rate,
+            # ns-3's FrameRetryLimit counts transmission attempts, the spec counts retransmissions.
+            "frame_retry_limit": spec.medium.retry_limit + 1,
+            "rts_cts": spec.medium.rts_cts,
+            "txop_us": spec.medium.txop_us,
+            "classify_dscp": spec.medium.classify_dscp,
+            "links": links,
+            "seed": spec.seed,
+            "out": str(self.work / "medium.json"),
+            "max_seconds": spec.duration + 600,
+        }
+        (self.work / "medium-config.json").write_text(json.dumps(cfg, indent=1))
+        cmd = [sys.executable, "-m", "hoplab.medium", str(self.work / "medium-config.json")]
+        if Path("/usr/bin/chrt").exists() or Path("/bin/chrt").exists():
+            cmd = ["chrt", "-f", "10"] + cmd  # SCHED_FIFO: keep real time under CPU load
+        log = open(self.work / "medium.log", "w")
+        self.medium = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        log.close()
+        MEDIUM_PID.write_text(str(self.medium.pid))
+        self.progress(f"medium: starting ns-3 ({t.n} nodes, 802.11{spec.medium.standard}"
+                      f" {'auto-rate' if spec.medium.auto_rate else f'{spec.medium.rate_mbps:g} Mbit/s'})")
+        deadline = time.time() + 180
+        want = {tap_name(i) for i in range(t.n)}
+        while True:
+            if self.medium.poll() is not None:
+                raise LabError(f"medium exited early: see {self.work / 'medium.log'}:\n"
+                               + (self.work / "medium.log").read_text()[-2000:])
+            if want <= set(lab_links()):
+                break
+            if time.time() > deadline:
+                raise LabError("medium did not create its taps within 180 s")
+            time.sleep(0.2)
+
+    def build_network(self) -> None:
+        t = self.spec.topology
+        for i in range(t.n):
+            nsn = ns_name(i)
+            sh("ip", "netns", "add", nsn)
+            sh("ip", "link", "set", tap_name(i), "netns", nsn)
+            sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
+                       "net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0",
+                       "net.ipv4.conf.default.send_redirects=0", "net.ipv4.conf.all.accept_redirects=0",
+                       "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+            sh("ip", "netns", "exec", nsn, "sysctl", "-qw", *sysctls)
+            lines = [f"link set {tap_name(i)} name {IFACE}",
+                     f"link set {IFACE} address {mac_of(i)}",
+                     f"addr add {ip_of(i)}/32 dev {IFACE}",
+                     f"link set {IFACE} up", "link set lo up"]
+            for b in t.neighbours(i):
+                lines.append(f"neigh replace {ip_of(b)} lladdr {mac_of(b)} dev {IFACE} nud permanent")
+            for d, nh in sorted(self.table[i].items()):
+                if nh == d:
+                    lines.append(f"route replace {ip_of(d)}/32 dev {IFACE} scope link")
+                else:
+                    lines.append(f"route replace {ip_of(d)}/32 via {ip_of(nh)} dev {IFACE} onlink")
+            _ip_batch(lines, nsn)
+            sh("ip", "netns", "exec", nsn, "sysctl", "-qw", f"net.ipv4.conf.{IFACE}.rp_filter=0",
+               f"net.ipv4.conf.{IFACE}.send_redirects=0")
+
+    def run(self) -> dict:
+        spec = self.spec
+        self.start_medium()
+        self.build_network()
+        time.sleep(spec.settle)
+        flows = spec.flows
+        drivers = [DRIVERS[f.driver]() for f in flows]
+        self.t0 = time.time()
+        self.medium_cmd("mark")
+        for idx, (f, d) in enumerate(zip(flows, drivers)):
+            d.start_receiver(self, f, idx)
+        time.sleep(0.5)
+        self.t0 = time.time()
+        self.events_log.append({"t": 0.0, "cmd": "start"})
+        pending = sorted(
+            [(f.start, "flow", idx) for idx, f in enumerate(flows) if f.after is None]
+            + [(e.at, "event", k) for k, e in enumerate(spec.schedule)],
+            key=lambda x: x[0],
+        )
+        senders: dict[int, subprocess.Popen] = {}
+        waiting: set[int] = set()
+        end_at = self.t0 + spec.duration
+        last_report = 0.0
+        timed_out = False
+        while True:
+            now = time.time()
+            rel = now - self.t0
+            while pending and pending[0][0] <= rel:
+                _, kind, k = pending.pop(0)
+                if kind == "flow":
+                    n_before = len(self.procs)
+                    drivers[k].start_sender(self, flows[k], k)
+                    senders[k] = self.procs[n_before] if len(self.procs) > n_before else None
+                else:
+                    self._apply(spec.schedule[k])
+            done = [k for k, p in senders.items() if p is None or p.poll() is not None]
+            for k in done:
+                for j, f in enumerate(flows):
+                    if f.after == flows[k].label and j not in senders and j not in waiting:
+                        waiting.add(j)
+                        pending.append((rel + f.start, "flow", j))
+                        pending.sort(key=lambda x: x[0])
+            if not pending and len(done) == len(flows):
+                break
+            if now >= end_at:
+                timed_out = True
+                break
+            if now - last_report >= 2.0:
+                last_report = now
+                got = sum(d.progress(self, f, i) for i, (f, d) in enumerate(zip(flows, drivers)))
+                self.progress(f"  t={rel:5.1f}s  flows done {len(done)}/{len(flows)}  "
+                              f"received {got / 1e6:7.2f} MB")
+            time.sleep(0.05)
+        wall = time.time() - self.t0
+        # stop senders first, then give receivers a moment to record the last bytes
+        for k, p in senders.items():
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        self.medium_cmd("stop")
+        medium_out = {}
+        if self.medium is not None:
+            try:
+                self.medium.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                medium_out = json.loads((self.work / "medium.json").read_text())
+            except (OSError, ValueError):
+                medium_out = {}
+        results = []
+        for idx, (f, d) in enumerate(zip(flows, drivers)):
+            r = d.result(self, f, idx)
+            results.append(flow_summary(f, r, routes.hop_count(self.table, f.src, f.dst), idx))
+        return {"flows": results, "medium": medium_out, "wall_seconds": wall, "timed_out": timed_out,
+                "t0": self.t0, "events": self.events_log}
+
+    def _apply(self, e) -> None:
+        t = self.spec.topology
+        if e.action in ("down", "up"):
+            self.medium_cmd(f"{e.action} {e.node}")
+            self.progress(f"  schedule: node {e.node} {e.action}")
+        elif e.action == "loss":
+            self.medium_cmd(f"link {e.a} {e.b} {IN_RANGE_DB} {e.loss}")
+            t.links[(e.a, e.b)] = e.loss
+            self.progress(f"  schedule: link {e.a}->{e.b} loss {e.loss}")
+
+
+def _term_to_interrupt(_sig, _frm):
+    raise KeyboardInterrupt()
+
+
+def flow_summary(f, r: dict, hops: int | None, idx: int) -> dict:
+    start, last = r.get("start"), r.get("last")
+    nbytes = int(r.get("bytes") or 0)
+    dur = (last - start) if (start is not None and last is not None and last > start) else None
+    out = {
+        "index": idx, "label": f.label or f"{f.driver}-{f.src}-{f.dst}", "driver": f.driver,
+        "cc": f.cc if f.driver == "tcp" else None, "src": f.src, "dst": f.dst, "hops": hops,
+        "start_offset": f.start, "size": f.size, "bytes": nbytes,
+        "goodput_mbps": (nbytes * 8 / dur / 1e6) if dur else 0.0,
+        "time_to_last_byte_s": dur,
+        "completion_s": dur if (r.get("complete") and f.size is not None) else None,
+        "complete": bool(r.get("complete")),
+    }
+    for k, v in r.items():
+        if k not in ("bytes", "start", "first", "last", "complete"):
+            out[k] = v
+    return out

@@ -1,0 +1,180 @@
+"""Results: JSON with every number, goodput plots (CDF, box), Markdown summary."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+COUNTER_KEYS = ("mac_tx", "phy_tx", "phy_rx_ok", "phy_rx_drop", "phy_rx_collision", "imposed_loss",
+                "retries", "final_failures", "rts_failed")
+
+
+def percentile(xs: list[float], p: float) -> float | None:
+    """Nearest-rank percentile (p in [0, 100])."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100.0 * len(s)) - 1))
+    return s[k]
+
+
+def lag_stats(samples: list[float], bound_ms: float) -> dict:
+    if not samples:
+        return {"samples": 0, "max_ms": None, "valid": False, "bound_ms": bound_ms,
+                "reason": "no lag samples (medium did not report)"}
+    mx = max(samples)
+    return {
+        "samples": len(samples),
+        "max_ms": mx,
+        "p50_ms": percentile(samples, 50),
+        "p90_ms": percentile(samples, 90),
+        "p99_ms": percentile(samples, 99),
+        "p999_ms": percentile(samples, 99.9),
+        "mean_ms": sum(samples) / len(samples),
+        "bound_ms": bound_ms,
+        "valid": mx <= bound_ms,
+        "reason": None if mx <= bound_ms else f"max lag {mx:.1f} ms exceeds bound {bound_ms:g} ms",
+    }
+
+
+def medium_totals(counters: list[dict]) -> dict:
+    return {k: sum(int(c.get(k, 0)) for c in counters) for k in COUNTER_KEYS}
+
+
+def assemble(spec, run: dict) -> dict:
+    med = run.get("medium", {})
+    lag = lag_stats(med.get("lag_ms", []), spec.lag_bound_ms)
+    counters = med.get("counters", [])
+    return {
+        "name": spec.name,
+        "valid": lag["valid"],
+        "invalid_reason": lag["reason"],
+        "lag": lag,
+        "wall_seconds": run.get("wall_seconds"),
+        "timed_out": run.get("timed_out"),
+        "medium": {
+            "standard": spec.medium.standard, "rate_mbps": spec.medium.rate_mbps,
+            "auto_rate": spec.medium.auto_rate, "retry_limit": spec.medium.retry_limit,
+            "rts_cts": spec.medium.rts_cts, "txop_us": spec.medium.txop_us,
+            "broadcast_rate_mbps": spec.medium.broadcast_rate_mbps,
+            "totals": medium_totals(counters), "per_node": counters,
+            "sim_seconds": med.get("sim_seconds"), "control_log": med.get("control_log", []),
+        },
+        "topology": spec.topology.to_dict(),
+        "routing": spec.routing,
+        "flows": run.get("flows", []),
+        "events": run.get("events", []),
+        "spec": spec.source,
+    }
+
+
+def by_group(flows: list[dict]) -> dict[str, list[float]]:
+    groups: dict[str, list[float]] = {}
+    for f in flows:
+        key = f["driver"] + (f"-{f['cc']}" if f.get("cc") else "")
+        groups.setdefault(key, []).append(f["goodput_mbps"])
+    return groups
+
+
+def plot(res: dict, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = by_group(res["flows"])
+    files = []
+    title = res["name"] + ("" if res["valid"] else "  [INVALID: lag bound exceeded]")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, xs in sorted(groups.items()):
+        s = sorted(xs)
+        ys = [(i + 1) / len(s) for i in range(len(s))]
+        ax.step([0.0] + s, [0.0] + ys, where="post", label=f"{name} (n={len(s)})")
+    ax.set_xlabel("goodput (Mbit/s)")
+    ax.set_ylabel("fraction of flows")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlim(left=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(out / f"goodput_cdf.{ext}")
+        files.append(f"goodput_cdf.{ext}")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    names = sorted(groups)
+    data = [groups[n] for n in names]
+    ax.boxplot(data, whis=(0, 100))
+    ax.set_xticks(range(1, len(names) + 1), names)
+    ax.plot(range(1, len(names) + 1), [sum(d) / len(d) for d in data], "o", label="mean")
+    ax.set_ylabel("goodput (Mbit/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(out / f"goodput_box.{ext}")
+        files.append(f"goodput_box.{ext}")
+    plt.close(fig)
+    return files
+
+
+def _fmt(v, nd=2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def markdown(res: dict) -> str:
+    lag = res["lag"]
+    lines = [f"# {res['name']}", ""]
+    if res["valid"]:
+        lines.append(f"Valid run: max lag {_fmt(lag['max_ms'], 1)} ms "
+                     f"(p99 {_fmt(lag.get('p99_ms'), 1)} ms, bound {lag['bound_ms']:g} ms).")
+    else:
+        lines.append(f"**INVALID RUN**: {res['invalid_reason']}. Numbers below are not trustworthy.")
+    m = res["medium"]
+    lines += ["", f"Medium: 802.11{m['standard']} "
+              + ("auto-rate (Minstrel)" if m["auto_rate"] else f"{m['rate_mbps']:g} Mbit/s")
+              + f", retry limit {m['retry_limit']}, RTS/CTS {'on' if m['rts_cts'] else 'off'}"
+              + (f", TXOP {m['txop_us']}" if m["txop_us"] else ""), ""]
+    lines += ["| flow | driver | src→dst | hops | bytes | goodput (Mbit/s) | completion (s) | notes |",
+              "|---|---|---|---|---|---|---|---|"]
+    for f in res["flows"]:
+        notes = []
+        if f.get("loss") is not None:
+            notes.append(f"loss {f['loss'] * 100:.1f}%")
+        if f.get("delay_ms_p50") is not None:
+            notes.append(f"delay p50 {f['delay_ms_p50']:.1f} ms p95 {f['delay_ms_p95']:.1f} ms")
+        if f.get("voip_clp") is not None:
+            notes.append(f"CLP {f['voip_clp']:.2f}")
+        if f.get("sender_error"):
+            notes.append(str(f["sender_error"]))
+        drv = f["driver"] + (f"/{f['cc']}" if f.get("cc") else "")
+        lines.append(f"| {f['label']} | {drv} | {f['src']}→{f['dst']} | {_fmt(f['hops'])} | {f['bytes']} | "
+                     f"{_fmt(f['goodput_mbps'])} | {_fmt(f['completion_s'])} | {'; '.join(notes)} |")
+    groups = by_group(res["flows"])
+    if any(len(v) > 1 for v in groups.values()):
+        lines += ["", "| group | flows | median | mean | Q1 | Q3 |", "|---|---|---|---|---|---|"]
+        for g, xs in sorted(groups.items()):
+            lines.append(f"| {g} | {len(xs)} | {_fmt(percentile(xs, 50))} | {_fmt(sum(xs) / len(xs))} | "
+                         f"{_fmt(percentile(xs, 25))} | {_fmt(percentile(xs, 75))} |")
+    tot = m["totals"]
+    lines += ["", "Medium counters (all nodes): " + ", ".join(f"{k} {v}" for k, v in tot.items()), ""]
+    return "\n".join(lines)
+
+
+def write(res: dict, out: Path) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
+    (out / "summary.md").write_text(markdown(res))
+    files = ["results.json", "summary.md"]
+    if res["flows"]:
+        files += plot(res, out)
+    return files

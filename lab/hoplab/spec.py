@@ -1,0 +1,307 @@
+"""Experiment specification (TOML) -> validated dataclasses.
+
+See docs/lab.md for the format. Every default that comes from the Hop paper is
+a named constant citing its section.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import topology as topo
+from .errors import SpecError
+
+# Hop §5: fixed 802.11b bit rate of 11 Mbit/s unless auto-rate is studied (§5.9).
+DEFAULT_STANDARD = "b"
+DEFAULT_RATE_MBPS = 11.0
+# Hop §5.1.1 compares MadWifi's default of 11 link-layer retries; ns-3's own default is 7.
+DEFAULT_RETRY_LIMIT = 7
+# Hop §4: txop of the background queue set to 8160 us when burst mode is used.
+HOP_TXOP_BK_US = 8160
+# Hop §5.8: VoIP emulated as 20-byte packets at 8 kbit/s.
+VOIP_PAYLOAD_BYTES = 20
+VOIP_RATE_BPS = 8000
+# Hop §5.6.2: web flows arrive as a Poisson process with lambda = 2 flows/s.
+WEB_ARRIVAL_RATE = 2.0
+DEFAULT_LAG_BOUND_MS = 50.0
+
+B_RATES = {1.0: "DsssRate1Mbps", 2.0: "DsssRate2Mbps", 5.5: "DsssRate5_5Mbps", 11.0: "DsssRate11Mbps"}
+G_RATES = {r: f"ErpOfdmRate{int(r)}Mbps" for r in (6.0, 9.0, 12.0, 18.0, 24.0, 36.0, 48.0, 54.0)}
+ACS = ("be", "bk", "vi", "vo")
+ACTIONS = ("down", "up", "loss")
+DRIVERS_KNOWN_LATER = ()  # filled by drivers.registry at validation time
+
+
+@dataclass
+class Medium:
+    standard: str = DEFAULT_STANDARD
+    rate_mbps: float = DEFAULT_RATE_MBPS
+    auto_rate: bool = False
+    retry_limit: int = DEFAULT_RETRY_LIMIT  # retransmissions after the first attempt
+    rts_cts: bool = False
+    txop_us: dict[str, float] = field(default_factory=dict)
+    broadcast_rate_mbps: float | None = None  # None: lowest basic rate (802.11 default)
+    classify_dscp: bool = True
+
+    def modes(self) -> tuple[str, str, str | None]:
+        table = B_RATES if self.standard == "b" else G_RATES
+        if self.rate_mbps not in table:
+            raise SpecError(f"rate {self.rate_mbps} not an 802.11{self.standard} rate: {sorted(table)}")
+        control = "DsssRate1Mbps" if self.standard == "b" else "ErpOfdmRate6Mbps"
+        bc = None
+        if self.broadcast_rate_mbps is not None:
+            if self.broadcast_rate_mbps not in table:
+                raise SpecError(f"broadcast rate {self.broadcast_rate_mbps} not an 802.11{self.standard} rate")
+            bc = table[self.broadcast_rate_mbps]
+        return table[self.rate_mbps], control, bc
+
+
+@dataclass
+class Flow:
+    driver: str
+    src: int
+    dst: int
+    start: float = 0.0
+    size: int | None = None  # bytes; None = long-lived for `duration`
+    duration: float | None = None
+    rate_bps: float | None = None  # UDP offered rate; None = over-offer
+    cc: str = "cubic"
+    label: str = ""
+    options: dict = field(default_factory=dict)
+    after: str | None = None  # start `start` seconds after the flow with this label finished
+
+
+@dataclass
+class Event:
+    at: float
+    action: str
+    node: int | None = None
+    a: int | None = None
+    b: int | None = None
+    loss: float | None = None
+
+
+@dataclass
+class Spec:
+    name: str
+    topology: topo.Topology
+    medium: Medium
+    flows: list[Flow]
+    schedule: list[Event]
+    routing: str = "etx"
+    duration: float = 30.0
+    seed: int = 1
+    lag_bound_ms: float = DEFAULT_LAG_BOUND_MS
+    settle: float = 1.0
+    source: dict = field(default_factory=dict)
+
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)(i?)[bB]?\s*$")
+
+
+def parse_size(v) -> int:
+    """'10MB' -> 10_000_000, '64KiB' -> 65536, 1500 -> 1500."""
+    if isinstance(v, bool):
+        raise SpecError(f"bad size {v!r}")
+    if isinstance(v, (int, float)):
+        if v < 0:
+            raise SpecError(f"negative size {v}")
+        return int(v)
+    m = _SIZE.match(str(v))
+    if not m:
+        raise SpecError(f"bad size {v!r}")
+    num, unit, binary = float(m.group(1)), m.group(2).lower(), m.group(3)
+    base = 1024 if binary else 1000
+    mult = {"": 1, "k": base, "m": base**2, "g": base**3}[unit]
+    return int(num * mult)
+
+
+def parse_rate(v) -> float:
+    """'8kbit' / '2Mbit' / 8000 -> bits per second."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    m = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)(bit|bps|b)?(/s)?\s*$", str(v))
+    if not m:
+        raise SpecError(f"bad rate {v!r}")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
+
+
+def _take(d: dict, key: str, typ, default, where: str):
+    if key not in d:
+        return default
+    v = d[key]
+    if typ is float and isinstance(v, int) and not isinstance(v, bool):
+        v = float(v)
+    if not isinstance(v, typ) or (typ in (int, float) and isinstance(v, bool)):
+        raise SpecError(f"{where}.{key}: expected {typ.__name__}, got {v!r}")
+    return v
+
+
+def _check_keys(d: dict, allowed: set[str], where: str) -> None:
+    extra = set(d) - allowed
+    if extra:
+        raise SpecError(f"{where}: unknown keys {sorted(extra)}")
+
+
+def build_topology(d: dict, base: Path, seed: int) -> topo.Topology:
+    _check_keys(d, {"kind", "nodes", "rows", "cols", "loss", "senders", "hidden_pairs", "links",
+                    "seed", "file", "link"}, "topology")
+    kind = _take(d, "kind", str, "chain", "topology")
+    loss = _take(d, "loss", float, 0.0, "topology")
+    if kind == "chain":
+        t = topo.chain(_take(d, "nodes", int, 2, "topology"), loss)
+    elif kind == "grid":
+        t = topo.grid(_take(d, "rows", int, 3, "topology"), _take(d, "cols", int, 3, "topology"), loss)
+    elif kind == "star":
+        t = topo.star(_take(d, "senders", int, topo.AP_SENDERS, "topology"),
+                      _take(d, "hidden_pairs", int, topo.AP_HIDDEN_PAIRS, "topology"), loss)
+    elif kind == "mesh":
+        t = topo.mesh(_take(d, "nodes", int, topo.MESH_NODES, "topology"),
+                      _take(d, "links", int, topo.MESH_LINKS, "topology"),
+                      _take(d, "seed", int, seed, "topology"))
+    elif kind == "file":
+        f = _take(d, "file", str, None, "topology")
+        if not f:
+            raise SpecError("topology.kind = 'file' needs topology.file")
+        p = Path(f) if Path(f).is_absolute() else base / f
+        if not p.exists():
+            raise SpecError(f"topology file {p} not found")
+        t = topo.from_file(p)
+    else:
+        raise SpecError(f"unknown topology kind {kind!r} (chain, grid, star, mesh, file)")
+    for i, link in enumerate(d.get("link", [])):
+        where = f"topology.link[{i}]"
+        _check_keys(link, {"a", "b", "loss", "loss_back"}, where)
+        a, b = _take(link, "a", int, None, where), _take(link, "b", int, None, where)
+        if a is None or b is None:
+            raise SpecError(f"{where}: needs a and b")
+        la = _take(link, "loss", float, 0.0, where)
+        lb = _take(link, "loss_back", float, la, where)
+        t.add(a, b, la, lb)
+    return t
+
+
+def from_dict(d: dict, base: Path = Path(".")) -> Spec:
+    _check_keys(d, {"name", "duration", "seed", "lag_bound_ms", "routing", "settle", "medium",
+                    "topology", "flow", "workload", "schedule"}, "spec")
+    seed = _take(d, "seed", int, 1, "spec")
+    t = build_topology(d.get("topology", {}), base, seed)
+
+    md = d.get("medium", {})
+    _check_keys(md, {"standard", "rate_mbps", "auto_rate", "retry_limit", "rts_cts", "txop_us",
+                     "broadcast_rate_mbps", "classify_dscp"}, "medium")
+    std = _take(md, "standard", str, DEFAULT_STANDARD, "medium")
+    if std not in ("b", "g"):
+        raise SpecError("medium.standard must be 'b' or 'g'")
+    rate_default = DEFAULT_RATE_MBPS if std == "b" else 24.0
+    txop = md.get("txop_us", {})
+    if not isinstance(txop, dict) or any(k not in ACS for k in txop):
+        raise SpecError(f"medium.txop_us must be a table with keys from {ACS}")
+    m = Medium(
+        standard=std,
+        rate_mbps=_take(md, "rate_mbps", float, rate_default, "medium"),
+        auto_rate=_take(md, "auto_rate", bool, False, "medium"),
+        retry_limit=_take(md, "retry_limit", int, DEFAULT_RETRY_LIMIT, "medium"),
+        rts_cts=_take(md, "rts_cts", bool, False, "medium"),
+        txop_us={k: float(v) for k, v in txop.items()},
+        broadcast_rate_mbps=_take(md, "broadcast_rate_mbps", float, None, "medium"),
+        classify_dscp=_take(md, "classify_dscp", bool, True, "medium"),
+    )
+    if not 0 <= m.retry_limit <= 100:
+        raise SpecError("medium.retry_limit must be in 0..100")
+    m.modes()
+
+    flows = []
+    for i, f in enumerate(d.get("flow", [])):
+        flows.append(parse_flow(f, f"flow[{i}]", t.n))
+    from .workloads import expand  # noqa: PLC0415
+
+    for i, w in enumerate(d.get("workload", [])):
+        flows.extend(expand(w, f"workload[{i}]", t, seed + i))
+
+    events = []
+    for i, e in enumerate(d.get("schedule", [])):
+        where = f"schedule[{i}]"
+        _check_keys(e, {"at", "action", "node", "a", "b", "loss"}, where)
+        ev = Event(at=_take(e, "at", float, 0.0, where), action=_take(e, "action", str, "", where),
+                   node=_take(e, "node", int, None, where), a=_take(e, "a", int, None, where),
+                   b=_take(e, "b", int, None, where), loss=_take(e, "loss", float, None, where))
+        if ev.action not in ACTIONS:
+            raise SpecError(f"{where}.action must be one of {ACTIONS}")
+        if ev.action in ("down", "up") and (ev.node is None or not 0 <= ev.node < t.n):
+            raise SpecError(f"{where}: node missing or out of range")
+        if ev.action == "loss":
+            if ev.a is None or ev.b is None or ev.loss is None or not 0.0 <= ev.loss <= 1.0:
+                raise SpecError(f"{where}: loss needs a, b and loss in [0, 1]")
+            if not t.in_range(ev.a, ev.b):
+                raise SpecError(f"{where}: {ev.a}->{ev.b} is not a link of the topology")
+        if ev.at < 0:
+            raise SpecError(f"{where}.at must be >= 0")
+        events.append(ev)
+    events.sort(key=lambda e: e.at)
+
+    routing = _take(d, "routing", str, "etx", "spec")
+    if routing not in ("etx", "hops"):
+        raise SpecError("routing must be 'etx' or 'hops'")
+    spec = Spec(
+        name=_take(d, "name", str, "experiment", "spec"),
+        topology=t,
+        medium=m,
+        flows=flows,
+        schedule=events,
+        routing=routing,
+        duration=_take(d, "duration", float, 30.0, "spec"),
+        seed=seed,
+        lag_bound_ms=_take(d, "lag_bound_ms", float, DEFAULT_LAG_BOUND_MS, "spec"),
+        settle=_take(d, "settle", float, 1.0, "spec"),
+        source=d,
+    )
+    if spec.duration <= 0:
+        raise SpecError("duration must be > 0")
+    if not flows:
+        raise SpecError("no flows: add [[flow]] or [[workload]] entries")
+    labels = [f.label for f in flows if f.label]
+    if len(labels) != len(set(labels)):
+        raise SpecError("flow labels must be unique")
+    for f in flows:
+        if f.after is not None and (f.after not in labels or f.after == f.label):
+            raise SpecError(f"flow {f.label or f.driver}: after = {f.after!r} names no other flow")
+    return spec
+
+
+def parse_flow(f: dict, where: str, n: int) -> Flow:
+    from .drivers import DRIVERS  # noqa: PLC0415
+
+    _check_keys(f, {"driver", "src", "dst", "start", "size", "duration", "rate", "cc", "label",
+                    "options", "after"}, where)
+    driver = _take(f, "driver", str, "tcp", where)
+    if driver not in DRIVERS:
+        raise SpecError(f"{where}.driver {driver!r} unknown; known: {sorted(DRIVERS)}")
+    src, dst = _take(f, "src", int, None, where), _take(f, "dst", int, None, where)
+    if src is None or dst is None or not (0 <= src < n and 0 <= dst < n) or src == dst:
+        raise SpecError(f"{where}: src/dst must be distinct nodes in 0..{n - 1}")
+    flow = Flow(
+        driver=driver, src=src, dst=dst, start=_take(f, "start", float, 0.0, where),
+        size=parse_size(f["size"]) if "size" in f else None,
+        duration=_take(f, "duration", float, None, where),
+        rate_bps=parse_rate(f["rate"]) if "rate" in f else None,
+        cc=_take(f, "cc", str, "cubic", where), label=_take(f, "label", str, "", where),
+        options=f.get("options", {}),
+        after=_take(f, "after", str, None, where),
+    )
+    if flow.cc not in ("cubic", "bbr", "reno"):
+        raise SpecError(f"{where}.cc must be cubic, bbr or reno")
+    if flow.start < 0:
+        raise SpecError(f"{where}.start must be >= 0")
+    return flow
+
+
+def load(path: Path) -> Spec:
+    try:
+        d = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SpecError(f"{path}: {e}") from e
+    return from_dict(d, path.parent)
