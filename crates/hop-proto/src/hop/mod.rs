@@ -173,6 +173,10 @@ struct Flow {
     last_activity: Instant,
     /// The destination reported the flow finished; waiting for FIN or idle timeout.
     finished: bool,
+    /// End-to-end acknowledgement seen passing (relays): blocks below `e2e_cum` are delivered,
+    /// and with `e2e_fin` the whole flow is.
+    e2e_cum: u32,
+    e2e_fin: bool,
     source: Option<SourceState>,
     dest: Option<DestState>,
 }
@@ -186,6 +190,8 @@ impl Flow {
             deferred: BTreeMap::new(),
             last_activity: now,
             finished: false,
+            e2e_cum: 0,
+            e2e_fin: false,
             source: None,
             dest: None,
         }
@@ -799,8 +805,12 @@ impl HopTransport {
         n: u32,
         from: NodeId,
         geom: BlockGeom,
-        micro: bool,
+        flags: u8,
     ) -> Result<(), Withhold> {
+        let micro = flags & FLAG_MICRO != 0;
+        // A virtual retransmission repairs a block the destination is missing; holding it
+        // back behind H blocks that wait for exactly this repair would deadlock the flow.
+        let vtx = flags & FLAG_VTX != 0;
         let Some(f) = self.flows.get(&key) else {
             return Ok(());
         };
@@ -812,6 +822,7 @@ impl HopTransport {
         let unblocks_delivery = f.dest.as_ref().is_some_and(|d| d.next_deliver == n);
         if self.cfg.backpressure
             && !unblocks_delivery
+            && !vtx
             && f.held_unmoved() >= self.cfg.backpressure_limit.max(1)
         {
             return Err(Withhold::Backpressure);
@@ -877,7 +888,8 @@ impl HopTransport {
             return;
         };
         let dst = f.dst;
-        let delivered = f.dest.as_ref().is_some_and(|d| n < d.next_deliver);
+        let delivered =
+            f.dest.as_ref().is_some_and(|d| n < d.next_deliver) || n < f.e2e_cum || f.e2e_fin;
         let (len, bits, complete, fin) = match f.blocks.get_mut(&n) {
             Some(b) => {
                 b.last_used = now;
@@ -957,6 +969,24 @@ impl HopTransport {
             self.send_e2e(ctx, key, n);
             return;
         }
+        // A relay that saw the end-to-end BACK answers for the destination: this is how the
+        // acknowledgement crosses a partition that swallowed it (the source's virtual
+        // retransmission probes for it hop by hop).
+        let known = self
+            .flows
+            .get(&key)
+            .filter(|f| f.source.is_none() && f.dest.is_none())
+            .filter(|f| n < f.e2e_cum || f.e2e_fin)
+            .map(|f| (f.e2e_cum, f.e2e_fin, f.dst));
+        if let Some((cum, fin, dst)) = known {
+            self.send_back(key, n, from, now);
+            let msg = HopMessage {
+                header: Self::header(key, dst, n, if fin { FLAG_FIN } else { 0 }, 0),
+                body: HopBody::E2eBack { cum_blocks: cum },
+            };
+            self.push_ctrl(from, &msg);
+            return;
+        }
         let existing_ok = self
             .flows
             .get(&key)
@@ -968,7 +998,7 @@ impl HopTransport {
         }
         let complete_here = existing_ok.is_some_and(|(same, c)| same && c);
         if !complete_here {
-            if let Err(w) = self.may_admit(key, n, from, geom, micro) {
+            if let Err(w) = self.may_admit(key, n, from, geom, h.flags) {
                 if !retry {
                     self.extra(match w {
                         Withhold::Backpressure => "backpressure_withheld",
@@ -1374,7 +1404,9 @@ impl HopTransport {
         } else {
             if fin {
                 f.finished = true;
+                f.e2e_fin = true;
             }
+            f.e2e_cum = f.e2e_cum.max(cum);
             self.forward_e2e(ctx, h, cum);
             self.service_waiting(ctx);
             self.pump_flow(ctx, key);
@@ -1422,7 +1454,7 @@ impl HopTransport {
             // Evaluate against the remaining waiters only.
             self.waiting = keep.clone();
             if self
-                .may_admit(w.key, w.block, w.from, w.geom, false)
+                .may_admit(w.key, w.block, w.from, w.geom, w.flags & !FLAG_MICRO)
                 .is_ok()
             {
                 let h = Self::header(w.key, w.dst, w.block, w.flags & !FLAG_MICRO, w.ttl);

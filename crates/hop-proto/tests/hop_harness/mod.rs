@@ -558,3 +558,17 @@ impl Net {
 pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
+
+impl Net {
+    /// Print every node's counters (debugging aid for failing tests).
+    pub fn dump(&self) {
+        for id in self.nodes.keys() {
+            let s = self.stats(*id);
+            eprintln!(
+                "node {id}: sent {:?} recv {:?} retx {} cache {} peak {} buf {} flows {} extra {:?}",
+                s.sent_by_type, s.received_by_type, s.data_retransmissions, s.cache_bytes,
+                s.cache_bytes_peak, s.buffered_blocks_peak, s.flows, s.extra
+            );
+        }
+    }
+}
