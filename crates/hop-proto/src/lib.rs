@@ -5,6 +5,7 @@
 //! ([`Node::poll_timeout`]) and application events ([`Node::poll_event`]). It never touches a
 //! socket or a clock. Transports are modules behind the [`Transport`] trait.
 
+pub mod atp;
 pub mod hop;
 pub mod hxh;
 pub mod node;

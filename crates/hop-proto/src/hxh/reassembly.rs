@@ -105,7 +105,6 @@ impl Reassembly {
     }
 
     /// Runs `[start, end)` held above the cumulative point (SACK blocks), lowest first.
-    #[allow(dead_code)] // used by ATP
     pub fn received_runs(&self, limit: usize) -> Vec<(u32, u32)> {
         let mut out: Vec<(u32, u32)> = Vec::new();
         for &s in self.pending.keys() {

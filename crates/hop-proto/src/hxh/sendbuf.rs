@@ -49,7 +49,6 @@ impl SendBuffer {
         self.total
     }
 
-    #[allow(dead_code)] // used by ATP
     pub fn acked(&self) -> u32 {
         self.acked
     }
@@ -58,7 +57,7 @@ impl SendBuffer {
         self.finished
     }
 
-    #[allow(dead_code)] // used by ATP
+    #[cfg(test)]
     pub fn fin_seq(&self) -> Option<u32> {
         self.fin_seq
     }
@@ -165,7 +164,6 @@ impl SendBuffer {
     }
 
     /// Selective acknowledgement of one packet above the cumulative point.
-    #[allow(dead_code)] // used by ATP
     pub fn sack(&mut self, seq: u32) {
         if seq < self.next_new {
             if let Some(d) = self.unacked.remove(&seq) {

@@ -1,0 +1,141 @@
+//! ATP parameters (ATP paper Table I, §II, §III-C) and the aggressive and adaptive variants
+//! (§V-A2, §V-A3). Values without a paper section are choices of this implementation,
+//! explained in `docs/transports.md`.
+
+use std::time::Duration;
+
+/// Epoch timeout E (§II-B, Table I: 1 s).
+pub const EPOCH: Duration = Duration::from_secs(1);
+/// Aggressive and adaptive epoch timeout (§V-A2: "E to 0.04 second").
+pub const EPOCH_AGGRESSIVE: Duration = Duration::from_millis(40);
+/// Intermediate-node averaging weight α (§II-A, Table I).
+pub const ALPHA: f64 = 0.75;
+/// Receiver averaging weight β (§II-B, Table I).
+pub const BETA: f64 = 0.85;
+/// Idle multiplier η (§II-A, Table I).
+pub const ETA: f64 = 3.0;
+/// Adaptive η grows by this much per hop beyond the first (§V-A3: η = 3.0 + 0.5·(h−1)).
+pub const ETA_PER_HOP: f64 = 0.5;
+/// Rate increase threshold φ (§II-C, Table I).
+pub const PHI: f64 = 1.1;
+/// Rate increase factor κ (§II-C, Table I).
+pub const KAPPA: f64 = 0.2;
+/// Aggressive and adaptive κ (§V-A2: "increasing the rate increase factor κ to 0.5").
+pub const KAPPA_AGGRESSIVE: f64 = 0.5;
+/// SACK blocks per feedback packet (§II-B: "up to 20").
+pub const MAX_SACK_BLOCKS: usize = 20;
+/// The sender expects feedback every 1.1·E (§III-C).
+pub const FEEDBACK_SLACK: f64 = 1.1;
+/// Missed feedbacks that restart quick-start (§II-C: "three consecutive").
+pub const MISSED_FEEDBACK_RESTART: u32 = 3;
+/// Adaptive: consecutive packets above / below the threshold that trigger immediate feedback
+/// (§V-A3: "10 consecutive incoming packets").
+pub const ADAPTIVE_RUN: u32 = 10;
+/// Adaptive: newly detected drops that trigger immediate feedback (§V-A3: "two dropped").
+pub const ADAPTIVE_DROPS: u32 = 2;
+/// Payload bytes per data packet (same as HxH, HxH paper §4).
+pub const PACKET_PAYLOAD_BYTES: usize = 1000;
+
+/// Which ATP the transport runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AtpVariant {
+    /// The original parameters (§II, Table I).
+    #[default]
+    Default,
+    /// E = 0.04 s, κ = 0.5 (§V-A2).
+    Aggressive,
+    /// Aggressive parameters plus immediate feedback and hop-count-based η (§V-A3).
+    Adaptive,
+}
+
+/// Configuration of [`AtpTransport`](super::AtpTransport).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AtpConfig {
+    pub variant: AtpVariant,
+    pub packet_payload_bytes: usize,
+    pub epoch: Duration,
+    pub alpha: f64,
+    pub beta: f64,
+    pub eta: f64,
+    pub phi: f64,
+    pub kappa: f64,
+    pub max_sack_blocks: usize,
+    pub feedback_slack: f64,
+    pub missed_feedback_restart: u32,
+    /// Adaptive immediate-feedback rules (§V-A3).
+    pub immediate_feedback: bool,
+    pub adaptive_run: u32,
+    pub adaptive_drops: u32,
+    /// Adaptive: scale the quick-start delay by η(h) = η + 0.5·(h−1) (§V-A3).
+    pub hop_scaled_eta: bool,
+    pub eta_per_hop: f64,
+    /// Data packets a node's output queue holds before dropping (drop tail).
+    pub queue_limit_packets: usize,
+    /// Floor of any delay used as a rate (keeps 1/D finite).
+    pub min_delay: Duration,
+    /// Ceiling of the sending delay (keeps a minimum rate).
+    pub max_delay: Duration,
+    /// A flow with no feedback for this long fails (source) or is dropped (destination).
+    pub give_up: Duration,
+    pub send_buffer_bytes: usize,
+    pub max_flows: usize,
+    /// Finished flows remembered by a destination to answer late packets and probes.
+    pub finished_memory: usize,
+}
+
+impl AtpConfig {
+    /// The parameters of one variant.
+    pub fn for_variant(variant: AtpVariant) -> Self {
+        let base = AtpConfig {
+            variant,
+            packet_payload_bytes: PACKET_PAYLOAD_BYTES,
+            epoch: EPOCH,
+            alpha: ALPHA,
+            beta: BETA,
+            eta: ETA,
+            phi: PHI,
+            kappa: KAPPA,
+            max_sack_blocks: MAX_SACK_BLOCKS,
+            feedback_slack: FEEDBACK_SLACK,
+            missed_feedback_restart: MISSED_FEEDBACK_RESTART,
+            immediate_feedback: false,
+            adaptive_run: ADAPTIVE_RUN,
+            adaptive_drops: ADAPTIVE_DROPS,
+            hop_scaled_eta: false,
+            eta_per_hop: ETA_PER_HOP,
+            queue_limit_packets: 50,
+            min_delay: Duration::from_micros(100),
+            max_delay: Duration::from_secs(1),
+            give_up: Duration::from_secs(30),
+            send_buffer_bytes: 256 * 1024,
+            max_flows: 1024,
+            finished_memory: 1024,
+        };
+        match variant {
+            AtpVariant::Default => base,
+            AtpVariant::Aggressive => AtpConfig {
+                epoch: EPOCH_AGGRESSIVE,
+                kappa: KAPPA_AGGRESSIVE,
+                ..base
+            },
+            AtpVariant::Adaptive => AtpConfig {
+                epoch: EPOCH_AGGRESSIVE,
+                kappa: KAPPA_AGGRESSIVE,
+                immediate_feedback: true,
+                hop_scaled_eta: true,
+                ..base
+            },
+        }
+    }
+
+    /// Time the sender waits for each feedback (1.1·E, §III-C).
+    pub fn feedback_interval(&self) -> Duration {
+        self.epoch.mul_f64(self.feedback_slack)
+    }
+}
+
+impl Default for AtpConfig {
+    fn default() -> Self {
+        AtpConfig::for_variant(AtpVariant::Default)
+    }
+}

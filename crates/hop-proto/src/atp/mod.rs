@@ -1,0 +1,856 @@
+//! ATP: rate-based transport with delay feedback from the path (ATP paper §II), and its
+//! aggressive and adaptive variants (§V-A2, §V-A3).
+//!
+//! * Every node (sources included) keeps EWMAs of the queueing delay `Q_t` and transmission
+//!   delay `T_t` of the data packets it sends and stamps `D = Q_t + T_t` into a packet when it
+//!   exceeds the packet's `D_max` (§II-A). The original measured both in a modified driver; a
+//!   user-space node measures what it can (`docs/transports.md`): a packet's *queueing*
+//!   sample is the time from entering this module's FIFO until it reached the head, its
+//!   *transmission* sample the time it then waited at the head until the runtime polled it.
+//!   The runtime polls only when its link queue has room, so under load the time between
+//!   successive polls is the time the link needs per packet. A packet polled at once, on a
+//!   free link, is an *idle* observation: `T_t` is not updated and `D = η·(Q_t + T_t)`.
+//! * The receiver averages `D_max` with β and sends feedback (its average, a cumulative ACK
+//!   and up to 20 SACK blocks) every epoch E, immediately for a quick-start probe (SACK-REQ),
+//!   and in the adaptive variant also on the §V-A3 triggers (§II-B).
+//! * The sender paces packets at rate R: [`Transport::poll_transmit`] returns nothing for a
+//!   flow before its next send time, which [`Transport::poll_timeout`] reports. Feedback
+//!   rate F = 1/D_avg raises R by κ·(F−R) when F > φ·R, lowers R to F when F < R, and keeps
+//!   it otherwise (§II-C). Quick-start sets the first rate from a probe; three missed
+//!   feedbacks restart it. SACK holes are retransmitted before new data (§III-C).
+
+pub mod config;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hop_wire::atp::{self as wire, Message};
+use hop_wire::{NodeId, TransportId};
+
+pub use config::{AtpConfig, AtpVariant};
+
+use crate::hxh::reassembly::Reassembly;
+use crate::hxh::sendbuf::SendBuffer;
+use crate::time::Instant;
+use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
+use crate::{AppError, Event, FailReason, FlowKey};
+
+fn us(d: f64) -> u32 {
+    (d * 1e6).round().clamp(0.0, f64::from(u32::MAX)) as u32
+}
+
+/// A data packet waiting in this node's output FIFO.
+#[derive(Debug)]
+struct Queued {
+    body: Vec<u8>,
+    next_hop: NodeId,
+    ready_at: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the answer to a quick-start probe.
+    QuickStart {
+        sent: Option<Instant>,
+        due: bool,
+    },
+    Running,
+}
+
+#[derive(Debug)]
+struct Sender {
+    dst: NodeId,
+    buf: SendBuffer,
+    phase: Phase,
+    /// Packets per second.
+    rate: f64,
+    next_send: Instant,
+    pace_ready: bool,
+    retx: BTreeSet<u32>,
+    last_sent: HashMap<u32, Instant>,
+    last_feedback: Instant,
+    feedback_deadline: Instant,
+    missed: u32,
+    writable_pending: bool,
+    quick_starts: u64,
+}
+
+impl Sender {
+    fn interval(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.rate)
+    }
+
+    fn has_packet(&self) -> bool {
+        !self.retx.is_empty() || self.buf.has_pending_new()
+    }
+
+    /// A sender that had nothing to send got a packet: the pacing clock restarts now, so
+    /// neither a burst nor a stale "ready" instant (which would read as link delay) follows.
+    fn wake(&mut self, had_packet: bool, now: Instant) {
+        if !had_packet && self.has_packet() {
+            self.next_send = self.next_send.max(now);
+            self.pace_ready = false;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Receiver {
+    reasm: Reassembly,
+    d_avg: Option<f64>,
+    hops: u8,
+    epoch_at: Instant,
+    last_data: Instant,
+    missing_known: u32,
+    new_drops: u32,
+    above_run: u32,
+    below_run: u32,
+}
+
+impl Receiver {
+    fn missing_count(&self, limit: usize) -> u32 {
+        self.reasm.missing(limit).iter().map(|(s, e)| e - s).sum()
+    }
+}
+
+/// The ATP transport module (all three variants).
+pub struct AtpTransport {
+    cfg: AtpConfig,
+    senders: BTreeMap<FlowKey, Sender>,
+    receivers: BTreeMap<FlowKey, Receiver>,
+    finished: VecDeque<(FlowKey, u32, u8)>,
+    out: VecDeque<Queued>,
+    control: VecDeque<Outgoing>,
+    events: VecDeque<Event>,
+    /// EWMAs of queueing and transmission delay at this node, seconds (§II-A).
+    q_t: f64,
+    t_t: f64,
+    last_dequeue: Option<Instant>,
+    stats: TransportStats,
+}
+
+impl AtpTransport {
+    pub fn new(cfg: AtpConfig) -> Self {
+        AtpTransport {
+            cfg,
+            senders: BTreeMap::new(),
+            receivers: BTreeMap::new(),
+            finished: VecDeque::new(),
+            out: VecDeque::new(),
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            q_t: 0.0,
+            t_t: 0.0,
+            last_dequeue: None,
+            stats: TransportStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &AtpConfig {
+        &self.cfg
+    }
+
+    /// Current sending rate of a local flow, packets per second (None while in quick-start).
+    pub fn flow_rate(&self, flow: FlowKey) -> Option<f64> {
+        self.senders
+            .get(&flow)
+            .filter(|s| s.phase == Phase::Running)
+            .map(|s| s.rate)
+    }
+
+    /// This node's current delay estimate `Q_t + T_t`, seconds.
+    pub fn node_delay(&self) -> f64 {
+        self.q_t + self.t_t
+    }
+
+    fn bump(&mut self, name: &'static str, by: u64) {
+        *self.stats.extra.entry(name).or_insert(0) += by;
+    }
+
+    fn note_usage(&mut self) {
+        let mut bytes: u64 = self.out.iter().map(|q| q.body.len() as u64).sum();
+        bytes += self
+            .senders
+            .values()
+            .map(|s| s.buf.bytes() as u64)
+            .sum::<u64>();
+        bytes += self
+            .receivers
+            .values()
+            .map(|r| r.reasm.pending_bytes())
+            .sum::<u64>();
+        let peak = self
+            .receivers
+            .values()
+            .map(|r| r.reasm.pending_packets() as u64)
+            .max()
+            .unwrap_or(0)
+            .max(self.out.len() as u64);
+        self.stats.cache_bytes = bytes;
+        self.stats.cache_bytes_peak = self.stats.cache_bytes_peak.max(bytes);
+        self.stats.buffered_blocks_peak = self.stats.buffered_blocks_peak.max(peak);
+        self.stats.flows = (self.senders.len() + self.receivers.len()) as u64;
+    }
+
+    fn feedback(
+        &self,
+        key: FlowKey,
+        flags: u8,
+        r: Option<&Receiver>,
+        d_us: u32,
+    ) -> Message<'static> {
+        let (cum, blocks, hops) = match r {
+            Some(r) => (
+                r.reasm.cum(),
+                r.reasm
+                    .received_runs(self.cfg.max_sack_blocks.min(wire::MAX_SACK_BLOCKS)),
+                r.hops,
+            ),
+            None => (0, Vec::new(), 0),
+        };
+        let flags = if blocks.is_empty() {
+            flags
+        } else {
+            flags | wire::FLAG_SACK_OPT
+        };
+        Message::Feedback(wire::Feedback {
+            flags,
+            hops,
+            src: key.src,
+            id: key.id,
+            cum,
+            d_avg_us: d_us,
+            blocks,
+        })
+    }
+
+    fn send_control(&mut self, ctx: &Ctx<'_>, toward: NodeId, msg: Message<'_>) {
+        match ctx.routing.next_hop(toward) {
+            Some(nh) => {
+                *self.stats.sent_by_type.entry(msg.type_name()).or_insert(0) += 1;
+                self.control.push_back(Outgoing {
+                    next_hop: nh,
+                    class: Class::Control,
+                    body: msg.to_vec(),
+                })
+            }
+            None => self.bump("no_route_drops", 1),
+        }
+    }
+
+    /// Receiver: feedback for one flow now (§II-B), restarting its epoch.
+    fn emit_feedback(&mut self, ctx: &Ctx<'_>, key: FlowKey, extra_flags: u8) {
+        let Some(r) = self.receivers.get_mut(&key) else {
+            return;
+        };
+        let mut flags = extra_flags;
+        // SACK-MORE: nothing arrived for half an epoch (§III-C).
+        if ctx.now >= r.last_data + self.cfg.epoch / 2 {
+            flags |= wire::FLAG_SACK_MORE;
+        }
+        r.epoch_at = ctx.now + self.cfg.epoch;
+        r.new_drops = 0;
+        r.above_run = 0;
+        r.below_run = 0;
+        let d = us(r.d_avg.unwrap_or(0.0));
+        let r = self.receivers.get(&key);
+        let msg = self.feedback(key, flags, r, d);
+        self.send_control(ctx, key.src, msg);
+    }
+
+    fn on_data(&mut self, ctx: &mut Ctx<'_>, rx: &Received<'_>, d: wire::Data<'_>) {
+        let key = FlowKey {
+            src: d.src,
+            id: d.id,
+        };
+        if d.dst != ctx.local {
+            // Intermediate node: queue for forwarding (stamped when it leaves).
+            if d.src == ctx.local {
+                return;
+            }
+            let Some(nh) = ctx.routing.next_hop(d.dst) else {
+                self.bump("no_route_drops", 1);
+                return;
+            };
+            if self.out.len() >= self.cfg.queue_limit_packets {
+                self.bump("queue_drops", 1);
+                return;
+            }
+            self.out.push_back(Queued {
+                body: rx.body.to_vec(),
+                next_hop: nh,
+                ready_at: ctx.now,
+            });
+            return;
+        }
+        let now = ctx.now;
+        if let Some(&(_, cum, hops)) = self.finished.iter().find(|(k, ..)| *k == key) {
+            // A late packet or probe for a flow already delivered: tell the sender.
+            let mut flags = wire::FLAG_FIN;
+            if d.flags & wire::FLAG_SACK_REQ != 0 {
+                flags |= wire::FLAG_SACK_REQ;
+            }
+            let msg = Message::Feedback(wire::Feedback {
+                flags,
+                hops,
+                src: key.src,
+                id: key.id,
+                cum,
+                d_avg_us: d.d_max_us,
+                blocks: Vec::new(),
+            });
+            self.send_control(ctx, key.src, msg);
+            return;
+        }
+        if d.is_probe() {
+            // Quick-start: answer at once with the raw path delay (§II-C).
+            let r = self.receivers.get(&key);
+            let mut msg = self.feedback(key, wire::FLAG_SACK_REQ, r, d.d_max_us);
+            if let Message::Feedback(f) = &mut msg {
+                f.hops = d.hops;
+            }
+            self.bump("probe_replies", 1);
+            self.send_control(ctx, key.src, msg);
+            return;
+        }
+        if !self.receivers.contains_key(&key) {
+            if self.receivers.len() + self.senders.len() >= self.cfg.max_flows {
+                self.bump("flow_limit_drops", 1);
+                return;
+            }
+            self.receivers.insert(
+                key,
+                Receiver {
+                    reasm: Reassembly::default(),
+                    d_avg: None,
+                    hops: d.hops,
+                    epoch_at: now + self.cfg.epoch,
+                    last_data: now,
+                    missing_known: 0,
+                    new_drops: 0,
+                    above_run: 0,
+                    below_run: 0,
+                },
+            );
+            self.events.push_back(Event::FlowOpened { flow: key });
+        }
+        let cfg = &self.cfg;
+        let Some(r) = self.receivers.get_mut(&key) else {
+            return;
+        };
+        r.last_data = now;
+        r.hops = d.hops;
+        let dmax = d.d_max_us as f64 / 1e6;
+        r.d_avg = Some(match r.d_avg {
+            Some(a) => cfg.beta * a + (1.0 - cfg.beta) * dmax,
+            None => dmax,
+        });
+        let fin = d.flags & wire::FLAG_FIN != 0;
+        let fresh = r.reasm.insert(
+            key,
+            d.seq,
+            Bytes::copy_from_slice(d.payload),
+            fin,
+            &mut self.events,
+        );
+        if r.reasm.complete() {
+            let (cum, hops, bytes) = (r.reasm.cum(), r.hops, r.reasm.delivered_bytes());
+            self.emit_feedback(ctx, key, wire::FLAG_FIN);
+            self.receivers.remove(&key);
+            self.events
+                .push_back(Event::FlowFinished { flow: key, bytes });
+            self.finished.push_back((key, cum, hops));
+            while self.finished.len() > self.cfg.finished_memory {
+                self.finished.pop_front();
+            }
+            return;
+        }
+        if !fresh {
+            *self.stats.extra.entry("duplicates").or_insert(0) += 1;
+        }
+        let mut immediate = d.flags & wire::FLAG_SACK_REQ != 0;
+        if cfg.immediate_feedback {
+            // §V-A3 triggers.
+            let missing = r.missing_count(usize::MAX);
+            if missing > r.missing_known {
+                r.new_drops += missing - r.missing_known;
+            }
+            r.missing_known = missing;
+            let ds = d.d_s_us as f64 / 1e6;
+            if ds > 0.0 && dmax > ds {
+                r.above_run += 1;
+                r.below_run = 0;
+            } else if ds > 0.0 && dmax < ds / cfg.phi {
+                r.below_run += 1;
+                r.above_run = 0;
+            } else {
+                r.above_run = 0;
+                r.below_run = 0;
+            }
+            if r.new_drops >= cfg.adaptive_drops
+                || r.above_run >= cfg.adaptive_run
+                || r.below_run >= cfg.adaptive_run
+            {
+                immediate = true;
+                *self.stats.extra.entry("immediate_feedback").or_insert(0) += 1;
+            }
+        }
+        if immediate {
+            self.emit_feedback(ctx, key, 0);
+        }
+    }
+
+    fn on_feedback(&mut self, ctx: &mut Ctx<'_>, f: wire::Feedback) {
+        let key = FlowKey {
+            src: f.src,
+            id: f.id,
+        };
+        if f.src != ctx.local {
+            // Relay feedback toward the source.
+            self.send_control(ctx, f.src, Message::Feedback(f));
+            return;
+        }
+        let now = ctx.now;
+        let cfg = self.cfg.clone();
+        let min_d = cfg.min_delay.as_secs_f64();
+        let max_d = cfg.max_delay.as_secs_f64();
+        let Some(s) = self.senders.get_mut(&key) else {
+            return;
+        };
+        let had = s.has_packet();
+        s.last_feedback = now;
+        s.missed = 0;
+        s.feedback_deadline = now + cfg.feedback_interval();
+        // Reliability: cumulative ACK and SACK blocks (§III-C).
+        if s.buf.ack(f.cum) && s.writable_pending && s.buf.has_room() {
+            s.writable_pending = false;
+            self.events.push_back(Event::Writable { flow: key });
+        }
+        let acked = s.buf.acked();
+        let mut highest = acked;
+        for &(a, b) in &f.blocks {
+            for seq in a.max(acked)..b.min(s.buf.next_new()) {
+                s.buf.sack(seq);
+            }
+            highest = highest.max(b);
+        }
+        let guard = cfg.feedback_interval();
+        let candidates: Vec<u32> = if f.flags & wire::FLAG_SACK_MORE != 0 {
+            s.buf.unacked_sent().collect()
+        } else {
+            s.buf.unacked_sent().take_while(|&q| q < highest).collect()
+        };
+        let mut added = 0u64;
+        for seq in candidates {
+            let recent = s.last_sent.get(&seq).is_some_and(|&t| now < t + guard);
+            if !recent && s.retx.insert(seq) {
+                added += 1;
+            }
+        }
+        let live: BTreeSet<u32> = s.buf.unacked_sent().collect();
+        s.retx.retain(|q| live.contains(q));
+        s.last_sent.retain(|q, _| live.contains(q));
+        // Rate control (§II-C).
+        if f.flags & wire::FLAG_SACK_REQ != 0 {
+            if matches!(s.phase, Phase::QuickStart { .. }) {
+                let mut d = f.d_avg_us as f64 / 1e6;
+                if cfg.hop_scaled_eta && f.hops > 0 {
+                    // §V-A3: the hop count refines the idle multiplier at initiation.
+                    d *= (cfg.eta + cfg.eta_per_hop * f64::from(f.hops - 1)) / cfg.eta;
+                }
+                s.rate = 1.0 / d.clamp(min_d, max_d);
+                s.phase = Phase::Running;
+                s.next_send = now;
+            }
+        } else if matches!(s.phase, Phase::Running) && f.d_avg_us > 0 {
+            let fb_rate = 1.0 / (f.d_avg_us as f64 / 1e6).clamp(min_d, max_d);
+            if fb_rate > cfg.phi * s.rate {
+                s.rate += cfg.kappa * (fb_rate - s.rate);
+            } else if fb_rate < s.rate {
+                s.rate = fb_rate;
+            }
+        }
+        s.wake(had, now);
+        let done = s.buf.complete().then(|| s.buf.total());
+        self.bump("sack_retransmissions_queued", added);
+        if let Some(bytes) = done {
+            self.senders.remove(&key);
+            self.events
+                .push_back(Event::SendComplete { flow: key, bytes });
+        }
+    }
+
+    /// Record this node's delay samples for a packet leaving now and return the `D` to stamp.
+    fn measure(&mut self, now: Instant, ready_at: Instant) -> f64 {
+        let head_since = self.last_dequeue.map_or(ready_at, |l| l.max(ready_at));
+        let q = (head_since - ready_at).as_secs_f64();
+        let t = (now - head_since).as_secs_f64();
+        let a = self.cfg.alpha;
+        self.q_t = a * self.q_t + (1.0 - a) * q;
+        self.last_dequeue = Some(now);
+        if t > 0.0 {
+            self.t_t = a * self.t_t + (1.0 - a) * t;
+            self.q_t + self.t_t
+        } else {
+            // Idle observation (§II-A): the link took the packet at once.
+            self.bump("idle_observations", 1);
+            self.cfg.eta * (self.q_t + self.t_t)
+        }
+    }
+
+    fn stamp(&mut self, now: Instant, body: &mut [u8], ready_at: Instant) {
+        let d = us(self.measure(now, ready_at));
+        if body.len() >= wire::DATA_HEADER_LEN {
+            let o = wire::D_MAX_OFFSET;
+            let cur = u32::from_be_bytes([body[o], body[o + 1], body[o + 2], body[o + 3]]);
+            if d > cur {
+                body[o..o + 4].copy_from_slice(&d.to_be_bytes());
+            }
+            body[wire::HOPS_OFFSET] = body[wire::HOPS_OFFSET].saturating_add(1);
+        }
+    }
+
+    /// The source flow whose packet is due earliest, with the instant it became due.
+    fn due_sender(&self, ctx: &Ctx<'_>) -> Option<(Instant, FlowKey, NodeId)> {
+        let now = ctx.now;
+        let mut best: Option<(Instant, FlowKey, NodeId)> = None;
+        for (&k, s) in &self.senders {
+            let Some(nh) = ctx.routing.next_hop(s.dst) else {
+                continue;
+            };
+            let due = match s.phase {
+                Phase::QuickStart { due: true, .. } | Phase::QuickStart { sent: None, .. } => {
+                    Some(now)
+                }
+                Phase::QuickStart { .. } => None,
+                Phase::Running => {
+                    (s.has_packet() && (s.pace_ready || s.next_send <= now)).then_some(s.next_send)
+                }
+            };
+            if let Some(t) = due {
+                if best.map_or(true, |(b, ..)| t < b) {
+                    best = Some((t, k, nh));
+                }
+            }
+        }
+        best
+    }
+
+    fn sender_packet(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        ready_at: Instant,
+        next_hop: NodeId,
+    ) -> Option<Outgoing> {
+        let s = self.senders.get_mut(&key)?;
+        let d_s = us(1.0 / s.rate);
+        if let Phase::QuickStart { .. } = s.phase {
+            s.phase = Phase::QuickStart {
+                sent: Some(now),
+                due: false,
+            };
+            s.quick_starts += 1;
+            let dst = s.dst;
+            let mut body = Message::Data(wire::Data {
+                flags: wire::FLAG_SACK_REQ,
+                hops: 0,
+                src: key.src,
+                id: key.id,
+                dst,
+                seq: s.buf.next_new(),
+                d_max_us: 0,
+                d_s_us: 0,
+                payload: &[],
+            })
+            .to_vec();
+            self.stamp(now, &mut body, ready_at);
+            self.bump("probes", 1);
+            return Some(Outgoing {
+                next_hop,
+                class: Class::Data,
+                body,
+            });
+        }
+        // Retransmissions before new data (§III-C).
+        let (seq, payload, fin, retx) = if let Some(seq) = s.retx.pop_first() {
+            let (p, fin) = s.buf.get(seq)?;
+            (seq, p, fin, true)
+        } else {
+            let (seq, p, fin) = s.buf.take_new()?;
+            (seq, p, fin, false)
+        };
+        s.last_sent.insert(seq, now);
+        let interval = s.interval();
+        let base = s.next_send.max(instant_minus(now, interval));
+        s.next_send = base + interval;
+        s.pace_ready = false;
+        let dst = s.dst;
+        let mut body = Message::Data(wire::Data {
+            flags: if fin { wire::FLAG_FIN } else { 0 },
+            hops: 0,
+            src: key.src,
+            id: key.id,
+            dst,
+            seq,
+            d_max_us: 0,
+            d_s_us: d_s,
+            payload: &payload,
+        })
+        .to_vec();
+        self.stamp(now, &mut body, ready_at);
+        if retx {
+            self.stats.data_retransmissions += 1;
+        }
+        *self.stats.sent_by_type.entry("data").or_insert(0) += 1;
+        Some(Outgoing {
+            next_hop,
+            class: Class::Data,
+            body,
+        })
+    }
+}
+
+fn instant_minus(t: Instant, d: Duration) -> Instant {
+    Instant::from_nanos(
+        t.as_nanos()
+            .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+    )
+}
+
+impl Transport for AtpTransport {
+    fn id(&self) -> TransportId {
+        TransportId::Atp
+    }
+
+    fn open(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, dst: NodeId) -> Result<(), AppError> {
+        if self.senders.len() + self.receivers.len() >= self.cfg.max_flows {
+            return Err(AppError::TooManyFlows(self.cfg.max_flows));
+        }
+        let now = ctx.now;
+        self.senders.insert(
+            key,
+            Sender {
+                dst,
+                buf: SendBuffer::new(self.cfg.packet_payload_bytes, self.cfg.send_buffer_bytes),
+                phase: Phase::QuickStart {
+                    sent: None,
+                    due: false,
+                },
+                rate: 1.0 / self.cfg.max_delay.as_secs_f64(),
+                next_send: now,
+                pace_ready: false,
+                retx: BTreeSet::new(),
+                last_sent: HashMap::new(),
+                last_feedback: now,
+                feedback_deadline: now + self.cfg.feedback_interval(),
+                missed: 0,
+                writable_pending: false,
+                quick_starts: 0,
+            },
+        );
+        self.note_usage();
+        Ok(())
+    }
+
+    fn send(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey, data: Bytes) -> Result<usize, AppError> {
+        let s = self
+            .senders
+            .get_mut(&flow)
+            .ok_or(AppError::UnknownFlow(flow))?;
+        if s.buf.finished() {
+            return Err(AppError::FlowFinished(flow));
+        }
+        let had = s.has_packet();
+        let n = s.buf.accept(&data);
+        if n < data.len() {
+            s.writable_pending = true;
+        }
+        s.wake(had, ctx.now);
+        self.note_usage();
+        Ok(n)
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
+        let s = self
+            .senders
+            .get_mut(&flow)
+            .ok_or(AppError::UnknownFlow(flow))?;
+        if s.buf.finished() {
+            return Err(AppError::FlowFinished(flow));
+        }
+        let had = s.has_packet();
+        s.buf.finish();
+        s.wake(had, ctx.now);
+        Ok(())
+    }
+
+    fn abort(&mut self, _ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
+        self.senders
+            .remove(&flow)
+            .ok_or(AppError::UnknownFlow(flow))?;
+        self.events.push_back(Event::SendFailed {
+            flow,
+            reason: FailReason::Aborted,
+        });
+        self.note_usage();
+        Ok(())
+    }
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, rx: Received<'_>) -> Result<(), hop_wire::Error> {
+        let msg = wire::parse(rx.body)?;
+        if rx.overheard {
+            return Ok(());
+        }
+        *self
+            .stats
+            .received_by_type
+            .entry(msg.type_name())
+            .or_insert(0) += 1;
+        match msg {
+            Message::Data(d) => self.on_data(ctx, &rx, d),
+            Message::Feedback(f) => self.on_feedback(ctx, f),
+        }
+        self.note_usage();
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let cfg = self.cfg.clone();
+        let mut failed = Vec::new();
+        let mut restarts = 0u64;
+        let mut missed_total = 0u64;
+        for (&k, s) in self.senders.iter_mut() {
+            if now >= s.last_feedback + cfg.give_up {
+                let reason = if ctx.routing.next_hop(s.dst).is_none() {
+                    FailReason::NoRoute
+                } else {
+                    FailReason::Timeout
+                };
+                failed.push((k, reason));
+                continue;
+            }
+            match s.phase {
+                Phase::QuickStart {
+                    sent: Some(t),
+                    due: false,
+                } if now >= t + cfg.feedback_interval() => {
+                    s.phase = Phase::QuickStart {
+                        sent: Some(t),
+                        due: true,
+                    };
+                }
+                Phase::Running => {
+                    if s.next_send <= now {
+                        s.pace_ready = true;
+                    }
+                    while now >= s.feedback_deadline {
+                        s.missed += 1;
+                        missed_total += 1;
+                        s.feedback_deadline += cfg.feedback_interval();
+                    }
+                    if s.missed >= cfg.missed_feedback_restart {
+                        // §II-C: three missed feedbacks restart quick-start.
+                        s.missed = 0;
+                        s.phase = Phase::QuickStart {
+                            sent: None,
+                            due: true,
+                        };
+                        restarts += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (k, reason) in failed {
+            self.senders.remove(&k);
+            self.events.push_back(Event::SendFailed { flow: k, reason });
+        }
+        let keys: Vec<FlowKey> = self.receivers.keys().copied().collect();
+        for k in keys {
+            let Some(r) = self.receivers.get(&k) else {
+                continue;
+            };
+            if now >= r.last_data + cfg.give_up {
+                self.receivers.remove(&k);
+                self.bump("receivers_expired", 1);
+            } else if now >= r.epoch_at {
+                self.emit_feedback(ctx, k, 0);
+            }
+        }
+        self.bump("quick_start_restarts", restarts);
+        self.bump("feedback_missed", missed_total);
+        self.note_usage();
+    }
+
+    fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        if let Some(o) = self.control.pop_front() {
+            return Some(o);
+        }
+        let now = ctx.now;
+        let queued = self.out.front().map(|q| q.ready_at);
+        let local = self.due_sender(ctx);
+        let use_local = match (queued, local) {
+            (None, None) => return None,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some(q), Some((l, ..))) => l < q,
+        };
+        let out = if use_local {
+            let (ready, key, nh) = local?;
+            self.sender_packet(now, key, ready, nh)
+        } else {
+            let mut q = self.out.pop_front()?;
+            self.stamp(now, &mut q.body, q.ready_at);
+            *self.stats.sent_by_type.entry("forwarded").or_insert(0) += 1;
+            Some(Outgoing {
+                next_hop: q.next_hop,
+                class: Class::Data,
+                body: q.body,
+            })
+        };
+        self.note_usage();
+        out
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |y: Instant| y.min(x)));
+        for s in self.senders.values() {
+            at(s.last_feedback + self.cfg.give_up);
+            match s.phase {
+                Phase::QuickStart {
+                    sent: Some(sent),
+                    due: false,
+                } => at(sent + self.cfg.feedback_interval()),
+                Phase::Running => {
+                    at(s.feedback_deadline);
+                    if s.has_packet() && !s.pace_ready {
+                        at(s.next_send);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for r in self.receivers.values() {
+            at(r.epoch_at);
+            at(r.last_data + self.cfg.give_up);
+        }
+        t
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn stats(&self) -> TransportStats {
+        let mut s = self.stats.clone();
+        s.extra.insert(
+            "quick_starts",
+            self.senders.values().map(|s| s.quick_starts).sum(),
+        );
+        s
+    }
+}

@@ -1,0 +1,135 @@
+//! ATP (default, aggressive, adaptive) end to end over the test network: loss, multi-hop,
+//! several flows at a bottleneck, pacing and state reclamation.
+
+#[path = "hxh_harness/mod.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use harness::{assert_all_delivered, jain, pattern, secs, Net};
+use hop_proto::atp::{AtpConfig, AtpTransport, AtpVariant};
+use hop_proto::{NodeId, Transport, TransportId};
+
+const VARIANTS: [AtpVariant; 3] = [
+    AtpVariant::Default,
+    AtpVariant::Aggressive,
+    AtpVariant::Adaptive,
+];
+
+fn maker(v: AtpVariant) -> impl Fn() -> Box<dyn Transport> {
+    move || Box::new(AtpTransport::new(AtpConfig::for_variant(v))) as Box<dyn Transport>
+}
+
+fn run_to_completion(net: &mut Net, limit: f64) {
+    net.run_until(secs(limit), |n| n.all_done());
+    assert!(net.all_done(), "not finished by {limit} s at {:?}", net.now);
+    // Receivers drop state on completion, senders on SendComplete, relays hold none.
+    assert_eq!(net.flows_with_state(), 0, "flow state left behind");
+    let _ = Duration::ZERO;
+}
+
+#[test]
+fn single_hop_with_loss_all_variants() {
+    for v in VARIANTS {
+        let make = maker(v);
+        let mut net = Net::chain(11, 2, TransportId::Atp, &make);
+        net.default_link.loss = 0.1;
+        net.start_flow(secs(0.0), 0, 1, pattern(200_000, 1));
+        run_to_completion(&mut net, 120.0);
+        assert_all_delivered(&net);
+        assert!(net.lost > 0);
+        let s = net.nodes[&0].stats().transports[0].1.clone();
+        assert!(
+            s.data_retransmissions > 0,
+            "{v:?}: losses but no retransmission"
+        );
+    }
+}
+
+#[test]
+fn multi_hop_chain_all_variants() {
+    for v in VARIANTS {
+        let make = maker(v);
+        let mut net = Net::chain(12, 5, TransportId::Atp, &make);
+        net.shared_medium = true;
+        net.default_link.loss = 0.03;
+        net.start_flow(secs(0.0), 0, 4, pattern(300_000, 2));
+        run_to_completion(&mut net, 200.0);
+        assert_all_delivered(&net);
+        let hops = net.nodes[&4].stats().transports[0].1.clone();
+        assert!(hops.received_by_type.get("data").copied().unwrap_or(0) > 0);
+        let (t, _) = net.flows.values().next().unwrap().flow_finished.unwrap();
+        eprintln!(
+            "atp {v:?} 4-hop shared medium 300 kB in {:.2} s",
+            t.as_secs_f64()
+        );
+    }
+}
+
+#[test]
+fn bottleneck_with_several_flows() {
+    for v in VARIANTS {
+        let make = maker(v);
+        // Three sources 10, 11, 12 -> 1 -> 2 -> 3 -> receivers 20, 21, 22.
+        let srcs: Vec<NodeId> = vec![10, 11, 12];
+        let dsts: Vec<NodeId> = vec![20, 21, 22];
+        let mut routes: Vec<(NodeId, Vec<(NodeId, NodeId)>)> = Vec::new();
+        for i in 0..3 {
+            routes.push((srcs[i], vec![(dsts[i], 1)]));
+            routes.push((dsts[i], vec![(srcs[i], 3)]));
+        }
+        for x in 1..=3u32 {
+            let mut t = Vec::new();
+            for i in 0..3 {
+                t.push((srcs[i], if x == 1 { srcs[i] } else { x - 1 }));
+                t.push((dsts[i], if x == 3 { dsts[i] } else { x + 1 }));
+            }
+            routes.push((x, t));
+        }
+        let mut net = Net::new(13, TransportId::Atp, &make, &routes);
+        for i in 0..3 {
+            net.start_flow(secs(0.0), srcs[i], dsts[i], pattern(2_000_000, i as u8));
+        }
+        net.run_until(secs(8.0), |_| false);
+        let keys: Vec<_> = net.flows.keys().copied().collect();
+        let tput: Vec<f64> = keys
+            .iter()
+            .map(|&k| net.delivered_between(k, secs(3.0), secs(8.0)) as f64 * 8.0 / 5.0 / 1e6)
+            .collect();
+        eprintln!(
+            "atp {v:?} 3 flows at one bottleneck Mbit/s {tput:?} total {:.2} jain {:.3}",
+            tput.iter().sum::<f64>(),
+            jain(&tput)
+        );
+        assert!(
+            tput.iter().all(|&t| t > 0.0),
+            "{v:?}: a flow starved {tput:?}"
+        );
+        run_to_completion(&mut net, 300.0);
+        assert_all_delivered(&net);
+    }
+}
+
+#[test]
+fn empty_and_tiny_flows() {
+    let make = maker(AtpVariant::Adaptive);
+    let mut net = Net::chain(14, 3, TransportId::Atp, &make);
+    net.start_flow(secs(0.0), 0, 2, pattern(0, 0));
+    net.start_flow(secs(0.0), 0, 2, pattern(1, 0));
+    net.start_flow(secs(0.0), 2, 0, pattern(1001, 9));
+    run_to_completion(&mut net, 20.0);
+    assert_all_delivered(&net);
+}
+
+#[test]
+fn same_seed_same_run() {
+    let run = || {
+        let make = maker(AtpVariant::Adaptive);
+        let mut net = Net::chain(15, 4, TransportId::Atp, &make);
+        net.default_link.loss = 0.05;
+        net.start_flow(secs(0.0), 0, 3, pattern(50_000, 1));
+        net.run_until(secs(60.0), |n| n.all_done());
+        (net.now, net.sent_by_class.clone())
+    };
+    assert_eq!(run(), run());
+}
