@@ -1144,3 +1144,258 @@ impl Transport for HxhTransport {
         self.stats.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StaticRoutes;
+    use rand::rngs::SmallRng;
+    use rand::SeedableRng;
+
+    const F: FlowKey = FlowKey { src: 1, id: 7 };
+
+    struct Env {
+        routes: StaticRoutes,
+        rng: SmallRng,
+    }
+
+    impl Env {
+        fn new(local_routes: &[(NodeId, NodeId)]) -> Self {
+            Env {
+                routes: local_routes.iter().copied().collect(),
+                rng: SmallRng::seed_from_u64(1),
+            }
+        }
+        fn ctx(&mut self, now: Instant, local: NodeId) -> Ctx<'_> {
+            Ctx {
+                now,
+                local,
+                routing: &self.routes,
+                rng: &mut self.rng,
+            }
+        }
+    }
+
+    fn ms(v: u64) -> Instant {
+        Instant::from_nanos(v * 1_000_000)
+    }
+
+    fn data(seq: u32, flags: u8) -> Vec<u8> {
+        Message::Data(wire::Data {
+            flags,
+            credits: 4,
+            src: F.src,
+            id: F.id,
+            dst: 9,
+            seq,
+            rev_ack: 0,
+            payload: b"payload",
+        })
+        .to_vec()
+    }
+
+    fn rx(from: NodeId, to: NodeId, body: &[u8]) -> Received<'_> {
+        Received {
+            link_src: from,
+            link_dst: to,
+            overheard: false,
+            body,
+        }
+    }
+
+    fn drain(t: &mut HxhTransport, env: &mut Env, now: Instant, local: NodeId) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        while let Some(o) = t.poll_transmit(&mut env.ctx(now, local)) {
+            out.push(o);
+        }
+        out
+    }
+
+    fn hop_acks(out: &[Outgoing]) -> Vec<wire::HopAck> {
+        out.iter()
+            .filter_map(|o| match wire::parse(&o.body) {
+                Ok(Message::HopAck(a)) => Some(a),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn relay_advertises_free_buffer_and_refuses_beyond_reserve() {
+        // Node 5 relays flow F toward 9 via 6; its next hop (6) never answers.
+        let cfg = HxhConfig::default();
+        let mut t = HxhTransport::new(cfg.clone());
+        let mut env = Env::new(&[(9, 6), (1, 4)]);
+        let mut acks = Vec::new();
+        for seq in 0..8u32 {
+            let b = data(seq, 0);
+            t.handle(&mut env.ctx(ms(0), 5), rx(4, 5, &b)).unwrap();
+            let out: Vec<Outgoing> = t.control.drain(..).collect();
+            acks.extend(hop_acks(&out));
+        }
+        let credits: Vec<u16> = acks.iter().map(|a| a.credits).collect();
+        // Advertised = 4 - held, under-reporting the 2 reserve packets (§3.2).
+        assert_eq!(credits, vec![3, 2, 1, 0, 0, 0, 0, 0]);
+        let refused: Vec<bool> = acks
+            .iter()
+            .map(|a| a.flags & wire::HOPACK_REFUSED != 0)
+            .collect();
+        let cap = usize::from(cfg.buffer_packets + cfg.reserve_packets);
+        assert!(refused[..cap].iter().all(|r| !r));
+        assert!(refused[cap..].iter().all(|r| *r));
+        // Duplicates are acknowledged, not queued twice.
+        let b = data(0, 0);
+        t.handle(&mut env.ctx(ms(1), 5), rx(4, 5, &b)).unwrap();
+        let a = hop_acks(&t.control.drain(..).collect::<Vec<_>>());
+        assert_eq!(a[0].flags & wire::HOPACK_REFUSED, 0);
+        assert_eq!(t.flows[&F].fwd.held(), cap);
+    }
+
+    #[test]
+    fn credits_gate_sending_and_a_stalled_flow_is_probed() {
+        // Source node 1 sends to 9 via 2.
+        let mut t = HxhTransport::new(HxhConfig::default());
+        let mut env = Env::new(&[(9, 2)]);
+        t.open(&mut env.ctx(ms(0), 1), F, 9).unwrap();
+        t.send(&mut env.ctx(ms(0), 1), F, Bytes::from(vec![7u8; 20_000]))
+            .unwrap();
+        let first = drain(&mut t, &mut env, ms(0), 1);
+        // Four default credits: four packets, then nothing until feedback.
+        assert_eq!(first.len(), 4);
+        assert!(first
+            .iter()
+            .all(|o| o.class == Class::Data && o.next_hop == 2));
+        // The next hop acknowledges all four but has no room left (credits 0).
+        for seq in 0..4 {
+            let a = Message::HopAck(wire::HopAck {
+                flags: 0,
+                credits: 0,
+                src: F.src,
+                id: F.id,
+                seq,
+                rev_ack: 0,
+            })
+            .to_vec();
+            t.handle(&mut env.ctx(ms(10), 1), rx(2, 1, &a)).unwrap();
+        }
+        assert!(drain(&mut t, &mut env, ms(10), 1).is_empty());
+        // Stall probe at 5 x EWMA of the per-hop delay after the last feedback (§3.2).
+        let ewma = t.flows[&F].fwd.hop_delay;
+        let due = t.poll_timeout().unwrap();
+        let expect = ms(10) + Duration::from_secs_f64(5.0 * ewma);
+        assert_eq!(due, expect);
+        t.handle_timeout(&mut env.ctx(due, 1));
+        let probe = drain(&mut t, &mut env, due, 1);
+        assert_eq!(probe.len(), 1, "exactly one probe packet");
+        assert!(drain(&mut t, &mut env, due, 1).is_empty());
+        // A credit update reopens the flow.
+        let c = Message::Credit(wire::Credit {
+            flags: 0,
+            credits: 4,
+            src: F.src,
+            id: F.id,
+            rev_ack: 2,
+        })
+        .to_vec();
+        t.handle(&mut env.ctx(due, 1), rx(2, 1, &c)).unwrap();
+        // 4 credits minus the probe still in flight.
+        assert_eq!(drain(&mut t, &mut env, due, 1).len(), 3);
+        assert_eq!(t.flows[&F].rev_ack, 2);
+    }
+
+    #[test]
+    fn last_hop_sets_sync_bit_after_a_gap_and_resyncs() {
+        // Node 5 is the last hop of F (next hop = destination 9).
+        let mut t = HxhTransport::new(HxhConfig::default());
+        let mut env = Env::new(&[(9, 9), (1, 4)]);
+        for seq in [0u32, 2, 3] {
+            let b = data(seq, 0);
+            t.handle(&mut env.ctx(ms(0), 5), rx(4, 5, &b)).unwrap();
+        }
+        t.control.clear();
+        let sent = drain(&mut t, &mut env, ms(0), 5);
+        assert_eq!(sent.len(), 3);
+        let ack = |seq: u32, flags: u8, rev: u32| {
+            Message::HopAck(wire::HopAck {
+                flags,
+                credits: 4,
+                src: F.src,
+                id: F.id,
+                seq,
+                rev_ack: rev,
+            })
+            .to_vec()
+        };
+        t.handle(&mut env.ctx(ms(1), 5), rx(9, 5, &ack(0, 0, 0)))
+            .unwrap();
+        assert_eq!(t.flows[&F].rev_ack, 1);
+        // Packet 2 reached the destination while 1 is neither acknowledged nor held: a gap.
+        t.handle(&mut env.ctx(ms(1), 5), rx(9, 5, &ack(2, 0, 0)))
+            .unwrap();
+        assert!(!t.flows[&F].fwd.in_sync);
+        assert_eq!(t.flows[&F].rev_ack, 1, "no update across the gap");
+        // Packet 3 was acknowledged too, but the last hop does not advance while out of sync.
+        t.handle(&mut env.ctx(ms(1), 5), rx(9, 5, &ack(3, 0, 0)))
+            .unwrap();
+        assert_eq!(t.flows[&F].rev_ack, 1);
+        // Packet 1 finally arrives from upstream and leaves with the sync bit.
+        let b = data(1, wire::DATA_RETX);
+        t.handle(&mut env.ctx(ms(2), 5), rx(4, 5, &b)).unwrap();
+        t.control.clear();
+        let out = drain(&mut t, &mut env, ms(2), 5);
+        let Ok(Message::Data(d)) = wire::parse(&out[0].body) else {
+            panic!("expected data");
+        };
+        assert_eq!(d.seq, 1);
+        assert_ne!(d.flags & wire::DATA_SYNC, 0);
+        // The destination answers with its cumulative ACK: back in sync.
+        t.handle(
+            &mut env.ctx(ms(3), 5),
+            rx(9, 5, &ack(1, wire::HOPACK_SYNC_REPLY, 4)),
+        )
+        .unwrap();
+        assert!(t.flows[&F].fwd.in_sync);
+        assert_eq!(t.flows[&F].rev_ack, 4);
+        assert_eq!(t.stats().extra.get("sync_replies"), Some(&1));
+    }
+
+    #[test]
+    fn destination_nacks_gaps_and_answers_ack_requests() {
+        let mut t = HxhTransport::new(HxhConfig::default());
+        let mut env = Env::new(&[(1, 5)]);
+        let b = data(0, 0);
+        t.handle(&mut env.ctx(ms(0), 9), rx(5, 9, &b)).unwrap();
+        let b = data(3, wire::DATA_ACK_REQ);
+        t.handle(&mut env.ctx(ms(1), 9), rx(5, 9, &b)).unwrap();
+        let msgs: Vec<Message<'_>> = t
+            .control
+            .iter()
+            .map(|o| wire::parse(&o.body).unwrap())
+            .collect();
+        assert!(msgs.iter().any(|m| matches!(m,
+            Message::Nack(n) if n.ranges == vec![(1, 3)] && n.cum == 1)));
+        assert!(msgs
+            .iter()
+            .any(|m| matches!(m, Message::Ack(a) if a.cum == 1)));
+        assert_eq!(t.poll_event(), Some(Event::FlowOpened { flow: F }));
+        // The NACK timer resends while the gap stays open.
+        t.control.clear();
+        let due = t.poll_timeout().unwrap();
+        assert_eq!(due, ms(1) + HxhConfig::default().nack_timeout);
+        t.handle_timeout(&mut env.ctx(due, 9));
+        assert!(t
+            .control
+            .iter()
+            .any(|o| matches!(wire::parse(&o.body), Ok(Message::Nack(_)))));
+    }
+
+    #[test]
+    fn malformed_input_is_an_error_not_a_panic() {
+        let mut t = HxhTransport::new(HxhConfig::default());
+        let mut env = Env::new(&[]);
+        assert!(t
+            .handle(&mut env.ctx(ms(0), 1), rx(2, 1, &[1, 0, 0]))
+            .is_err());
+        assert!(t.handle(&mut env.ctx(ms(0), 1), rx(2, 1, &[])).is_err());
+    }
+}
