@@ -1,1 +1,371 @@
+use std::sync::{Arc, Mutex};
 
+use proptest::prelude::*;
+use rand::SeedableRng;
+
+use super::*;
+use crate::StaticRoutes;
+
+/// Drives one transport directly, as node `local` with the given routes.
+struct Harness {
+    t: HopTransport,
+    local: NodeId,
+    routes: StaticRoutes,
+    rng: rand::rngs::SmallRng,
+    now: Instant,
+}
+
+impl Harness {
+    fn new(local: NodeId, routes: &[(NodeId, NodeId)], t: HopTransport) -> Self {
+        Harness {
+            t,
+            local,
+            routes: routes.iter().copied().collect(),
+            rng: rand::rngs::SmallRng::seed_from_u64(7),
+            now: Instant::ZERO,
+        }
+    }
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut HopTransport, &mut Ctx<'_>) -> R) -> R {
+        let mut ctx = Ctx {
+            now: self.now,
+            local: self.local,
+            routing: &self.routes,
+            rng: &mut self.rng,
+        };
+        f(&mut self.t, &mut ctx)
+    }
+
+    fn recv(&mut self, from: NodeId, msg: &HopMessage<'_>) {
+        let mut body = Vec::new();
+        msg.emit(&mut body).unwrap();
+        let local = self.local;
+        self.with(|t, ctx| {
+            t.handle(
+                ctx,
+                Received {
+                    link_src: from,
+                    link_dst: local,
+                    overheard: false,
+                    body: &body,
+                },
+            )
+        })
+        .unwrap();
+    }
+
+    fn drain(&mut self) -> Vec<Outgoing> {
+        let mut v = Vec::new();
+        while let Some(o) = self.with(|t, ctx| t.poll_transmit(ctx)) {
+            v.push(o);
+        }
+        v
+    }
+}
+
+const FLOW: FlowKey = FlowKey { src: 1, id: 9 };
+
+fn hdr(block: u32, flags: u8) -> HopHeader {
+    HopHeader {
+        flags,
+        ttl: 0,
+        src: FLOW.src,
+        flow_id: FLOW.id,
+        dst: 3,
+        block_num: block,
+    }
+}
+
+fn small_cfg() -> HopConfig {
+    HopConfig {
+        packet_payload_bytes: 100,
+        micro_block_threshold: 0,
+        back_quiet: Duration::ZERO,
+        ..HopConfig::default()
+    }
+}
+
+/// Deliver a whole 250-byte block (3 packets of 100) to a relay, as node 1 would.
+fn feed_block(h: &mut Harness, block: u32, data: &[u8]) {
+    let geom = BlockGeom {
+        block_len: data.len() as u32,
+        packet_size: 100,
+    };
+    h.recv(
+        1,
+        &HopMessage {
+            header: hdr(block, 0),
+            body: HopBody::Bsyn {
+                offset: 0,
+                geom,
+                packet_num: 0,
+                payload: &[],
+            },
+        },
+    );
+    for p in 0..geom.packets() {
+        let r = geom.packet_range(p).unwrap();
+        h.recv(
+            1,
+            &HopMessage {
+                header: hdr(block, 0),
+                body: HopBody::Data {
+                    offset: 0,
+                    geom,
+                    packet_num: p as u16,
+                    payload: &data[r],
+                },
+            },
+        );
+    }
+}
+
+fn backs_to(out: &[Outgoing], to: NodeId) -> Vec<(u8, u16)> {
+    out.iter()
+        .filter(|o| o.next_hop == to)
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+            HopMessage {
+                header,
+                body: HopBody::Back { packets, .. },
+            } => Some((header.flags, packets)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Log {
+    persisted: Vec<(FlowKey, u32, usize)>,
+    released: Vec<(FlowKey, u32)>,
+    full: bool,
+}
+
+struct Recording(Arc<Mutex<Log>>);
+
+impl CustodyStore for Recording {
+    fn persist(&mut self, b: &StoredBlock) -> Result<(), StoreFull> {
+        let mut l = self.0.lock().unwrap();
+        if l.full {
+            return Err(StoreFull);
+        }
+        l.persisted.push((b.flow, b.block_num, b.data.len()));
+        Ok(())
+    }
+    fn release(&mut self, flow: FlowKey, block_num: u32) {
+        self.0.lock().unwrap().released.push((flow, block_num));
+    }
+}
+
+#[test]
+fn defaults_are_the_papers() {
+    let c = HopConfig::default();
+    assert_eq!(c.max_block_bytes, 1 << 20);
+    assert_eq!(c.micro_block_threshold, 16 * 1024);
+    assert_eq!(c.backpressure_limit, 1);
+    assert_eq!(c.vtx_initial_timeout, Duration::from_secs(60));
+    assert_eq!(c.vtx_ttl, 50);
+    assert!(c.backpressure && c.ack_withholding && c.pipelining);
+    // A full data datagram with envelope, crc and auth trailer fits a 1472-byte UDP payload.
+    let worst = hop_wire::envelope::HEADER_LEN
+        + hop_wire::hop::HEADER_LEN
+        + hop_wire::hop::BSYN_FIXED_LEN.max(hop_wire::hop::DATA_FIXED_LEN)
+        + c.packet_payload_bytes
+        + hop_wire::envelope::CRC_LEN
+        + 24;
+    assert!(worst <= 1472, "{worst}");
+    assert_eq!(c.txop_packets(), 6);
+}
+
+#[test]
+fn custody_is_persisted_before_the_completing_back_and_released_downstream() {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    let data: Vec<u8> = (0..250).map(|i| i as u8).collect();
+    feed_block(&mut h, 0, &data);
+    let out = h.drain();
+    let backs = backs_to(&out, 1);
+    assert_eq!(backs.last().unwrap().0 & FLAG_COMPLETE, FLAG_COMPLETE);
+    assert_eq!(log.lock().unwrap().persisted, vec![(FLOW, 0, 250)]);
+    assert!(log.lock().unwrap().released.is_empty());
+    // The relay forwards: a BSYN to node 3.
+    assert!(out
+        .iter()
+        .any(|o| o.next_hop == 3 && o.class == Class::Control));
+    // Node 3 reports the whole block: custody is released.
+    h.recv(
+        3,
+        &HopMessage {
+            header: hdr(0, FLAG_COMPLETE),
+            body: HopBody::Back {
+                block_len: 250,
+                packets: 3,
+                bitmap: &[0x07],
+            },
+        },
+    );
+    assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+}
+
+#[test]
+fn full_custody_store_withholds_the_back() {
+    let log = Arc::new(Mutex::new(Log {
+        full: true,
+        ..Log::default()
+    }));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    let data = [5u8; 250];
+    feed_block(&mut h, 0, &data);
+    let out = h.drain();
+    assert!(backs_to(&out, 1)
+        .iter()
+        .all(|(f, _)| f & FLAG_COMPLETE == 0));
+    assert_eq!(h.t.stats().extra["custody_store_full"], 1);
+    // Room again: the upstream's next BSYN gets the completing BACK.
+    log.lock().unwrap().full = false;
+    h.recv(
+        1,
+        &HopMessage {
+            header: hdr(0, 0),
+            body: HopBody::Bsyn {
+                offset: 0,
+                geom: BlockGeom {
+                    block_len: 250,
+                    packet_size: 100,
+                },
+                packet_num: 0,
+                payload: &[],
+            },
+        },
+    );
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 3)]);
+    assert_eq!(log.lock().unwrap().persisted.len(), 1);
+}
+
+#[test]
+fn restored_blocks_are_forwarded() {
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+    h.t.restore(
+        Instant::ZERO,
+        2,
+        vec![StoredBlock {
+            flow: FLOW,
+            dst: 3,
+            block_num: 4,
+            offset: 1000,
+            fin: true,
+            data: Bytes::from(vec![1u8; 250]),
+        }],
+    );
+    assert_eq!(h.t.stats().cache_bytes, 250);
+    // The next timer pumps the flow: a BSYN for block 4 goes to node 3.
+    h.now = h.t.poll_timeout().unwrap();
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    let out = h.drain();
+    let bsyn = out
+        .iter()
+        .find_map(|o| match HopMessage::parse(&o.body).ok()? {
+            m @ HopMessage {
+                body: HopBody::Bsyn { .. },
+                ..
+            } => Some((o.next_hop, m.header)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(bsyn.0, 3);
+    assert_eq!(bsyn.1.block_num, 4);
+    assert_eq!(bsyn.1.flags & FLAG_FIN, FLAG_FIN);
+}
+
+#[test]
+fn flow_limit_refuses_new_flows() {
+    let cfg = HopConfig {
+        max_flows: 2,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    for id in 0..3u32 {
+        let msg = HopMessage {
+            header: HopHeader {
+                flow_id: id,
+                ..hdr(0, 0)
+            },
+            body: HopBody::Bsyn {
+                offset: 0,
+                geom: BlockGeom {
+                    block_len: 250,
+                    packet_size: 100,
+                },
+                packet_num: 0,
+                payload: &[],
+            },
+        };
+        h.recv(1, &msg);
+    }
+    assert_eq!(h.t.stats().flows, 2);
+    assert_eq!(h.t.stats().extra["flows_refused"], 1);
+    let r = h.with(|t, ctx| t.open(ctx, FlowKey { src: 2, id: 1 }, 9));
+    assert_eq!(r, Err(AppError::TooManyFlows(2)));
+}
+
+#[test]
+fn cache_is_bounded_and_never_drops_custody() {
+    let cfg = HopConfig {
+        cache_limit_bytes: 600,
+        backpressure_limit: 10,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    // Three 250-byte blocks: the third does not fit beside two blocks in custody.
+    for b in 0..3 {
+        feed_block(&mut h, b, &[b as u8; 250]);
+    }
+    let out = h.drain();
+    let complete = backs_to(&out, 1)
+        .iter()
+        .filter(|(f, _)| f & FLAG_COMPLETE != 0)
+        .count();
+    assert_eq!(complete, 2);
+    assert!(h.t.stats().cache_bytes <= 600);
+    assert!(h.t.stats().extra["backpressure_withheld"] >= 1);
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..200), overheard: bool) {
+        let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+        let _ = h.with(|t, ctx| t.handle(ctx, Received { link_src: 1, link_dst: 2, overheard, body: &body }));
+        h.drain();
+    }
+
+    #[test]
+    fn valid_but_arbitrary_messages_never_panic(
+        kind in 0u8..5, flags in 0u8..0x40, ttl: u8, block in 0u32..4, len in 0u32..400,
+        pn in 0u16..5, src in 1u32..4, dst in 1u32..4, cum in 0u32..5,
+    ) {
+        let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+        let geom = BlockGeom { block_len: len, packet_size: 100 };
+        let payload = geom.packet_range(u32::from(pn)).map(|r| vec![0u8; r.len()]);
+        let header = HopHeader { flags, ttl, src, flow_id: 1, dst, block_num: block };
+        let body = match (kind, &payload) {
+            (0, Some(p)) => HopBody::Data { offset: 0, geom, packet_num: pn, payload: p },
+            (1, Some(p)) if flags & FLAG_MICRO != 0 => HopBody::Bsyn { offset: 0, geom, packet_num: pn, payload: p },
+            (1, _) => HopBody::Bsyn { offset: 0, geom, packet_num: 0, payload: &[] },
+            (2, _) => HopBody::Back { block_len: len, packets: 3, bitmap: &[0x05] },
+            (3, _) => HopBody::E2eBack { cum_blocks: cum },
+            _ => HopBody::Fin { total_bytes: 7 },
+        };
+        let msg = HopMessage { header: HopHeader { flags: if matches!(body, HopBody::Bsyn { .. }) && flags & FLAG_MICRO != 0 && payload.is_none() { flags & !FLAG_MICRO } else { flags }, ..header }, body };
+        let mut bytes = Vec::new();
+        if msg.emit(&mut bytes).is_ok() && HopMessage::parse(&bytes).is_ok() {
+            for step in 0..3 {
+                let _ = h.with(|t, ctx| t.handle(ctx, Received { link_src: 1 + step % 2 * 2, link_dst: 2, overheard: false, body: &bytes }));
+                h.now += Duration::from_millis(300);
+                h.with(|t, ctx| t.handle_timeout(ctx));
+                h.drain();
+            }
+        }
+    }
+}
