@@ -6,7 +6,7 @@
 //! ```text
 //! offset size field
 //!  0      1   msg_type   1 DATA, 2 BSYN, 3 BACK, 4 E2E_BACK, 5 FIN
-//!  1      1   flags      VTX 0x01, FIN 0x02, MICRO 0x04, ABORT 0x08, COMPLETE 0x10
+//!  1      1   flags      VTX 0x01, FIN 0x02, MICRO 0x04, ABORT 0x08, COMPLETE 0x10, ASK 0x20
 //!  2      1   ttl        hops a virtual retransmission may still travel (0 otherwise)
 //!  3      1   reserved   must be 0
 //!  4      4   src        end-to-end source node id (owner of the flow id)
@@ -22,7 +22,7 @@ use crate::{Error, NodeId};
 /// Length of the common header.
 pub const HEADER_LEN: usize = 20;
 /// Bytes after the common header of a DATA message, before its payload.
-pub const DATA_FIXED_LEN: usize = 10;
+pub const DATA_FIXED_LEN: usize = 18;
 /// Bytes after the common header of a BSYN message, before its payload.
 pub const BSYN_FIXED_LEN: usize = 20;
 /// Bytes after the common header of a BACK message, before its bitmap.
@@ -41,7 +41,9 @@ pub const FLAG_MICRO: u8 = 0x04;
 pub const FLAG_ABORT: u8 = 0x08;
 /// Flag: the BACK reports the whole block received.
 pub const FLAG_COMPLETE: u8 = 0x10;
-const KNOWN_FLAGS: u8 = FLAG_VTX | FLAG_FIN | FLAG_MICRO | FLAG_ABORT | FLAG_COMPLETE;
+/// Flag: the sender of this micro-block BSYN asks for a BACK (set on the last BSYN of a round).
+pub const FLAG_ASK: u8 = 0x20;
+const KNOWN_FLAGS: u8 = FLAG_VTX | FLAG_FIN | FLAG_MICRO | FLAG_ABORT | FLAG_COMPLETE | FLAG_ASK;
 
 /// The `msg_type` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,6 +134,8 @@ impl BlockGeom {
 pub enum HopBody<'a> {
     /// One packet of a block (Class::Data).
     Data {
+        /// Byte offset of the block in the flow's stream (lets an overhearing node cache it).
+        offset: u64,
         geom: BlockGeom,
         packet_num: u16,
         payload: &'a [u8],
@@ -269,16 +273,18 @@ impl<'a> HopMessage<'a> {
         let body = match kind {
             MsgType::Data => {
                 need(DATA_FIXED_LEN)?;
+                let offset = be_u64(rest, 0);
                 let geom = BlockGeom {
-                    block_len: be_u32(rest, 0),
-                    packet_size: be_u16(rest, 4),
+                    block_len: be_u32(rest, 8),
+                    packet_size: be_u16(rest, 12),
                 };
                 geom.validate()?;
-                let packet_num = be_u16(rest, 6);
-                let len = usize::from(be_u16(rest, 8));
+                let packet_num = be_u16(rest, 14);
+                let len = usize::from(be_u16(rest, 16));
                 exact(DATA_FIXED_LEN + len)?;
                 check_payload(&geom, packet_num, len)?;
                 HopBody::Data {
+                    offset,
                     geom,
                     packet_num,
                     payload: &rest[DATA_FIXED_LEN..],
@@ -402,10 +408,12 @@ impl<'a> HopMessage<'a> {
         out.extend_from_slice(&h.block_num.to_be_bytes());
         match &self.body {
             HopBody::Data {
+                offset,
                 geom,
                 packet_num,
                 payload,
             } => {
+                out.extend_from_slice(&offset.to_be_bytes());
                 out.extend_from_slice(&geom.block_len.to_be_bytes());
                 out.extend_from_slice(&geom.packet_size.to_be_bytes());
                 out.extend_from_slice(&packet_num.to_be_bytes());
@@ -477,6 +485,7 @@ mod tests {
         round_trip(HopMessage {
             header: header(0),
             body: HopBody::Data {
+                offset: 0,
                 geom,
                 packet_num: 2,
                 payload: &payload,
@@ -486,6 +495,7 @@ mod tests {
         HopMessage {
             header: header(0),
             body: HopBody::Data {
+                offset: 0,
                 geom,
                 packet_num: 1,
                 payload: &payload,
@@ -534,6 +544,7 @@ mod tests {
 
     fn arb_geom() -> impl Strategy<Value = (BlockGeom, u16)> {
         (1u16..1500, 1u32..200_000).prop_flat_map(|(ps, len)| {
+            let len = len.min(u32::from(ps) * MAX_PACKETS_PER_BLOCK);
             let geom = BlockGeom {
                 block_len: len,
                 packet_size: ps,
@@ -545,12 +556,12 @@ mod tests {
 
     proptest! {
         #[test]
-        fn data_round_trip((geom, pn) in arb_geom(), flags in 0u8..0x20, ttl: u8, src: u32, id: u32, dst: u32, bn: u32) {
+        fn data_round_trip((geom, pn) in arb_geom(), flags in 0u8..0x40, ttl: u8, src: u32, id: u32, dst: u32, bn: u32) {
             let r = geom.packet_range(u32::from(pn)).unwrap();
             let payload: Vec<u8> = (0..r.len()).map(|i| i as u8).collect();
             round_trip(HopMessage {
                 header: HopHeader { flags, ttl, src, flow_id: id, dst, block_num: bn },
-                body: HopBody::Data { geom, packet_num: pn, payload: &payload },
+                body: HopBody::Data { offset: u64::from(bn) * 7, geom, packet_num: pn, payload: &payload },
             });
         }
 
@@ -569,7 +580,7 @@ mod tests {
         }
 
         #[test]
-        fn back_round_trip(bits in proptest::collection::vec(any::<bool>(), 0..2000), block_len: u32, flags in 0u8..0x20) {
+        fn back_round_trip(bits in proptest::collection::vec(any::<bool>(), 0..2000), block_len: u32, flags in 0u8..0x40) {
             let packets = bits.len() as u16;
             let mut bitmap = vec![0u8; bits.len().div_ceil(8)];
             for (i, b) in bits.iter().enumerate() {
@@ -582,7 +593,7 @@ mod tests {
         }
 
         #[test]
-        fn e2e_back_and_fin_round_trip(cum: u32, total: u64, flags in 0u8..0x20) {
+        fn e2e_back_and_fin_round_trip(cum: u32, total: u64, flags in 0u8..0x40) {
             round_trip(HopMessage { header: header(flags), body: HopBody::E2eBack { cum_blocks: cum } });
             round_trip(HopMessage { header: header(flags), body: HopBody::Fin { total_bytes: total } });
         }
