@@ -24,6 +24,17 @@ pub const DEFAULT_MAX_PEERS: usize = 1024;
 /// Default bound on concurrent incoming flows accepted at a destination.
 pub const DEFAULT_MAX_INCOMING_FLOWS: usize = 256;
 
+/// Which transport the daemon's flows use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// Hop: block-switched transfer (the default).
+    #[default]
+    Hop,
+    /// HxH: hop-by-hop credit-based transport, for comparison.
+    Hxh,
+}
+
 /// How data-class datagrams reach the next hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -44,6 +55,8 @@ struct RawConfig {
     interface: Option<String>,
     #[serde(default)]
     link_mode: LinkMode,
+    #[serde(default)]
+    transport: TransportKind,
     broadcast_address: Option<Spanned<String>>,
     api_socket: Option<PathBuf>,
     metrics_listen: Option<Spanned<String>>,
@@ -54,6 +67,8 @@ struct RawConfig {
     routes: Vec<RawRoute>,
     #[serde(default)]
     kernel_routes: bool,
+    #[serde(default)]
+    hosts: Vec<RawNeighbour>,
     storage: RawStorage,
     security: RawSecurity,
     #[serde(default)]
@@ -120,6 +135,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub interface: Option<String>,
     pub link_mode: LinkMode,
+    pub transport: TransportKind,
     pub broadcast_address: Option<SocketAddr>,
     pub api_socket: PathBuf,
     pub metrics_listen: Option<SocketAddr>,
@@ -127,6 +143,8 @@ pub struct Config {
     pub neighbours: Vec<Neighbour>,
     pub routes: BTreeMap<NodeId, NodeId>,
     pub kernel_routes: bool,
+    /// IP addresses of nodes that are not neighbours (for kernel routes).
+    pub hosts: Vec<(NodeId, IpAddr)>,
     pub storage_dir: PathBuf,
     pub max_memory_bytes: u64,
     pub max_disk_bytes: u64,
@@ -328,6 +346,11 @@ impl Config {
                 ));
             }
         }
+        let mut hosts = Vec::new();
+        for h in &raw.hosts {
+            let addr = parse_addr(&ctx, &h.address, "host address", Some(DEFAULT_PORT))?;
+            hosts.push((*h.id.get_ref(), addr.ip()));
+        }
         let mesh_key = match (&raw.security.mesh_key, &raw.security.mesh_key_file) {
             (Some(k), None) => parse_hex_key(k.get_ref()).ok_or_else(|| {
                 ctx.err(
@@ -385,6 +408,7 @@ impl Config {
             listen,
             interface: raw.interface,
             link_mode: raw.link_mode,
+            transport: raw.transport,
             broadcast_address,
             api_socket,
             metrics_listen,
@@ -392,6 +416,7 @@ impl Config {
             neighbours,
             routes,
             kernel_routes: raw.kernel_routes,
+            hosts,
             storage_dir,
             max_memory_bytes: raw
                 .storage

@@ -6,4 +6,11 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod daemon;
 pub mod flowfmt;
+pub mod metrics;
+pub mod netlink;
+pub mod server;
+
+pub mod custody;
+pub mod transport;

@@ -1,1 +1,421 @@
-fn main() {}
+//! hop: send and receive files through the local hopd, and show its status.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use hopd::api::{self, exit, ErrorCode, Reply, Request, API_VERSION, DATA_CHUNK};
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+
+/// Send and receive files over a Hop mesh through the local hopd.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// The daemon's API socket.
+    #[arg(long, env = "HOPD_SOCKET", default_value = "/var/lib/hopd/hopd.sock")]
+    socket: PathBuf,
+    /// Print machine-readable JSON lines instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Send files to a node; exits 0 once the destination acknowledged every byte.
+    Send {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Destination node id.
+        #[arg(long)]
+        to: u32,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Receive files into a directory (each written atomically after its integrity check).
+    Recv {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Exit after this many files (default: run until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Show flows, neighbours, storage use and counters.
+    Status,
+}
+
+struct Fail {
+    code: i32,
+    msg: String,
+}
+
+fn fail(code: i32, msg: impl Into<String>) -> Fail {
+    Fail {
+        code,
+        msg: msg.into(),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime always builds");
+    let json = args.json;
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"ok": false, "exit_code": f.code, "error": f.msg})
+                );
+            } else {
+                eprintln!("hop: {}", f.msg);
+            }
+            ExitCode::from(f.code as u8)
+        }
+    }
+}
+
+async fn connect(path: &Path) -> Result<UnixStream, Fail> {
+    UnixStream::connect(path).await.map_err(|e| {
+        fail(
+            exit::NO_DAEMON,
+            format!(
+                "cannot reach hopd at {} ({e}); is it running? start it with `hopd --config FILE` or pass --socket",
+                path.display()
+            ),
+        )
+    })
+}
+
+fn io_fail(e: std::io::Error) -> Fail {
+    fail(exit::NO_DAEMON, format!("lost the connection to hopd: {e}"))
+}
+
+fn reply_fail(code: ErrorCode, message: String) -> Fail {
+    fail(code.exit_code(), message)
+}
+
+async fn next_reply(s: &mut UnixStream) -> Result<Reply, Fail> {
+    match api::read_frame(s).await.map_err(io_fail)? {
+        Some(f) => api::parse_reply(&f)
+            .map_err(|e| fail(exit::PROTOCOL, format!("bad reply from hopd: {e}"))),
+        None => Err(fail(exit::NO_DAEMON, "hopd closed the connection")),
+    }
+}
+
+async fn run(args: Args) -> Result<(), Fail> {
+    match args.cmd {
+        Cmd::Status => {
+            let mut s = connect(&args.socket).await?;
+            api::write_json(&mut s, &Request::Status { v: API_VERSION })
+                .await
+                .map_err(io_fail)?;
+            match next_reply(&mut s).await? {
+                Reply::Status(v) => {
+                    if args.json {
+                        println!("{v}");
+                    } else {
+                        print_status(&v);
+                    }
+                    Ok(())
+                }
+                Reply::Error { code, message } => Err(reply_fail(code, message)),
+                other => Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
+            }
+        }
+        Cmd::Send { files, to, quiet } => {
+            for f in &files {
+                if !f.is_file() {
+                    return Err(fail(
+                        exit::USAGE,
+                        format!("{}: no such file (or not a regular file)", f.display()),
+                    ));
+                }
+            }
+            for f in &files {
+                send_one(&args.socket, f, to, quiet || args.json, args.json).await?;
+            }
+            Ok(())
+        }
+        Cmd::Recv { dir, count } => recv(&args.socket, &dir, count, args.json).await,
+    }
+}
+
+async fn send_one(
+    socket: &Path,
+    path: &Path,
+    to: u32,
+    quiet: bool,
+    json: bool,
+) -> Result<(), Fail> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| fail(exit::USAGE, format!("{}: {e}", path.display())))?;
+    let size = file
+        .metadata()
+        .map_err(|e| fail(exit::USAGE, format!("{}: {e}", path.display())))?
+        .len();
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| {
+            fail(
+                exit::USAGE,
+                format!("{}: not a valid file name", path.display()),
+            )
+        })?
+        .to_string();
+    let s = connect(socket).await?;
+    let (mut rd, mut wr) = s.into_split();
+    api::write_json(
+        &mut wr,
+        &Request::Send {
+            v: API_VERSION,
+            to,
+            name: name.clone(),
+            size,
+        },
+    )
+    .await
+    .map_err(io_fail)?;
+    let first = match api::read_frame(&mut rd).await.map_err(io_fail)? {
+        Some(f) => api::parse_reply(&f).map_err(|e| fail(exit::PROTOCOL, e.to_string()))?,
+        None => return Err(fail(exit::NO_DAEMON, "hopd closed the connection")),
+    };
+    let flow = match first {
+        Reply::Accepted { flow } => flow,
+        Reply::Error { code, message } => return Err(reply_fail(code, message)),
+        other => return Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
+    };
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        let b = ProgressBar::new(size);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        b.set_message(name.clone());
+        b
+    };
+    drop(file);
+    // Stream the file in data frames, then the empty end frame.
+    let path_owned = path.to_path_buf();
+    let sender = tokio::spawn(async move {
+        let mut file = tokio::fs::File::open(&path_owned).await?;
+        let mut buf = vec![0u8; DATA_CHUNK];
+        let mut left = size;
+        use tokio::io::AsyncReadExt;
+        while left > 0 {
+            let n = file
+                .read(&mut buf[..(left as usize).min(DATA_CHUNK)])
+                .await?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "file shrank while being sent",
+                ));
+            }
+            api::write_frame(&mut wr, &buf[..n]).await?;
+            left -= n as u64;
+        }
+        api::write_frame(&mut wr, &[]).await?;
+        wr.flush().await?;
+        // Keep the write half open until the daemon answers.
+        Ok::<_, std::io::Error>(wr)
+    });
+    let result = loop {
+        let frame = match api::read_frame(&mut rd).await {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                break Err(fail(
+                    exit::NO_DAEMON,
+                    "hopd closed the connection before the transfer completed",
+                ))
+            }
+            Err(e) => break Err(io_fail(e)),
+        };
+        match api::parse_reply(&frame) {
+            Ok(Reply::Progress { bytes }) => bar.set_position(bytes.min(size)),
+            Ok(Reply::Complete { bytes, .. }) => {
+                bar.finish();
+                break Ok(bytes);
+            }
+            Ok(Reply::Error { code, message }) => break Err(reply_fail(code, message)),
+            Ok(other) => break Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
+            Err(e) => break Err(fail(exit::PROTOCOL, format!("bad reply from hopd: {e}"))),
+        }
+    };
+    sender.abort();
+    bar.finish_and_clear();
+    let bytes = result?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"ok": true, "file": path.display().to_string(), "to": to, "flow": flow, "bytes": bytes})
+        );
+    } else if !quiet {
+        println!(
+            "{}: {bytes} bytes delivered to node {to} (flow {flow})",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+async fn recv(socket: &Path, dir: &Path, count: Option<u64>, json: bool) -> Result<(), Fail> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| fail(exit::USAGE, format!("cannot create {}: {e}", dir.display())))?;
+    let mut s = connect(socket).await?;
+    api::write_json(&mut s, &Request::Recv { v: API_VERSION })
+        .await
+        .map_err(io_fail)?;
+    let mut got = 0u64;
+    while count.map_or(true, |c| got < c) {
+        let (flow, from, name, size, blake3) = match next_reply(&mut s).await? {
+            Reply::File {
+                flow,
+                from,
+                name,
+                size,
+                blake3,
+            } => (flow, from, name, size, blake3),
+            Reply::Error { code, message } => return Err(reply_fail(code, message)),
+            other => return Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
+        };
+        let name = hopd::flowfmt::sanitize_name(&name)
+            .ok_or_else(|| fail(exit::PROTOCOL, format!("bad file name from hopd: {name}")))?;
+        let tmp = dir.join(format!(".{name}.{flow}.part"));
+        let mut out = std::fs::File::create(&tmp).map_err(|e| {
+            fail(
+                exit::NO_SPACE,
+                format!("cannot write {}: {e}", tmp.display()),
+            )
+        })?;
+        let mut hasher = blake3::Hasher::new();
+        let mut n = 0u64;
+        loop {
+            let Some(frame) = api::read_frame(&mut s).await.map_err(io_fail)? else {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(fail(exit::NO_DAEMON, "hopd closed the connection mid-file"));
+            };
+            if frame.is_empty() {
+                break;
+            }
+            hasher.update(&frame);
+            n += frame.len() as u64;
+            if let Err(e) = out.write_all(&frame) {
+                let _ = std::fs::remove_file(&tmp);
+                let code = if e.raw_os_error() == Some(libc::ENOSPC) {
+                    exit::NO_SPACE
+                } else {
+                    exit::USAGE
+                };
+                return Err(fail(code, format!("cannot write {}: {e}", tmp.display())));
+            }
+        }
+        let digest = hopd::flowfmt::hex(hasher.finalize().as_bytes());
+        if n != size || digest != blake3 {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(fail(
+                exit::PROTOCOL,
+                format!("{name}: integrity check failed ({n} of {size} bytes, BLAKE3 {digest} != {blake3})"),
+            ));
+        }
+        out.sync_all().map_err(|e| {
+            fail(
+                exit::NO_SPACE,
+                format!("cannot write {}: {e}", tmp.display()),
+            )
+        })?;
+        drop(out);
+        let mut dest = dir.join(&name);
+        if dest.exists() {
+            dest = dir.join(format!("{name}.{flow}"));
+        }
+        std::fs::rename(&tmp, &dest).map_err(|e| {
+            fail(
+                exit::USAGE,
+                format!("cannot rename to {}: {e}", dest.display()),
+            )
+        })?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        api::write_json(
+            &mut s,
+            &Request::Ack {
+                v: API_VERSION,
+                flow: flow.clone(),
+            },
+        )
+        .await
+        .map_err(io_fail)?;
+        got += 1;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"ok": true, "file": dest.display().to_string(), "from": from, "flow": flow, "bytes": size, "blake3": blake3})
+            );
+        } else {
+            println!("{}: {size} bytes from node {from}", dest.display());
+        }
+    }
+    Ok(())
+}
+
+fn print_status(v: &serde_json::Value) {
+    let g = |k: &str| v.get(k).cloned().unwrap_or_default();
+    println!(
+        "node {} listening on {} (up {} s)",
+        g("node_id"),
+        g("listen").as_str().unwrap_or("?"),
+        g("uptime_s")
+    );
+    println!("neighbours:");
+    for n in g("neighbours").as_array().into_iter().flatten() {
+        let heard = match n.get("last_heard_ms").and_then(|x| x.as_u64()) {
+            Some(ms) => format!("heard {ms} ms ago"),
+            None => "never heard".into(),
+        };
+        println!(
+            "  {:>6}  {:<24} {heard}",
+            n.get("id").cloned().unwrap_or_default(),
+            n.get("address").and_then(|x| x.as_str()).unwrap_or("?")
+        );
+    }
+    println!("outgoing flows:");
+    for f in g("outgoing").as_array().into_iter().flatten() {
+        println!("  {f}");
+    }
+    println!("incoming flows:");
+    for f in g("incoming").as_array().into_iter().flatten() {
+        println!("  {f}");
+    }
+    println!(
+        "storage: {} of {} bytes; inbox {} file(s)",
+        g("storage_bytes"),
+        g("storage_limit_bytes"),
+        g("inbox")
+    );
+    if let Some(c) = g("custody").as_object() {
+        println!("custody: {}", serde_json::Value::Object(c.clone()));
+    }
+    if let Some(c) = g("counters").as_object() {
+        println!("counters:");
+        for (k, val) in c {
+            println!("  {k:<28} {val}");
+        }
+    }
+}

@@ -1,1 +1,124 @@
-fn main() {}
+//! hopd: the Hop node daemon.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use hopd::config::Config;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info};
+
+/// Hop node daemon: reliable block-switched transfer over multi-hop wireless meshes.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Configuration file (TOML; see docs/hopd.md).
+    #[arg(short, long, default_value = "/etc/hopd/hopd.toml")]
+    config: PathBuf,
+    /// Check the configuration file and exit (0 if it is valid).
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter; overrides the file.
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Write logs as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(path) = &args.check_config {
+        return match Config::load(path) {
+            Ok(c) => {
+                println!(
+                    "{}: ok (node {}, {} neighbours, {} routes)",
+                    path.display(),
+                    c.node_id,
+                    c.neighbours.len(),
+                    c.routes.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    let cfg = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let level = args
+        .log_level
+        .clone()
+        .or_else(|| cfg.log_level.clone())
+        .unwrap_or_else(|| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if args.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hopd: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e}");
+            eprintln!("hopd: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cfg: Config) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let built = hopd::transport::build(&cfg)?;
+    let api = hopd::server::bind_api(&cfg.api_socket)?;
+    let metrics = match cfg.metrics_listen {
+        Some(a) => Some(tokio::net::TcpListener::bind(a).await?),
+        None => None,
+    };
+    let kernel_routes = cfg.kernel_routes;
+    let api_path = cfg.api_socket.clone();
+    let (ctx, crx) = mpsc::channel(1024);
+    let daemon = hopd::daemon::Daemon::new(cfg.clone(), built)?;
+    info!(addr = %daemon.local_addr()?, api = %api_path.display(), "listening");
+    tokio::spawn(hopd::server::serve_api(api, ctx.clone()));
+    if let Some(m) = metrics {
+        tokio::spawn(hopd::server::serve_metrics(m, ctx.clone()));
+    }
+    if kernel_routes {
+        hopd::netlink::spawn(cfg, ctx.clone());
+    }
+    let (stx, srx) = oneshot::channel();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: shutting down"),
+            _ = int.recv() => info!("SIGINT: shutting down"),
+        }
+        let _ = stx.send(());
+    });
+    let res = daemon.run(crx, srx).await;
+    let _ = std::fs::remove_file(&api_path);
+    res
+}

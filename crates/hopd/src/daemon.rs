@@ -1,0 +1,789 @@
+//! The daemon: one task owns the node core and drives it from UDP sockets, timers, the local
+//! API and route updates.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hop_proto::{
+    AppError, Class, Event, FlowKey, Instant, Node, NodeId, StaticRoutes, TransportId,
+};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use crate::api::ErrorCode;
+use crate::auth::{AuthError, Authenticator};
+use crate::config::{Config, LinkMode};
+use crate::flowfmt::{self, FlowHeader, HASH_LEN};
+use crate::metrics::Counters;
+
+/// DSCP EF in the IP TOS byte, for control datagrams.
+pub const TOS_CONTROL: u32 = 0xb8;
+/// DSCP CS1 in the IP TOS byte, for data datagrams.
+pub const TOS_DATA: u32 = 0x20;
+/// Socket buffer size requested for both sockets.
+const SOCKET_BUFFER: usize = 8 * 1024 * 1024;
+/// Datagrams read per wake-up before other work is served.
+const RX_BATCH: usize = 256;
+/// Datagrams sent per loop iteration before receiving again (the daemon's link queue).
+const TX_BATCH: usize = 128;
+/// Largest datagram accepted.
+const MAX_DATAGRAM: usize = 65536;
+
+/// An update about a local outgoing flow, for the API client that opened it.
+#[derive(Debug)]
+pub enum FlowUpdate {
+    Complete { bytes: u64 },
+    Failed { reason: String },
+}
+
+/// A verified file waiting for a receiving application.
+#[derive(Debug, Clone)]
+pub struct InboxEntry {
+    pub flow: String,
+    pub from: NodeId,
+    pub path: PathBuf,
+    pub name: String,
+    pub size: u64,
+    pub content_offset: u64,
+    pub blake3: String,
+}
+
+/// Commands from API clients to the core task.
+pub enum Cmd {
+    Open {
+        to: NodeId,
+        reply: oneshot::Sender<Result<FlowKey, (ErrorCode, String)>>,
+        updates: mpsc::UnboundedSender<FlowUpdate>,
+    },
+    Data {
+        flow: FlowKey,
+        data: Bytes,
+        done: oneshot::Sender<()>,
+    },
+    Finish {
+        flow: FlowKey,
+    },
+    Abort {
+        flow: FlowKey,
+    },
+    Subscribe {
+        tx: mpsc::UnboundedSender<InboxEntry>,
+    },
+    Ack {
+        flow: String,
+    },
+    Status {
+        reply: oneshot::Sender<serde_json::Value>,
+    },
+    Metrics {
+        reply: oneshot::Sender<String>,
+    },
+    Routes {
+        kernel: BTreeMap<NodeId, NodeId>,
+    },
+}
+
+struct OutFlow {
+    updates: mpsc::UnboundedSender<FlowUpdate>,
+    pending: VecDeque<(Bytes, Option<oneshot::Sender<()>>)>,
+    bytes_accepted: u64,
+    to: NodeId,
+}
+
+struct InFlow {
+    file: File,
+    path: PathBuf,
+    bytes: u64,
+}
+
+/// The daemon's state; owned by one task.
+pub struct Daemon {
+    cfg: Config,
+    custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
+    transport_id: TransportId,
+    node: Node,
+    clock: std::time::Instant,
+    auth: Authenticator,
+    ctrl: Arc<UdpSocket>,
+    data: Arc<UdpSocket>,
+    addrs: HashMap<NodeId, SocketAddr>,
+    counters: Counters,
+    out: HashMap<FlowKey, OutFlow>,
+    inflows: HashMap<FlowKey, InFlow>,
+    inbox: BTreeMap<String, InboxEntry>,
+    subscribers: Vec<mpsc::UnboundedSender<InboxEntry>>,
+    kernel_routes: BTreeMap<NodeId, NodeId>,
+    last_heard: HashMap<NodeId, std::time::Instant>,
+    stalled: Option<(SocketAddr, bool, Vec<u8>)>,
+    rxbuf: Vec<u8>,
+}
+
+fn io_err(context: &str, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{context}: {e}"))
+}
+
+fn make_socket(
+    cfg: &Config,
+    bind: SocketAddr,
+    tos: u32,
+    reuse: bool,
+) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = if bind.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if reuse {
+        s.set_reuse_address(true)?;
+    }
+    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    if bind.is_ipv4() {
+        s.set_tos(tos)?;
+    } else {
+        s.set_tclass_v6(tos)?;
+    }
+    if cfg.link_mode == LinkMode::Broadcast {
+        s.set_broadcast(true)?;
+    }
+    if let Some(ifname) = &cfg.interface {
+        s.bind_device(Some(ifname.as_bytes()))
+            .map_err(|e| io_err(&format!("binding to interface {ifname}"), e))?;
+    }
+    s.bind(&bind.into())
+        .map_err(|e| io_err(&format!("binding {bind}"), e))?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// Wall-clock nanoseconds, the first authentication counter after a start.
+fn first_counter() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+impl Daemon {
+    /// Bind sockets and build the node; `transport` is the transport the node hosts.
+    pub fn new(cfg: Config, built: crate::transport::Built) -> std::io::Result<Daemon> {
+        let transport = built.transport;
+        for sub in ["incoming", "inbox", "rejected"] {
+            std::fs::create_dir_all(cfg.storage_dir.join(sub))
+                .map_err(|e| io_err(&format!("creating {}", cfg.storage_dir.display()), e))?;
+        }
+        let recv_bind = match cfg.link_mode {
+            LinkMode::Unicast => cfg.listen,
+            // Broadcasts only reach sockets bound to the wildcard address.
+            LinkMode::Broadcast => {
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.listen.port())
+            }
+        };
+        let ctrl = make_socket(&cfg, recv_bind, TOS_CONTROL, true)?;
+        let data = make_socket(&cfg, SocketAddr::new(cfg.listen.ip(), 0), TOS_DATA, false)?;
+        let routes = merged_routes(&cfg, &BTreeMap::new());
+        let transport_id = transport.id();
+        let mut node = Node::new(cfg.node_id, Box::new(routes), first_counter());
+        node.add_transport(transport);
+        let auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first_counter(), cfg.max_peers);
+        let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
+        let mut d = Daemon {
+            custody: built.custody,
+            transport_id,
+            node,
+            clock: std::time::Instant::now(),
+            auth,
+            ctrl: Arc::new(UdpSocket::from_std(ctrl)?),
+            data: Arc::new(UdpSocket::from_std(data)?),
+            addrs,
+            counters: Counters::default(),
+            out: HashMap::new(),
+            inflows: HashMap::new(),
+            inbox: BTreeMap::new(),
+            subscribers: Vec::new(),
+            kernel_routes: BTreeMap::new(),
+            last_heard: HashMap::new(),
+            stalled: None,
+            rxbuf: vec![0u8; MAX_DATAGRAM],
+            cfg,
+        };
+        d.scan_inbox();
+        Ok(d)
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.ctrl.local_addr()
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.clock.elapsed().as_nanos() as u64)
+    }
+
+    fn to_instant(&self, t: Instant) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.clock + Duration::from_nanos(t.as_nanos()))
+    }
+
+    /// Run until `shutdown` fires.
+    pub async fn run(
+        mut self,
+        mut cmds: mpsc::Receiver<Cmd>,
+        mut shutdown: oneshot::Receiver<()>,
+    ) -> std::io::Result<()> {
+        info!(node = self.cfg.node_id, listen = %self.cfg.listen, "hopd running");
+        loop {
+            self.flush_tx();
+            self.drain_events();
+            let deadline = self.node.poll_timeout().map(|t| self.to_instant(t));
+            let more_tx = self.stalled.is_none() && self.counters.tx_budget_exhausted;
+            let ctrl = self.ctrl.clone();
+            let wsock = match &self.stalled {
+                Some((_, true, _)) => self.data.clone(),
+                _ => self.ctrl.clone(),
+            };
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                r = ctrl.readable() => {
+                    r?;
+                    self.receive_batch();
+                }
+                Some(cmd) = cmds.recv() => self.handle_cmd(cmd),
+                r = wsock.writable(), if self.stalled.is_some() => {
+                    r?;
+                    self.retry_stalled();
+                }
+                _ = async {}, if more_tx => {}
+                _ = sleep_opt(deadline) => {
+                    let now = self.now();
+                    self.node.handle_timeout(now);
+                }
+            }
+        }
+        info!("hopd stopping");
+        for f in self.inflows.values() {
+            let _ = f.file.sync_all();
+        }
+        Ok(())
+    }
+
+    fn receive_batch(&mut self) {
+        for _ in 0..RX_BATCH {
+            let (n, from) = match self.ctrl.try_recv_from(&mut self.rxbuf) {
+                Ok(x) => x,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    warn!(error = %e, "receive failed");
+                    return;
+                }
+            };
+            self.counters.rx_datagrams += 1;
+            self.counters.rx_bytes += n as u64;
+            let dg = &self.rxbuf[..n];
+            // Our own broadcasts come back to us: drop them before authentication.
+            if n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
+                continue;
+            }
+            match self.auth.open(dg) {
+                Ok(src) => {
+                    self.last_heard.insert(src, std::time::Instant::now());
+                    let now = Instant::from_nanos(self.clock.elapsed().as_nanos() as u64);
+                    if let Err(e) = self.node.handle_datagram(now, &self.rxbuf[..n]) {
+                        self.counters.rx_rejected += 1;
+                        debug!(%from, error = %e, "datagram rejected by the core");
+                    }
+                }
+                Err(e) => {
+                    match e {
+                        AuthError::Replay(_) => self.counters.auth_replays += 1,
+                        AuthError::TooManyPeers(_) => self.counters.auth_peer_limit += 1,
+                        AuthError::Malformed(_) => self.counters.auth_malformed += 1,
+                        _ => self.counters.auth_failures += 1,
+                    }
+                    debug!(%from, error = %e, "datagram dropped");
+                }
+            }
+        }
+    }
+
+    fn dest_addr(&self, next_hop: NodeId, class: Class) -> Option<SocketAddr> {
+        if class == Class::Data && self.cfg.link_mode == LinkMode::Broadcast {
+            return self.cfg.broadcast_address;
+        }
+        self.addrs.get(&next_hop).copied()
+    }
+
+    fn flush_tx(&mut self) {
+        self.counters.tx_budget_exhausted = false;
+        if self.stalled.is_some() {
+            return;
+        }
+        for _ in 0..TX_BATCH {
+            let now = self.now();
+            let Some(t) = self.node.poll_transmit(now) else {
+                tracing::trace!(stats = ?self.node.stats(), timeout = ?self.node.poll_timeout(), now = ?now, "nothing to transmit");
+                return;
+            };
+            tracing::trace!(next_hop = t.next_hop, class = ?t.class, len = t.payload.len(), "transmit");
+            let Some(addr) = self.dest_addr(t.next_hop, t.class) else {
+                self.counters.tx_no_address += 1;
+                debug!(next_hop = t.next_hop, "no address for next hop; dropped");
+                continue;
+            };
+            let mut payload = t.payload;
+            if self.auth.seal(&mut payload).is_err() {
+                self.counters.tx_errors += 1;
+                continue;
+            }
+            let is_data = t.class == Class::Data;
+            if !self.send_one(addr, is_data, payload) {
+                return;
+            }
+        }
+        self.counters.tx_budget_exhausted = true;
+    }
+
+    /// Send a datagram; false if the socket is full (then it is kept for later).
+    fn send_one(&mut self, addr: SocketAddr, is_data: bool, payload: Vec<u8>) -> bool {
+        let sock = if is_data { &self.data } else { &self.ctrl };
+        match sock.try_send_to(&payload, addr) {
+            Ok(_) => {
+                self.counters.tx_datagrams += 1;
+                self.counters.tx_bytes += payload.len() as u64;
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                self.stalled = Some((addr, is_data, payload));
+                false
+            }
+            Err(e) => {
+                self.counters.tx_errors += 1;
+                debug!(%addr, error = %e, "send failed");
+                true
+            }
+        }
+    }
+
+    fn retry_stalled(&mut self) {
+        if let Some((addr, is_data, payload)) = self.stalled.take() {
+            self.send_one(addr, is_data, payload);
+        }
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.node.poll_event() {
+            match ev.event {
+                Event::Writable { flow } => self.feed(flow),
+                Event::SendComplete { flow, bytes } => {
+                    info!(%flow, bytes, "send complete");
+                    self.counters.flows_completed += 1;
+                    if let Some(f) = self.out.remove(&flow) {
+                        let _ = f.updates.send(FlowUpdate::Complete { bytes });
+                    }
+                }
+                Event::SendFailed { flow, reason } => {
+                    warn!(%flow, ?reason, "send failed");
+                    self.counters.flows_failed += 1;
+                    if let Some(f) = self.out.remove(&flow) {
+                        let _ = f.updates.send(FlowUpdate::Failed {
+                            reason: format!("{reason:?}"),
+                        });
+                    }
+                }
+                Event::FlowOpened { flow } => {
+                    debug!(%flow, "incoming flow");
+                }
+                Event::Delivered { flow, offset, data } => self.deliver(flow, offset, &data),
+                Event::FlowFinished { flow, bytes } => self.finish_incoming(flow, bytes),
+            }
+        }
+    }
+
+    fn deliver(&mut self, flow: FlowKey, offset: u64, data: &[u8]) {
+        if !self.inflows.contains_key(&flow) {
+            let path = self
+                .cfg
+                .storage_dir
+                .join("incoming")
+                .join(format!("{}-{:08x}.part", flow.src, flow.id));
+            match OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    self.inflows.insert(
+                        flow,
+                        InFlow {
+                            file,
+                            path,
+                            bytes: 0,
+                        },
+                    );
+                }
+                Err(e) => {
+                    warn!(%flow, error = %e, "cannot create spool file");
+                    self.counters.storage_errors += 1;
+                    return;
+                }
+            }
+        }
+        let Some(f) = self.inflows.get_mut(&flow) else {
+            return;
+        };
+        // Writing at the offset makes a repeated delivery (after a restart) harmless.
+        if let Err(e) = f.file.write_all_at(data, offset) {
+            warn!(%flow, error = %e, "cannot write spool file");
+            self.counters.storage_errors += 1;
+            return;
+        }
+        f.bytes = f.bytes.max(offset + data.len() as u64);
+        self.counters.delivered_bytes += data.len() as u64;
+    }
+
+    fn finish_incoming(&mut self, flow: FlowKey, bytes: u64) {
+        let name = format!("{}-{:08x}", flow.src, flow.id);
+        let Some(mut f) = self.inflows.remove(&flow) else {
+            warn!(%flow, "finished flow without data");
+            self.counters.integrity_failures += 1;
+            return;
+        };
+        let checked = verify_spool(&mut f.file, bytes);
+        let _ = f.file.sync_all();
+        match checked {
+            Ok((header, content_offset, hash)) => {
+                let dst = self
+                    .cfg
+                    .storage_dir
+                    .join("inbox")
+                    .join(format!("{name}.flow"));
+                if let Err(e) = std::fs::rename(&f.path, &dst) {
+                    warn!(%flow, error = %e, "cannot move file to inbox");
+                    self.counters.storage_errors += 1;
+                    return;
+                }
+                info!(%flow, name = %header.name, size = header.size, "file received and verified");
+                self.counters.files_received += 1;
+                let entry = InboxEntry {
+                    flow: name.clone(),
+                    from: flow.src,
+                    path: dst,
+                    name: header.name,
+                    size: header.size,
+                    content_offset,
+                    blake3: hash,
+                };
+                self.inbox.insert(name, entry.clone());
+                self.offer(entry);
+            }
+            Err(e) => {
+                warn!(%flow, error = %e, "received file failed its integrity check");
+                self.counters.integrity_failures += 1;
+                let _ = std::fs::rename(
+                    &f.path,
+                    self.cfg
+                        .storage_dir
+                        .join("rejected")
+                        .join(format!("{name}.flow")),
+                );
+            }
+        }
+    }
+
+    fn offer(&mut self, entry: InboxEntry) {
+        self.subscribers.retain(|s| !s.is_closed());
+        if let Some(s) = self.subscribers.first() {
+            let _ = s.send(entry);
+        }
+    }
+
+    fn scan_inbox(&mut self) {
+        let dir = self.cfg.storage_dir.join("inbox");
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            let Some(stem) = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            let Some(from) = stem.split('-').next().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            let Ok(mut file) = File::open(&path) else {
+                continue;
+            };
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            if let Ok((header, content_offset, hash)) = verify_spool(&mut file, len) {
+                self.inbox.insert(
+                    stem.clone(),
+                    InboxEntry {
+                        flow: stem,
+                        from,
+                        path,
+                        name: header.name,
+                        size: header.size,
+                        content_offset,
+                        blake3: hash,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Hand queued application bytes to the transport.
+    fn feed(&mut self, flow: FlowKey) {
+        let now = self.now();
+        let Some(f) = self.out.get_mut(&flow) else {
+            return;
+        };
+        while let Some((data, _)) = f.pending.front_mut() {
+            match self.node.send(now, flow, data.clone()) {
+                Ok(n) => {
+                    f.bytes_accepted += n as u64;
+                    if n >= data.len() {
+                        if let Some((_, Some(done))) = f.pending.pop_front() {
+                            let _ = done.send(());
+                        }
+                    } else {
+                        *data = data.slice(n..);
+                        break;
+                    }
+                }
+                Err(e) => {
+                    warn!(%flow, error = %e, "send rejected");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn handle_cmd(&mut self, cmd: Cmd) {
+        let now = self.now();
+        match cmd {
+            Cmd::Open { to, reply, updates } => {
+                let known = self.addrs.contains_key(&to)
+                    || self.cfg.routes.contains_key(&to)
+                    || self.kernel_routes.contains_key(&to);
+                if !known {
+                    let _ = reply.send(Err((
+                        ErrorCode::UnknownNode,
+                        format!("node {to} is neither a neighbour nor reachable by a route"),
+                    )));
+                    return;
+                }
+                match self.node.open(now, self.transport_id, to) {
+                    Ok(flow) => {
+                        info!(%flow, to, "flow opened");
+                        self.out.insert(
+                            flow,
+                            OutFlow {
+                                updates,
+                                pending: VecDeque::new(),
+                                bytes_accepted: 0,
+                                to,
+                            },
+                        );
+                        let _ = reply.send(Ok(flow));
+                    }
+                    Err(e) => {
+                        let code = match e {
+                            AppError::TooManyFlows(_) => ErrorCode::NoSpace,
+                            AppError::SelfDestination => ErrorCode::BadRequest,
+                            _ => ErrorCode::Internal,
+                        };
+                        let _ = reply.send(Err((code, e.to_string())));
+                    }
+                }
+            }
+            Cmd::Data { flow, data, done } => {
+                if let Some(f) = self.out.get_mut(&flow) {
+                    f.pending.push_back((data, Some(done)));
+                    self.feed(flow);
+                }
+            }
+            Cmd::Finish { flow } => {
+                if let Err(e) = self.node.finish(now, flow) {
+                    warn!(%flow, error = %e, "finish failed");
+                }
+            }
+            Cmd::Abort { flow } => {
+                if self.out.remove(&flow).is_some() {
+                    let _ = self.node.abort(now, flow);
+                    info!(%flow, "flow aborted by the application");
+                }
+            }
+            Cmd::Subscribe { tx } => {
+                for e in self.inbox.values() {
+                    let _ = tx.send(e.clone());
+                }
+                self.subscribers.insert(0, tx);
+            }
+            Cmd::Ack { flow } => {
+                if let Some(e) = self.inbox.remove(&flow) {
+                    let _ = std::fs::remove_file(&e.path);
+                    self.counters.files_handed_over += 1;
+                }
+            }
+            Cmd::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Cmd::Metrics { reply } => {
+                let _ = reply.send(self.metrics_text());
+            }
+            Cmd::Routes { kernel } => {
+                if kernel != self.kernel_routes {
+                    info!(routes = kernel.len(), "kernel routes changed");
+                    self.kernel_routes = kernel;
+                    let merged = merged_routes(&self.cfg, &self.kernel_routes);
+                    self.node.set_routing(Box::new(merged));
+                }
+            }
+        }
+    }
+
+    fn storage_bytes(&self) -> u64 {
+        let inflight: u64 = self.inflows.values().map(|f| f.bytes).sum();
+        let inbox: u64 = self
+            .inbox
+            .values()
+            .map(|e| e.size + e.content_offset + HASH_LEN as u64)
+            .sum();
+        inflight + inbox
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let stats = self.node.stats();
+        let now = std::time::Instant::now();
+        let neighbours: Vec<_> = self
+            .cfg
+            .neighbours
+            .iter()
+            .map(|n| {
+                serde_json::json!({
+                    "id": n.id,
+                    "address": n.addr.to_string(),
+                    "last_heard_ms": self.last_heard.get(&n.id).map(|t| now.duration_since(*t).as_millis() as u64),
+                })
+            })
+            .collect();
+        let outgoing: Vec<_> = self
+            .out
+            .iter()
+            .map(|(k, f)| serde_json::json!({"flow": k.to_string(), "to": f.to, "bytes_accepted": f.bytes_accepted}))
+            .collect();
+        let incoming: Vec<_> = self
+            .inflows
+            .iter()
+            .map(|(k, f)| serde_json::json!({"flow": k.to_string(), "bytes": f.bytes}))
+            .collect();
+        serde_json::json!({
+            "node_id": self.cfg.node_id,
+            "listen": self.cfg.listen.to_string(),
+            "uptime_s": self.clock.elapsed().as_secs(),
+            "neighbours": neighbours,
+            "outgoing": outgoing,
+            "incoming": incoming,
+            "inbox": self.inbox.len(),
+            "storage_bytes": self.storage_bytes(),
+            "storage_limit_bytes": self.cfg.max_disk_bytes,
+            "kernel_routes": self.kernel_routes.len(),
+            "custody": self.custody_json(),
+            "counters": self.counters,
+            "node": stats,
+        })
+    }
+
+    fn custody_json(&self) -> serde_json::Value {
+        let u = self.custody.lock().map(|u| *u).unwrap_or_default();
+        serde_json::json!({"blocks": u.blocks, "bytes": u.bytes, "limit_bytes": u.limit,
+            "stored_total": u.stored_total, "full_total": u.full_events})
+    }
+
+    fn metrics_text(&self) -> String {
+        let u = self.custody.lock().map(|u| *u).unwrap_or_default();
+        crate::metrics::render(
+            &u,
+            &self.node.stats(),
+            &self.counters,
+            self.out.len() as u64,
+            self.inflows.len() as u64,
+            self.storage_bytes(),
+            self.auth.peers() as u64,
+        )
+    }
+}
+
+/// Routing table: every neighbour is its own next hop, kernel routes override that, and static
+/// routes from the configuration override both.
+pub fn merged_routes(cfg: &Config, kernel: &BTreeMap<NodeId, NodeId>) -> StaticRoutes {
+    let mut r = StaticRoutes::new();
+    for n in &cfg.neighbours {
+        r.insert(n.id, n.id);
+    }
+    for (d, n) in kernel {
+        r.insert(*d, *n);
+    }
+    for (d, n) in &cfg.routes {
+        r.insert(*d, *n);
+    }
+    r
+}
+
+async fn sleep_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Check a completed spool file of `len` bytes: header, size and BLAKE3 trailer.
+fn verify_spool(
+    file: &mut File,
+    len: u64,
+) -> Result<(FlowHeader, u64, String), flowfmt::FlowFormatError> {
+    use flowfmt::FlowFormatError as E;
+    file.seek(SeekFrom::Start(0)).map_err(|_| E::Incomplete)?;
+    let mut head = vec![0u8; (len as usize).min(15 + flowfmt::MAX_NAME)];
+    file.read_exact(&mut head).map_err(|_| E::Incomplete)?;
+    let (header, hlen) = FlowHeader::decode(&head)?;
+    let expect = hlen as u64 + header.size + HASH_LEN as u64;
+    if len != expect {
+        return Err(E::Length {
+            have: len,
+            size: header.size,
+        });
+    }
+    file.seek(SeekFrom::Start(hlen as u64))
+        .map_err(|_| E::Incomplete)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut left = header.size;
+    let mut buf = vec![0u8; 1 << 16];
+    while left > 0 {
+        let n = (left as usize).min(buf.len());
+        file.read_exact(&mut buf[..n]).map_err(|_| E::Incomplete)?;
+        hasher.update(&buf[..n]);
+        left -= n as u64;
+    }
+    let mut trailer = [0u8; HASH_LEN];
+    file.read_exact(&mut trailer).map_err(|_| E::Incomplete)?;
+    if hasher.finalize().as_bytes() != &trailer {
+        return Err(E::HashMismatch);
+    }
+    Ok((header, hlen as u64, flowfmt::hex(&trailer)))
+}

@@ -1,0 +1,332 @@
+//! The local API server (Unix socket) and the Prometheus metrics endpoint.
+
+use std::collections::VecDeque;
+use std::io::SeekFrom;
+use std::path::Path;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+use crate::api::{self, ErrorCode, Reply, Request, API_VERSION, DATA_CHUNK};
+use crate::daemon::{Cmd, FlowUpdate};
+use crate::flowfmt::{sanitize_name, FlowHeader};
+
+/// Chunks a sending client may have queued in the core before it waits.
+const SEND_WINDOW: usize = 4;
+
+/// Bind the API socket, replacing a stale socket file.
+pub fn bind_api(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is in use by a running hopd", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    UnixListener::bind(path)
+}
+
+pub async fn serve_api(listener: UnixListener, cmds: mpsc::Sender<Cmd>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let cmds = cmds.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = client(stream, cmds).await {
+                        debug!(error = %e, "API client ended");
+                    }
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "API accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn error(s: &mut UnixStream, code: ErrorCode, message: String) -> std::io::Result<()> {
+    api::write_json(s, &Reply::Error { code, message }).await
+}
+
+fn closed() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "daemon is stopping")
+}
+
+async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<()> {
+    let Some(frame) = api::read_frame(&mut s).await? else {
+        return Ok(());
+    };
+    let req: Request = match serde_json::from_slice(&frame) {
+        Ok(r) => r,
+        Err(e) => return error(&mut s, ErrorCode::BadRequest, format!("bad request: {e}")).await,
+    };
+    let v = match &req {
+        Request::Send { v, .. }
+        | Request::Recv { v }
+        | Request::Ack { v, .. }
+        | Request::Status { v } => *v,
+    };
+    if v != API_VERSION {
+        return error(
+            &mut s,
+            ErrorCode::BadRequest,
+            format!("API version {v} is not supported (this daemon speaks {API_VERSION})"),
+        )
+        .await;
+    }
+    match req {
+        Request::Status { .. } => {
+            let (tx, rx) = oneshot::channel();
+            cmds.send(Cmd::Status { reply: tx })
+                .await
+                .map_err(|_| closed())?;
+            let v = rx.await.map_err(|_| closed())?;
+            api::write_json(&mut s, &Reply::Status(v)).await
+        }
+        Request::Send { to, name, size, .. } => send(s, cmds, to, name, size).await,
+        Request::Recv { .. } => recv(s, cmds).await,
+        Request::Ack { .. } => {
+            error(
+                &mut s,
+                ErrorCode::BadRequest,
+                "ack is only valid after a file".into(),
+            )
+            .await
+        }
+    }
+}
+
+async fn send(
+    mut s: UnixStream,
+    cmds: mpsc::Sender<Cmd>,
+    to: u32,
+    name: String,
+    size: u64,
+) -> std::io::Result<()> {
+    let Some(name) = sanitize_name(&name) else {
+        return error(
+            &mut s,
+            ErrorCode::BadRequest,
+            format!("bad file name `{name}`"),
+        )
+        .await;
+    };
+    let (utx, mut urx) = mpsc::unbounded_channel();
+    let (otx, orx) = oneshot::channel();
+    cmds.send(Cmd::Open {
+        to,
+        reply: otx,
+        updates: utx,
+    })
+    .await
+    .map_err(|_| closed())?;
+    let flow = match orx.await.map_err(|_| closed())? {
+        Ok(f) => f,
+        Err((code, msg)) => return error(&mut s, code, msg).await,
+    };
+    api::write_json(
+        &mut s,
+        &Reply::Accepted {
+            flow: flow.to_string(),
+        },
+    )
+    .await?;
+    let header = FlowHeader {
+        name: name.clone(),
+        size,
+    }
+    .encode();
+    let mut window: VecDeque<oneshot::Receiver<()>> = VecDeque::new();
+    let push = |data: Bytes| {
+        let (tx, rx) = oneshot::channel();
+        (
+            Cmd::Data {
+                flow,
+                data,
+                done: tx,
+            },
+            rx,
+        )
+    };
+    let (c, rx) = push(Bytes::from(header));
+    cmds.send(c).await.map_err(|_| closed())?;
+    window.push_back(rx);
+    let mut hasher = blake3::Hasher::new();
+    let mut total = 0u64;
+    let mut acked = 0u64;
+    let mut sizes: VecDeque<u64> = VecDeque::from([0]);
+    let failed = loop {
+        while window.len() >= SEND_WINDOW {
+            let w = window.pop_front().expect("window is not empty");
+            if w.await.is_err() {
+                break;
+            }
+            acked += sizes.pop_front().unwrap_or(0);
+            api::write_json(&mut s, &Reply::Progress { bytes: acked }).await?;
+        }
+        if let Ok(FlowUpdate::Failed { reason }) = urx.try_recv() {
+            break Some(reason);
+        }
+        let frame = match api::read_frame(&mut s).await {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(_) => {
+                let _ = cmds.send(Cmd::Abort { flow }).await;
+                return Ok(());
+            }
+        };
+        if frame.is_empty() {
+            break None;
+        }
+        total += frame.len() as u64;
+        if total > size {
+            let _ = cmds.send(Cmd::Abort { flow }).await;
+            return error(
+                &mut s,
+                ErrorCode::BadRequest,
+                format!("more than the announced {size} bytes"),
+            )
+            .await;
+        }
+        hasher.update(&frame);
+        sizes.push_back(frame.len() as u64);
+        let (c, rx) = push(Bytes::from(frame));
+        cmds.send(c).await.map_err(|_| closed())?;
+        window.push_back(rx);
+    };
+    if let Some(reason) = failed {
+        return error(
+            &mut s,
+            ErrorCode::Failed,
+            format!("transfer failed: {reason}"),
+        )
+        .await;
+    }
+    if total != size {
+        let _ = cmds.send(Cmd::Abort { flow }).await;
+        return error(
+            &mut s,
+            ErrorCode::BadRequest,
+            format!("announced {size} bytes but sent {total}"),
+        )
+        .await;
+    }
+    let (c, rx) = push(Bytes::copy_from_slice(hasher.finalize().as_bytes()));
+    cmds.send(c).await.map_err(|_| closed())?;
+    window.push_back(rx);
+    cmds.send(Cmd::Finish { flow })
+        .await
+        .map_err(|_| closed())?;
+    while let Some(w) = window.pop_front() {
+        if w.await.is_err() {
+            break;
+        }
+        acked += sizes.pop_front().unwrap_or(0);
+        api::write_json(&mut s, &Reply::Progress { bytes: acked }).await?;
+    }
+    // Wait for the end-to-end result; a client that goes away aborts nothing now (the
+    // transfer completes on its own).
+    match urx.recv().await {
+        Some(FlowUpdate::Complete { .. }) => {
+            api::write_json(
+                &mut s,
+                &Reply::Complete {
+                    flow: flow.to_string(),
+                    bytes: size,
+                },
+            )
+            .await
+        }
+        Some(FlowUpdate::Failed { reason }) => {
+            error(
+                &mut s,
+                ErrorCode::Failed,
+                format!("transfer failed: {reason}"),
+            )
+            .await
+        }
+        None => error(&mut s, ErrorCode::Failed, "daemon stopped".into()).await,
+    }
+}
+
+async fn recv(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    cmds.send(Cmd::Subscribe { tx })
+        .await
+        .map_err(|_| closed())?;
+    while let Some(e) = rx.recv().await {
+        let mut f = match tokio::fs::File::open(&e.path).await {
+            Ok(f) => f,
+            // Already handed over to another client.
+            Err(_) => continue,
+        };
+        api::write_json(
+            &mut s,
+            &Reply::File {
+                flow: e.flow.clone(),
+                from: e.from,
+                name: e.name.clone(),
+                size: e.size,
+                blake3: e.blake3.clone(),
+            },
+        )
+        .await?;
+        f.seek(SeekFrom::Start(e.content_offset)).await?;
+        let mut left = e.size;
+        let mut buf = vec![0u8; DATA_CHUNK];
+        while left > 0 {
+            let n = (left as usize).min(buf.len());
+            f.read_exact(&mut buf[..n]).await?;
+            api::write_frame(&mut s, &buf[..n]).await?;
+            left -= n as u64;
+        }
+        api::write_frame(&mut s, &[]).await?;
+        s.flush().await?;
+        let Some(frame) = api::read_frame(&mut s).await? else {
+            return Ok(());
+        };
+        match serde_json::from_slice::<Request>(&frame) {
+            Ok(Request::Ack { flow, .. }) if flow == e.flow => {
+                cmds.send(Cmd::Ack { flow }).await.map_err(|_| closed())?;
+            }
+            _ => {
+                return error(&mut s, ErrorCode::BadRequest, "expected ack".into()).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Serve Prometheus text on every HTTP request.
+pub async fn serve_metrics(listener: TcpListener, cmds: mpsc::Sender<Cmd>) {
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else {
+            continue;
+        };
+        let cmds = cmds.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 2048];
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), s.read(&mut buf)).await;
+            let (tx, rx) = oneshot::channel();
+            if cmds.send(Cmd::Metrics { reply: tx }).await.is_err() {
+                return;
+            }
+            let Ok(body) = rx.await else { return };
+            let head = format!(
+                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(body.as_bytes()).await;
+            let _ = s.shutdown().await;
+        });
+    }
+}
