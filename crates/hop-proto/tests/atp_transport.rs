@@ -25,7 +25,6 @@ fn run_to_completion(net: &mut Net, limit: f64) {
     assert!(net.all_done(), "not finished by {limit} s at {:?}", net.now);
     // Receivers drop state on completion, senders on SendComplete, relays hold none.
     assert_eq!(net.flows_with_state(), 0, "flow state left behind");
-    let _ = Duration::ZERO;
 }
 
 #[test]
@@ -132,4 +131,24 @@ fn same_seed_same_run() {
         (net.now, net.sent_by_class.clone())
     };
     assert_eq!(run(), run());
+}
+
+#[test]
+fn source_without_route_fails() {
+    let make_short = || {
+        Box::new(AtpTransport::new(AtpConfig {
+            give_up: Duration::from_secs(3),
+            ..AtpConfig::for_variant(AtpVariant::Adaptive)
+        })) as Box<dyn Transport>
+    };
+    let mut net = Net::new(
+        23,
+        TransportId::Atp,
+        &make_short,
+        &[(0, vec![(1, 1)]), (1, vec![(0, 0)])],
+    );
+    net.start_flow(secs(0.0), 0, 7, pattern(5_000, 1));
+    net.run_until(secs(10.0), |_| false);
+    assert!(net.flows.values().next().unwrap().send_failed);
+    assert_eq!(net.flows_with_state(), 0);
 }

@@ -200,3 +200,38 @@ fn same_seed_same_run() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn source_without_route_fails_and_aborted_flows_are_reclaimed() {
+    let make_short = || {
+        Box::new(HxhTransport::new(HxhConfig {
+            give_up: Duration::from_secs(3),
+            ..HxhConfig::default()
+        })) as Box<dyn Transport>
+    };
+    // Node 0 has no route to 7.
+    let mut net = Net::new(
+        21,
+        TransportId::Hxh,
+        &make_short,
+        &[(0, vec![(1, 1)]), (1, vec![(0, 0)])],
+    );
+    net.start_flow(secs(0.0), 0, 7, pattern(5_000, 1));
+    net.run_until(secs(10.0), |_| false);
+    let r = net.flows.values().next().unwrap();
+    assert!(r.send_failed, "no SendFailed without a route");
+    assert_eq!(net.flows_with_state(), 0);
+
+    // A flow aborted mid-transfer leaves no state behind once relays time out (§3.1).
+    let mut net = Net::chain(22, 4, TransportId::Hxh, &make);
+    net.start_flow(secs(0.0), 0, 3, pattern(2_000_000, 2));
+    net.run_until(secs(0.3), |_| false);
+    let key = *net.flows.keys().next().unwrap();
+    net.nodes.get_mut(&0).unwrap().abort(net.now, key).unwrap();
+    net.flows.get_mut(&key).unwrap().send_failed = true;
+    assert!(net.flows_with_state() > 0);
+    // Relays expire after 2 s; the destination after `give_up`.
+    let end = net.now + HxhConfig::default().give_up + Duration::from_secs(1);
+    net.run_until(end, |_| false);
+    assert_eq!(net.flows_with_state(), 0);
+}

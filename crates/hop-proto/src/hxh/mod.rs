@@ -132,6 +132,13 @@ struct Src {
     writable_pending: bool,
 }
 
+impl Src {
+    /// Data the application handed over that is not yet acknowledged end to end.
+    fn owes(&self) -> bool {
+        self.buf.unacked_sent().next().is_some() || self.buf.has_pending_new()
+    }
+}
+
 #[derive(Debug)]
 struct Relay {
     upstream: Option<NodeId>,
@@ -805,11 +812,14 @@ impl HxhTransport {
                 at(d.last_activity + cfg.give_up);
             }
             Role::Source(s) => {
-                if s.buf.unacked_sent().next().is_some() {
+                if s.owes() {
                     at(s.last_progress + cfg.give_up);
-                    if flow.fwd.queue.is_empty() && flow.fwd.inflight.is_empty() {
-                        at(s.last_tail + cfg.source_rto * (1u32 << s.backoff.min(30)));
-                    }
+                }
+                if s.buf.unacked_sent().next().is_some()
+                    && flow.fwd.queue.is_empty()
+                    && flow.fwd.inflight.is_empty()
+                {
+                    at(s.last_tail + cfg.source_rto * (1u32 << s.backoff.min(30)));
                 }
             }
         }
@@ -857,7 +867,7 @@ impl Transport for HxhTransport {
         if s.buf.finished() {
             return Err(AppError::FlowFinished(flow));
         }
-        if s.buf.unacked_sent().next().is_none() {
+        if !s.owes() {
             s.last_progress = ctx.now;
             s.last_tail = ctx.now;
         }
@@ -880,7 +890,7 @@ impl Transport for HxhTransport {
         if s.buf.finished() {
             return Err(AppError::FlowFinished(flow));
         }
-        if s.buf.unacked_sent().next().is_none() {
+        if !s.owes() {
             s.last_progress = ctx.now;
             s.last_tail = ctx.now;
         }
@@ -997,17 +1007,17 @@ impl Transport for HxhTransport {
                     }
                 }
                 Role::Source(s) => {
+                    if s.owes() && s.last_progress + cfg.give_up <= now {
+                        let reason = if ctx.routing.next_hop(flow.dst).is_none() {
+                            FailReason::NoRoute
+                        } else {
+                            FailReason::Timeout
+                        };
+                        remove.push((key, Some(Event::SendFailed { flow: key, reason })));
+                        continue;
+                    }
                     let outstanding = s.buf.unacked_sent().next();
                     if let Some(first) = outstanding {
-                        if s.last_progress + cfg.give_up <= now {
-                            let reason = if ctx.routing.next_hop(flow.dst).is_none() {
-                                FailReason::NoRoute
-                            } else {
-                                FailReason::Timeout
-                            };
-                            remove.push((key, Some(Event::SendFailed { flow: key, reason })));
-                            continue;
-                        }
                         let idle = flow.fwd.queue.is_empty() && flow.fwd.inflight.is_empty();
                         let tail = s.last_tail + cfg.source_rto * (1u32 << s.backoff.min(30));
                         if idle && tail <= now {
