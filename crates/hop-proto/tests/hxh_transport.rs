@@ -235,3 +235,16 @@ fn source_without_route_fails_and_aborted_flows_are_reclaimed() {
     net.run_until(end, |_| false);
     assert_eq!(net.flows_with_state(), 0);
 }
+
+#[test]
+fn four_hops_on_a_shared_medium() {
+    // The same scenario as the ATP chain test: one channel for all nodes, 3 % loss.
+    let mut net = Net::chain(12, 5, TransportId::Hxh, &make);
+    net.shared_medium = true;
+    net.default_link.loss = 0.03;
+    net.start_flow(secs(0.0), 0, 4, pattern(300_000, 2));
+    run_to_completion(&mut net, 200.0);
+    assert_all_delivered(&net);
+    let (t, _) = net.flows.values().next().unwrap().flow_finished.unwrap();
+    eprintln!("hxh 4-hop shared medium 300 kB in {:.2} s", t.as_secs_f64());
+}
