@@ -808,9 +808,17 @@ impl HopTransport {
         flags: u8,
     ) -> Result<(), Withhold> {
         let micro = flags & FLAG_MICRO != 0;
-        // A virtual retransmission repairs a block the destination is missing; holding it
-        // back behind H blocks that wait for exactly this repair would deadlock the flow.
-        let vtx = flags & FLAG_VTX != 0;
+        // A virtual retransmission of a block older than every block held here repairs a
+        // block the destination is missing; holding it back behind H blocks that wait for
+        // exactly this repair would deadlock the flow. (A premature one, for a newer block,
+        // obeys H like any other.)
+        let repair = flags & FLAG_VTX != 0
+            && self.flows.get(&key).is_some_and(|f| {
+                f.blocks
+                    .iter()
+                    .filter(|(_, b)| b.custody && !b.moved && b.complete())
+                    .all(|(m, _)| n < *m)
+            });
         let Some(f) = self.flows.get(&key) else {
             return Ok(());
         };
@@ -822,7 +830,7 @@ impl HopTransport {
         let unblocks_delivery = f.dest.as_ref().is_some_and(|d| d.next_deliver == n);
         if self.cfg.backpressure
             && !unblocks_delivery
-            && !vtx
+            && !repair
             && f.held_unmoved() >= self.cfg.backpressure_limit.max(1)
         {
             return Err(Withhold::Backpressure);
@@ -1040,10 +1048,10 @@ impl HopTransport {
             b.admitted_from = Some(from);
         }
         if vtx && !is_dest && h.ttl > 1 {
+            // Forward the repair; a block already moved downstream is served from the cache
+            // without taking custody again (the source still holds it until the end-to-end
+            // BACK).
             b.vtx_fwd = Some(h.ttl - 1);
-            if b.moved {
-                b.moved = false;
-            }
         }
         let mut ask = !micro || h.flags & FLAG_ASK != 0;
         if micro && !payload.is_empty() {
@@ -1098,7 +1106,7 @@ impl HopTransport {
         let dst = f.dst;
         let is_relay = f.source.is_none() && f.dest.is_none();
         if let Some(b) = f.blocks.get_mut(&n) {
-            if is_relay && !b.custody && b.admitted_from.is_some() {
+            if is_relay && !b.custody && !b.moved && b.admitted_from.is_some() {
                 let sb = StoredBlock {
                     flow: key,
                     dst,
