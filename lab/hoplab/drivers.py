@@ -104,6 +104,8 @@ class UdpDriver(Driver):
                "complete": flow.size is not None and r.get("bytes", 0) >= flow.size}
         if self.name == "voip":
             out.update(voip_stats(r.get("seqs", []), r.get("delays_ms", []), sent))
+            out["seqs"] = r.get("seqs", [])
+            out["send_ts"] = r.get("send_ts", [])
         return out
 
 

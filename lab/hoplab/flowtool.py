@@ -122,7 +122,7 @@ def tcp_send(a) -> int:
 
 def udp_recv(a) -> int:
     res = {"kind": "udp-recv", "bytes": 0, "packets": 0, "dups": 0, "first": None, "last": None,
-           "max_seq": -1, "delays_ms": [], "seqs": []}
+           "max_seq": -1, "delays_ms": [], "seqs": [], "send_ts": []}
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     s.bind(("0.0.0.0", a.port))
@@ -157,6 +157,7 @@ def udp_recv(a) -> int:
             if keep:
                 res["seqs"].append(seq)
                 res["delays_ms"].append((now - ts) * 1e3)
+                res["send_ts"].append(ts)
     except Stop:
         pass
     finally:

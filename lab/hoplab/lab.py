@@ -159,7 +159,7 @@ class Lab:
         return self.work / f"flow{idx}-{role}.json"
 
     def spawn(self, node: int, args: list[str], tag: str, module: str = "hoplab.flowtool") -> subprocess.Popen:
-        cmd = ["ip", "netns", "exec", ns_name(node), sys.executable, "-m", module] + args
+        cmd = _in_ns(node) + [sys.executable, "-m", module] + args
         log = open(self.work / f"{tag}.log", "w")
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
@@ -168,7 +168,7 @@ class Lab:
         return p
 
     def spawn_cmd(self, node: int, argv: list[str], tag: str) -> subprocess.Popen:
-        cmd = ["ip", "netns", "exec", ns_name(node)] + argv
+        cmd = _in_ns(node) + argv
         log = open(self.work / f"{tag}.log", "w")
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
@@ -322,12 +322,11 @@ class Lab:
         time.sleep(spec.settle)
         flows = spec.flows
         drivers = [DRIVERS[f.driver]() for f in flows]
-        self.t0 = time.time()
-        self.medium_cmd("mark")
         for idx, (f, d) in enumerate(zip(flows, drivers)):
             d.start_receiver(self, f, idx)
-        time.sleep(0.5)
+        time.sleep(1.0)
         self.t0 = time.time()
+        self.medium_cmd("mark")
         self.events_log.append({"t": 0.0, "cmd": "start"})
         pending = sorted(
             [(f.start, "flow", idx) for idx, f in enumerate(flows) if f.after is None]
@@ -412,6 +411,13 @@ class Lab:
             self.medium_cmd(f"link {e.a} {e.b} {IN_RANGE_DB} {e.loss}")
             t.links[(e.a, e.b)] = e.loss
             self.progress(f"  schedule: link {e.a}->{e.b} loss {e.loss}")
+
+
+def _in_ns(node: int) -> list[str]:
+    """Prefix running a command in a node's network namespace. nsenter only joins the
+    network namespace (no mount namespace and /sys remount like `ip netns exec`), which
+    keeps process start-up light while the medium runs."""
+    return ["nsenter", f"--net=/run/netns/{ns_name(node)}", "--"]
 
 
 def _term_to_interrupt(_sig, _frm):
