@@ -130,12 +130,66 @@ impl AtpConfig {
 
     /// Time the sender waits for each feedback (1.1·E, §III-C).
     pub fn feedback_interval(&self) -> Duration {
-        self.epoch.mul_f64(self.feedback_slack)
+        let x = self.epoch.as_secs_f64() * self.feedback_slack;
+        if x.is_finite() && x > 0.0 {
+            Duration::try_from_secs_f64(x).unwrap_or(Duration::MAX)
+        } else {
+            self.epoch
+        }
     }
 }
 
 impl Default for AtpConfig {
     fn default() -> Self {
         AtpConfig::for_variant(AtpVariant::Default)
+    }
+}
+
+/// Largest payload that fits the envelope with the ATP data header.
+pub const MAX_PACKET_PAYLOAD_BYTES: usize = 60_000;
+
+fn unit_or(x: f64, default: f64) -> f64 {
+    if x.is_finite() && (0.0..=1.0).contains(&x) {
+        x
+    } else {
+        default
+    }
+}
+
+fn at_least_or(x: f64, min: f64, default: f64) -> f64 {
+    if x.is_finite() && x >= min {
+        x
+    } else {
+        default
+    }
+}
+
+impl AtpConfig {
+    /// The same configuration with every value forced into its valid range, so that no
+    /// configuration can make the transport panic or spin (e.g. a zero epoch). Out-of-range
+    /// weights and factors fall back to the paper's values; durations are bounded.
+    pub fn sanitized(mut self) -> Self {
+        let hour = Duration::from_secs(3600);
+        self.packet_payload_bytes = self.packet_payload_bytes.clamp(1, MAX_PACKET_PAYLOAD_BYTES);
+        self.epoch = self.epoch.clamp(Duration::from_millis(1), hour);
+        self.alpha = unit_or(self.alpha, ALPHA);
+        self.beta = unit_or(self.beta, BETA);
+        self.eta = at_least_or(self.eta, 1.0, ETA);
+        self.phi = at_least_or(self.phi, 1.0, PHI);
+        self.kappa = at_least_or(self.kappa, 0.0, KAPPA).min(1.0);
+        self.max_sack_blocks = self.max_sack_blocks.min(MAX_SACK_BLOCKS);
+        self.feedback_slack = at_least_or(self.feedback_slack, 1.0, FEEDBACK_SLACK).min(100.0);
+        self.missed_feedback_restart = self.missed_feedback_restart.max(1);
+        self.adaptive_run = self.adaptive_run.max(1);
+        self.adaptive_drops = self.adaptive_drops.max(1);
+        self.eta_per_hop = at_least_or(self.eta_per_hop, 0.0, ETA_PER_HOP).min(100.0);
+        self.queue_limit_packets = self.queue_limit_packets.max(1);
+        self.min_delay = self.min_delay.clamp(Duration::from_micros(1), hour);
+        self.max_delay = self.max_delay.clamp(self.min_delay, hour);
+        self.give_up = self
+            .give_up
+            .clamp(Duration::from_millis(1), Duration::from_secs(86_400));
+        self.send_buffer_bytes = self.send_buffer_bytes.max(1);
+        self
     }
 }

@@ -78,7 +78,12 @@ struct Sender {
 
 impl Sender {
     fn interval(&self) -> Duration {
-        Duration::from_secs_f64(1.0 / self.rate)
+        let x = 1.0 / self.rate;
+        if x.is_finite() && x > 0.0 {
+            Duration::try_from_secs_f64(x).unwrap_or(Duration::MAX)
+        } else {
+            Duration::ZERO
+        }
     }
 
     fn has_packet(&self) -> bool {
@@ -131,9 +136,10 @@ pub struct AtpTransport {
 }
 
 impl AtpTransport {
+    /// A transport with `cfg` ([`AtpConfig::sanitized`] first).
     pub fn new(cfg: AtpConfig) -> Self {
         AtpTransport {
-            cfg,
+            cfg: cfg.sanitized(),
             senders: BTreeMap::new(),
             receivers: BTreeMap::new(),
             finished: VecDeque::new(),
@@ -746,10 +752,13 @@ impl Transport for AtpTransport {
                     if s.next_send <= now {
                         s.pace_ready = true;
                     }
-                    while now >= s.feedback_deadline {
-                        s.missed += 1;
-                        missed_total += 1;
-                        s.feedback_deadline += cfg.feedback_interval();
+                    if now >= s.feedback_deadline {
+                        let every = cfg.feedback_interval().max(Duration::from_micros(1));
+                        let late = (now - s.feedback_deadline).as_nanos() / every.as_nanos();
+                        let k = u32::try_from(late + 1).unwrap_or(u32::MAX);
+                        s.missed = s.missed.saturating_add(k);
+                        missed_total += u64::from(k);
+                        s.feedback_deadline += every.saturating_mul(k);
                     }
                     if s.missed >= cfg.missed_feedback_restart {
                         // §II-C: three missed feedbacks restart quick-start.
@@ -1135,5 +1144,85 @@ mod tests {
         let ad = AtpConfig::for_variant(AtpVariant::Adaptive);
         assert!(ad.immediate_feedback && ad.hop_scaled_eta);
         assert_eq!(AtpConfig::default(), d);
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn msg(kind: u8, v: &[u32]) -> Vec<u8> {
+            let src = [1, 4][v[0] as usize % 2];
+            let id = [3, 5][v[1] as usize % 2];
+            let dst = [1, 9][v[2] as usize % 2];
+            let seq = v[3] % 24;
+            if kind % 2 == 0 {
+                let probe = kind % 6 == 0;
+                Message::Data(wire::Data {
+                    flags: (v[4] as u8) & (wire::FLAG_FIN | wire::FLAG_SACK_REQ),
+                    hops: (v[5] % 8) as u8,
+                    src,
+                    id,
+                    dst,
+                    seq,
+                    d_max_us: v[6] % 100_000,
+                    d_s_us: v[5] % 100_000,
+                    payload: if probe { &[] } else { &[7; 10] },
+                })
+                .to_vec()
+            } else {
+                Message::Feedback(wire::Feedback {
+                    flags: v[4] as u8 & 0xe1,
+                    hops: (v[5] % 8) as u8,
+                    src,
+                    id,
+                    cum: v[6] % 24,
+                    d_avg_us: v[5] % 200_000,
+                    blocks: vec![(seq, seq + 1 + v[2] % 4)],
+                })
+                .to_vec()
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            /// Any interleaving of messages, timeouts, polls and application calls, in every
+            /// variant: no panic, and a handled deadline is never reported again.
+            #[test]
+            fn never_panics_never_spins(variant in 0usize..3, ops in proptest::collection::vec(
+                (0u8..4, any::<u8>(), proptest::collection::vec(any::<u32>(), 7), 0u64..300),
+                1..120,
+            )) {
+                let v = [AtpVariant::Default, AtpVariant::Aggressive, AtpVariant::Adaptive][variant];
+                let mut t = AtpTransport::new(AtpConfig::for_variant(v));
+                let mut env = Env::new(&[(9, 2), (4, 4), (2, 2)]);
+                t.open(&mut env.ctx(ms(0.0), 1), F, 9).unwrap();
+                let mut now = ms(0.0);
+                for (op, kind, vals, dt) in ops {
+                    now += Duration::from_millis(dt);
+                    match op {
+                        0 => {
+                            let b = msg(kind, &vals);
+                            let from = [2, 4][vals[0] as usize % 2];
+                            let _ = t.handle(&mut env.ctx(now, 1), rx(from, &b));
+                        }
+                        1 => {
+                            if t.poll_timeout().is_some_and(|d| d <= now) {
+                                t.handle_timeout(&mut env.ctx(now, 1));
+                                while t.poll_transmit(&mut env.ctx(now, 1)).is_some() {}
+                                prop_assert!(t.poll_timeout().is_none_or(|d| d > now));
+                            }
+                        }
+                        2 => while t.poll_transmit(&mut env.ctx(now, 1)).is_some() {},
+                        _ => {
+                            let _ = t.send(&mut env.ctx(now, 1), F, Bytes::from(vec![1; 3000]));
+                            if kind % 7 == 0 {
+                                let _ = t.finish(&mut env.ctx(now, 1), F);
+                            }
+                        }
+                    }
+                    while t.poll_event().is_some() {}
+                }
+            }
+        }
     }
 }

@@ -83,3 +83,33 @@ impl Default for HxhConfig {
         }
     }
 }
+
+/// Largest payload that fits the envelope with the HxH data header.
+pub const MAX_PACKET_PAYLOAD_BYTES: usize = 60_000;
+
+impl HxhConfig {
+    /// The same configuration with every value forced into its valid range, so that no
+    /// configuration can make the transport panic or spin (e.g. a zero timer).
+    pub fn sanitized(mut self) -> Self {
+        let ms = Duration::from_millis(1);
+        let day = Duration::from_secs(86_400);
+        self.packet_payload_bytes = self.packet_payload_bytes.clamp(1, MAX_PACKET_PAYLOAD_BYTES);
+        self.buffer_packets = self.buffer_packets.clamp(1, 1024);
+        self.reserve_packets = self.reserve_packets.min(1024);
+        self.stall_multiplier = self.stall_multiplier.clamp(1, 1000);
+        self.flow_timeout = self.flow_timeout.clamp(ms, day);
+        self.hop_delay_initial = self.hop_delay_initial.clamp(Duration::from_micros(1), day);
+        if !(self.hop_delay_gain.is_finite() && (0.0..=1.0).contains(&self.hop_delay_gain)) {
+            self.hop_delay_gain = HxhConfig::default().hop_delay_gain;
+        }
+        self.hop_rto_multiplier = self.hop_rto_multiplier.clamp(1, 1000);
+        self.hop_rto_min = self.hop_rto_min.clamp(Duration::from_micros(1), day);
+        self.hop_rto_max = self.hop_rto_max.clamp(self.hop_rto_min, day);
+        self.nack_timeout = self.nack_timeout.clamp(ms, day);
+        self.explicit_ack_interval = self.explicit_ack_interval.min(day);
+        self.source_rto = self.source_rto.clamp(ms, day);
+        self.give_up = self.give_up.clamp(ms, day);
+        self.send_buffer_bytes = self.send_buffer_bytes.max(1);
+        self
+    }
+}

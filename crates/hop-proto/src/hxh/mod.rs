@@ -33,6 +33,15 @@ use crate::{AppError, Event, FailReason, FlowKey};
 const NACK_BACKOFF_MAX: u32 = 8;
 /// Upper bound on the source retransmission timer backoff (`source_rto` x 2^n).
 const SOURCE_BACKOFF_MAX_EXP: u32 = 4;
+/// Seconds as a duration; NaN, negative or huge values saturate instead of panicking.
+fn secs(x: f64) -> Duration {
+    if x.is_nan() || x <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::try_from_secs_f64(x).unwrap_or(Duration::MAX)
+    }
+}
+
 /// Sequence numbers a relay remembers having forwarded, to drop duplicates.
 const SEEN_MAX: usize = 4096;
 
@@ -60,7 +69,8 @@ struct Fwd {
     /// Credits the next hop last advertised.
     adv: u16,
     last_feedback: Instant,
-    last_probe: Instant,
+    /// When the flow last became blocked or sent a stall probe (§3.2 stall timer start).
+    stall_clock: Instant,
     probe_ready: bool,
     /// EWMA of per-hop feedback delay, seconds.
     hop_delay: f64,
@@ -80,7 +90,7 @@ impl Fwd {
             next_hop: None,
             adv: cfg.buffer_packets,
             last_feedback: now,
-            last_probe: now,
+            stall_clock: now,
             probe_ready: false,
             hop_delay: cfg.hop_delay_initial.as_secs_f64(),
             vtime: vclock,
@@ -105,13 +115,12 @@ impl Fwd {
     }
 
     fn hop_rto(&self, cfg: &HxhConfig) -> Duration {
-        let d = Duration::from_secs_f64(self.hop_delay * f64::from(cfg.hop_rto_multiplier));
-        d.clamp(cfg.hop_rto_min, cfg.hop_rto_max)
+        secs(self.hop_delay * f64::from(cfg.hop_rto_multiplier))
+            .clamp(cfg.hop_rto_min, cfg.hop_rto_max)
     }
 
     fn stall_after(&self, cfg: &HxhConfig) -> Duration {
-        Duration::from_secs_f64(self.hop_delay * f64::from(cfg.stall_multiplier))
-            .max(cfg.hop_rto_min)
+        secs(self.hop_delay * f64::from(cfg.stall_multiplier)).max(cfg.hop_rto_min)
     }
 
     fn holds(&self, seq: u32) -> bool {
@@ -188,9 +197,10 @@ pub struct HxhTransport {
 }
 
 impl HxhTransport {
+    /// A transport with `cfg` ([`HxhConfig::sanitized`] first).
     pub fn new(cfg: HxhConfig) -> Self {
         HxhTransport {
-            cfg,
+            cfg: cfg.sanitized(),
             flows: BTreeMap::new(),
             control: VecDeque::new(),
             events: VecDeque::new(),
@@ -801,7 +811,7 @@ impl HxhTransport {
         let has_pkt = !flow.fwd.queue.is_empty()
             || matches!(&flow.role, Role::Source(s) if s.buf.has_pending_new());
         if has_pkt && flow.fwd.pool() <= 0 && !flow.fwd.probe_ready {
-            at(flow.fwd.last_feedback.max(flow.fwd.last_probe) + flow.fwd.stall_after(cfg));
+            at(flow.fwd.last_feedback.max(flow.fwd.stall_clock) + flow.fwd.stall_after(cfg));
         }
         match &flow.role {
             Role::Relay(rl) => at(rl.last_activity + cfg.flow_timeout),
@@ -819,7 +829,7 @@ impl HxhTransport {
                     && flow.fwd.queue.is_empty()
                     && flow.fwd.inflight.is_empty()
                 {
-                    at(s.last_tail + cfg.source_rto * (1u32 << s.backoff.min(30)));
+                    at(s.last_tail + cfg.source_rto.saturating_mul(1u32 << s.backoff.min(30)));
                 }
             }
         }
@@ -967,17 +977,6 @@ impl Transport for HxhTransport {
                     }
                 }
             }
-            // §3.2: probe a stalled flow after 5x the EWMA of previous delays.
-            let waiting = Self::has_packet(flow);
-            if waiting
-                && flow.fwd.pool() <= 0
-                && !flow.fwd.probe_ready
-                && flow.fwd.last_feedback.max(flow.fwd.last_probe) + flow.fwd.stall_after(&cfg)
-                    <= now
-            {
-                flow.fwd.probe_ready = true;
-                probes += 1;
-            }
             match &mut flow.role {
                 Role::Relay(rl) => {
                     if rl.last_activity + cfg.flow_timeout <= now {
@@ -993,7 +992,7 @@ impl Transport for HxhTransport {
                             d.nack_at = None;
                         } else {
                             d.nack_backoff = (d.nack_backoff * 2).clamp(1, NACK_BACKOFF_MAX);
-                            d.nack_at = Some(now + cfg.nack_timeout * d.nack_backoff);
+                            d.nack_at = Some(now + cfg.nack_timeout.saturating_mul(d.nack_backoff));
                             control.push((
                                 d.upstream,
                                 Message::Nack(wire::Nack {
@@ -1019,7 +1018,8 @@ impl Transport for HxhTransport {
                     let outstanding = s.buf.unacked_sent().next();
                     if let Some(first) = outstanding {
                         let idle = flow.fwd.queue.is_empty() && flow.fwd.inflight.is_empty();
-                        let tail = s.last_tail + cfg.source_rto * (1u32 << s.backoff.min(30));
+                        let tail =
+                            s.last_tail + cfg.source_rto.saturating_mul(1u32 << s.backoff.min(30));
                         if idle && tail <= now {
                             // Source retransmission timer: resend the first unacknowledged
                             // packet asking for an explicit ACK (§3.3.2).
@@ -1043,6 +1043,17 @@ impl Transport for HxhTransport {
                         }
                     }
                 }
+            }
+            // §3.2: probe a stalled flow after 5x the EWMA of previous delays.
+            let waiting = Self::has_packet(flow);
+            if waiting
+                && flow.fwd.pool() <= 0
+                && !flow.fwd.probe_ready
+                && flow.fwd.last_feedback.max(flow.fwd.stall_clock) + flow.fwd.stall_after(&cfg)
+                    <= now
+            {
+                flow.fwd.probe_ready = true;
+                probes += 1;
             }
         }
         for (key, ev) in remove {
@@ -1118,9 +1129,12 @@ impl Transport for HxhTransport {
         self.vclock = start;
         if probe {
             flow.fwd.probe_ready = false;
-            flow.fwd.last_probe = ctx.now;
         }
         let retx = pkt.tries > 0;
+        if probe || flow.fwd.pool() <= 1 {
+            // This send exhausts the credits (or is a probe): the stall timer starts now.
+            flow.fwd.stall_clock = ctx.now;
+        }
         flow.fwd.inflight.insert(
             pkt.seq,
             Inflight {
@@ -1407,5 +1421,100 @@ mod tests {
             .handle(&mut env.ctx(ms(0), 1), rx(2, 1, &[1, 0, 0]))
             .is_err());
         assert!(t.handle(&mut env.ctx(ms(0), 1), rx(2, 1, &[])).is_err());
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn msg(kind: u8, v: &[u32]) -> Vec<u8> {
+            let src = [1, 4][v[0] as usize % 2];
+            let id = v[1] % 2;
+            let dst = [1, 9][v[2] as usize % 2];
+            let seq = v[3] % 24;
+            match kind % 5 {
+                0 => Message::Data(wire::Data {
+                    flags: (v[4] as u8) & 0x0f,
+                    credits: (v[5] % 8) as u16,
+                    src,
+                    id,
+                    dst,
+                    seq,
+                    rev_ack: v[6] % 24,
+                    payload: &[7; 10],
+                }),
+                1 => Message::HopAck(wire::HopAck {
+                    flags: (v[4] as u8) & 0x03,
+                    credits: (v[5] % 8) as u16,
+                    src,
+                    id,
+                    seq,
+                    rev_ack: v[6] % 24,
+                }),
+                2 => Message::Credit(wire::Credit {
+                    flags: 0,
+                    credits: (v[5] % 8) as u16,
+                    src,
+                    id,
+                    rev_ack: v[6] % 24,
+                }),
+                3 => Message::Nack(wire::Nack {
+                    src,
+                    id,
+                    cum: v[6] % 24,
+                    ranges: vec![(seq, seq + 1 + v[5] % 5)],
+                }),
+                _ => Message::Ack(wire::Ack {
+                    src,
+                    id,
+                    cum: v[6] % 24,
+                }),
+            }
+            .to_vec()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            /// Any interleaving of messages, timeouts, polls and application calls: no panic,
+            /// and a deadline that has been handled is never reported again.
+            #[test]
+            fn never_panics_never_spins(ops in proptest::collection::vec(
+                (0u8..4, any::<u8>(), proptest::collection::vec(any::<u32>(), 7), 0u64..300),
+                1..120,
+            )) {
+                let mut t = HxhTransport::new(HxhConfig::default());
+                let mut env = Env::new(&[(9, 2), (4, 4), (2, 2)]);
+                let f = FlowKey { src: 1, id: 0 };
+                t.open(&mut env.ctx(ms(0), 1), f, 9).unwrap();
+                let mut now = ms(0);
+                for (op, kind, v, dt) in ops {
+                    now += Duration::from_millis(dt);
+                    match op {
+                        0 => {
+                            let b = msg(kind, &v);
+                            let from = [2, 4, 9][v[0] as usize % 3];
+                            let _ = t.handle(&mut env.ctx(now, 1), rx(from, 1, &b));
+                        }
+                        1 => {
+                            if t.poll_timeout().is_some_and(|d| d <= now) {
+                                t.handle_timeout(&mut env.ctx(now, 1));
+                                drain(&mut t, &mut env, now, 1);
+                                prop_assert!(t.poll_timeout().is_none_or(|d| d > now));
+                            }
+                        }
+                        2 => {
+                            drain(&mut t, &mut env, now, 1);
+                        }
+                        _ => {
+                            let _ = t.send(&mut env.ctx(now, 1), f, Bytes::from(vec![1; 3000]));
+                            if kind % 7 == 0 {
+                                let _ = t.finish(&mut env.ctx(now, 1), f);
+                            }
+                        }
+                    }
+                    while t.poll_event().is_some() {}
+                }
+            }
+        }
     }
 }
