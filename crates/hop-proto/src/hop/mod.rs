@@ -433,9 +433,7 @@ impl HopTransport {
             let mut victim: Option<(Instant, FlowKey, u32)> = None;
             for (k, f) in &self.flows {
                 for (n, b) in &f.blocks {
-                    let protected = (b.custody && !b.moved)
-                        || f.outs.contains_key(n)
-                        || self.admitted.contains_key(&(*k, *n));
+                    let protected = self.pinned(*k, f, *n, b);
                     if !protected && !matches!(victim, Some((t, _, _)) if t <= b.last_used) {
                         victim = Some((b.last_used, *k, *n));
                     }
@@ -451,19 +449,29 @@ impl HopTransport {
         }
     }
 
+    /// A block that must not be evicted: in custody (at a source, until acknowledged end to
+    /// end), being sent, or being received.
+    fn pinned(&self, k: FlowKey, f: &Flow, n: u32, b: &Block) -> bool {
+        (b.custody && (!b.moved || f.source.is_some()))
+            || f.outs.contains_key(&n)
+            || self.admitted.contains_key(&(k, n))
+    }
+
     /// Bytes that cannot be evicted.
     fn protected_bytes(&self) -> u64 {
+        self.pinned_bytes(true)
+    }
+
+    /// Bytes of pinned blocks, plus application bytes waiting at sources if `pending`.
+    fn pinned_bytes(&self, pending: bool) -> u64 {
         let mut sum = 0u64;
         for (k, f) in &self.flows {
             for (n, b) in &f.blocks {
-                if (b.custody && !b.moved)
-                    || f.outs.contains_key(n)
-                    || self.admitted.contains_key(&(*k, *n))
-                {
+                if self.pinned(*k, f, *n, b) {
                     sum += u64::from(b.geom.block_len);
                 }
             }
-            if let Some(s) = &f.source {
+            if let Some(s) = f.source.as_ref().filter(|_| pending) {
                 sum += s.pending_bytes as u64;
             }
         }
@@ -478,24 +486,34 @@ impl HopTransport {
         let micro_threshold = self.cfg.micro_block_threshold;
         let pkt = self.pkt;
         let now = ctx.now;
-        let over_cache = self.protected_bytes() > self.cfg.cache_limit_bytes;
-        let Some(f) = self.flows.get_mut(&key) else {
+        let Some(f) = self.flows.get(&key) else {
             return;
         };
         if f.outs.values().any(|o| !o.vtx) || f.finished {
             return;
         }
-        let dst = f.dst;
-        let Some(s) = f.source.as_mut() else {
+        let Some(s) = f.source.as_ref() else {
             return;
         };
         if s.fin_block.is_some() || (s.pending_bytes == 0 && !s.finish) {
             return;
         }
-        // Custody at the source is bounded by the cache: wait for end-to-end BACKs.
-        if over_cache && s.pending_bytes > 0 {
-            return;
+        // Custody at the source is bounded by the cache: with the cache full of blocks not
+        // yet acknowledged end to end, wait for end-to-end BACKs.
+        if s.pending_bytes > 0 {
+            let held = self.pinned_bytes(false);
+            let next = s.pending_bytes.min(limit) as u64;
+            if held > 0 && held + next > self.cfg.cache_limit_bytes {
+                return;
+            }
         }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let dst = f.dst;
+        let Some(s) = f.source.as_mut() else {
+            return;
+        };
         let len = s.pending_bytes.min(limit);
         let mut data = Vec::with_capacity(len);
         while data.len() < len {

@@ -369,3 +369,62 @@ proptest! {
         }
     }
 }
+
+fn bsyn_blocks(out: &[Outgoing]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+            HopMessage {
+                header,
+                body: HopBody::Bsyn { .. },
+            } => Some(header.block_num),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn source_keeps_blocks_until_end_to_end_back_within_its_cache() {
+    let cfg = HopConfig {
+        max_block_bytes: 250,
+        cache_limit_bytes: 300,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 9 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    let n = h
+        .with(|t, ctx| t.send(ctx, key, Bytes::from(vec![7u8; 500])))
+        .unwrap();
+    assert_eq!(n, 500);
+    assert_eq!(bsyn_blocks(&h.drain()), vec![0]);
+    let back = |block| HopMessage {
+        header: HopHeader {
+            src: 1,
+            dst: 3,
+            ..hdr(block, FLAG_COMPLETE)
+        },
+        body: HopBody::Back {
+            block_len: 250,
+            packets: 3,
+            bitmap: &[0x07],
+        },
+    };
+    h.recv(2, &back(0));
+    // Block 0 moved to node 2 but is not acknowledged end to end: the source keeps it, and
+    // with the cache full it does not cut block 1 yet.
+    assert!(bsyn_blocks(&h.drain()).is_empty());
+    assert_eq!(h.t.stats().cache_bytes, 500);
+    h.recv(
+        2,
+        &HopMessage {
+            header: HopHeader {
+                src: 1,
+                dst: 3,
+                ..hdr(0, 0)
+            },
+            body: HopBody::E2eBack { cum_blocks: 1 },
+        },
+    );
+    assert_eq!(bsyn_blocks(&h.drain()), vec![1]);
+    assert_eq!(h.t.stats().cache_bytes, 250);
+}
