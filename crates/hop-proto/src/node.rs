@@ -221,7 +221,9 @@ impl Node {
     /// The deadline from [`Node::poll_timeout`] has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         for idx in 0..self.transports.len() {
-            let due = self.transports[idx].poll_timeout().is_some_and(|d| d <= now);
+            let due = self.transports[idx]
+                .poll_timeout()
+                .is_some_and(|d| d <= now);
             if due {
                 self.with_ctx(now, idx, |t, ctx| t.handle_timeout(ctx));
             }
@@ -262,7 +264,10 @@ impl Node {
 
     /// Earliest deadline of any transport.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.transports.iter().filter_map(|t| t.poll_timeout()).min()
+        self.transports
+            .iter()
+            .filter_map(|t| t.poll_timeout())
+            .min()
     }
 
     /// Next application event, transports served round robin.
@@ -272,8 +277,7 @@ impl Node {
             let idx = (self.ev_turn + k) % n;
             if let Some(event) = self.transports[idx].poll_event() {
                 self.ev_turn = (idx + 1) % n;
-                if let Event::SendComplete { flow, .. } | Event::SendFailed { flow, .. } = &event
-                {
+                if let Event::SendComplete { flow, .. } | Event::SendFailed { flow, .. } = &event {
                     self.local_flows.remove(flow);
                 }
                 return Some(NodeEvent {

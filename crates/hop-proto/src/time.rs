@@ -35,7 +35,10 @@ impl Instant {
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
+        Instant(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
     }
 }
 
