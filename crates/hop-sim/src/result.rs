@@ -52,6 +52,8 @@ pub struct FlowResult {
     pub duplicate_bytes: u64,
     /// Every byte delivered, in order, equal to what was sent.
     pub identical: bool,
+    /// The bytes delivered so far (possibly not all) were in order and equal to those sent.
+    pub delivered_bytes_match: bool,
     pub completed: bool,
     /// Seconds from start until the last byte was delivered; null unless completed.
     pub completion_time: Option<f64>,

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use hop_proto::atp::AtpVariant;
 use hop_proto::{Transport, TransportId};
 
 /// Builds one transport instance from the scenario's `[transports.NAME]` table.
@@ -29,7 +30,28 @@ impl Registry {
 
     /// Every transport the project ships.
     pub fn builtin() -> Self {
-        Self::empty()
+        let mut r = Self::empty();
+        r.register("hop", TransportId::Hop, |o| {
+            Ok(Box::new(hop_proto::hop::HopTransport::new(hop_config(o)?)))
+        });
+        r.register("hxh", TransportId::Hxh, |o| {
+            Ok(Box::new(hop_proto::hxh::HxhTransport::new(hxh_config(o)?)))
+        });
+        r.register("atp", TransportId::Atp, |o| {
+            Ok(Box::new(hop_proto::atp::AtpTransport::new(atp_config(
+                AtpVariant::Default,
+                o,
+            )?)))
+        });
+        r.register("atp-aggressive", TransportId::Atp, |o| {
+            let cfg = atp_config(AtpVariant::Aggressive, o)?;
+            Ok(Box::new(hop_proto::atp::AtpTransport::new(cfg)))
+        });
+        r.register("atp-adaptive", TransportId::Atp, |o| {
+            let cfg = atp_config(AtpVariant::Adaptive, o)?;
+            Ok(Box::new(hop_proto::atp::AtpTransport::new(cfg)))
+        });
+        r
     }
 
     /// Register (or replace) a transport under `name`.
@@ -142,4 +164,94 @@ impl<'a> Overrides<'a> {
             Err(format!("unknown config key(s): {}", unknown.join(", ")))
         }
     }
+}
+
+/// `hop_proto::hop::HopConfig::default()` with the scenario's `[transports.hop]` overrides.
+/// Durations are given in seconds.
+pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, String> {
+    let mut c = hop_proto::hop::HopConfig::default();
+    let mut o = Overrides::new(table);
+    o.uint("max_block_bytes", &mut c.max_block_bytes)?;
+    o.uint("packet_payload_bytes", &mut c.packet_payload_bytes)?;
+    o.uint("txop_bytes", &mut c.txop_bytes)?;
+    o.uint("micro_block_threshold", &mut c.micro_block_threshold)?;
+    o.uint("backpressure_limit", &mut c.backpressure_limit)?;
+    o.bool("backpressure", &mut c.backpressure)?;
+    o.bool("ack_withholding", &mut c.ack_withholding)?;
+    o.secs("withhold_timeout", &mut c.withhold_timeout)?;
+    o.bool("pipelining", &mut c.pipelining)?;
+    o.bool("cache_overheard", &mut c.cache_overheard)?;
+    o.bool("virtual_retransmission", &mut c.virtual_retransmission)?;
+    o.secs("vtx_initial_timeout", &mut c.vtx_initial_timeout)?;
+    o.uint("vtx_ttl", &mut c.vtx_ttl)?;
+    o.secs("bsyn_timeout", &mut c.bsyn_timeout)?;
+    o.secs("bsyn_max_backoff", &mut c.bsyn_max_backoff)?;
+    o.secs("back_quiet", &mut c.back_quiet)?;
+    o.uint("cache_limit_bytes", &mut c.cache_limit_bytes)?;
+    o.uint("max_flows", &mut c.max_flows)?;
+    o.secs("flow_idle_timeout", &mut c.flow_idle_timeout)?;
+    o.secs("custody_expiry", &mut c.custody_expiry)?;
+    o.secs("give_up_after", &mut c.give_up_after)?;
+    o.uint("source_buffer_bytes", &mut c.source_buffer_bytes)?;
+    o.finish()?;
+    Ok(c)
+}
+
+/// `hop_proto::hxh::HxhConfig::default()` with `[transports.hxh]` overrides (durations in s).
+pub fn hxh_config(table: &toml::Table) -> Result<hop_proto::hxh::HxhConfig, String> {
+    let mut c = hop_proto::hxh::HxhConfig::default();
+    let mut o = Overrides::new(table);
+    o.uint("packet_payload_bytes", &mut c.packet_payload_bytes)?;
+    o.uint("buffer_packets", &mut c.buffer_packets)?;
+    o.uint("reserve_packets", &mut c.reserve_packets)?;
+    o.uint("stall_multiplier", &mut c.stall_multiplier)?;
+    o.secs("flow_timeout", &mut c.flow_timeout)?;
+    o.secs("hop_delay_initial", &mut c.hop_delay_initial)?;
+    o.float("hop_delay_gain", &mut c.hop_delay_gain)?;
+    o.uint("hop_rto_multiplier", &mut c.hop_rto_multiplier)?;
+    o.secs("hop_rto_min", &mut c.hop_rto_min)?;
+    o.secs("hop_rto_max", &mut c.hop_rto_max)?;
+    o.uint("hop_retry_limit", &mut c.hop_retry_limit)?;
+    o.secs("nack_timeout", &mut c.nack_timeout)?;
+    o.secs("explicit_ack_interval", &mut c.explicit_ack_interval)?;
+    o.secs("source_rto", &mut c.source_rto)?;
+    o.secs("give_up", &mut c.give_up)?;
+    o.uint("send_buffer_bytes", &mut c.send_buffer_bytes)?;
+    o.uint("max_flows", &mut c.max_flows)?;
+    o.uint("finished_memory", &mut c.finished_memory)?;
+    o.finish()?;
+    Ok(c)
+}
+
+/// `AtpConfig::for_variant(variant)` with `[transports.atp*]` overrides (durations in s).
+pub fn atp_config(
+    variant: AtpVariant,
+    table: &toml::Table,
+) -> Result<hop_proto::atp::AtpConfig, String> {
+    let mut c = hop_proto::atp::AtpConfig::for_variant(variant);
+    let mut o = Overrides::new(table);
+    o.uint("packet_payload_bytes", &mut c.packet_payload_bytes)?;
+    o.secs("epoch", &mut c.epoch)?;
+    o.float("alpha", &mut c.alpha)?;
+    o.float("beta", &mut c.beta)?;
+    o.float("eta", &mut c.eta)?;
+    o.float("phi", &mut c.phi)?;
+    o.float("kappa", &mut c.kappa)?;
+    o.uint("max_sack_blocks", &mut c.max_sack_blocks)?;
+    o.float("feedback_slack", &mut c.feedback_slack)?;
+    o.uint("missed_feedback_restart", &mut c.missed_feedback_restart)?;
+    o.bool("immediate_feedback", &mut c.immediate_feedback)?;
+    o.uint("adaptive_run", &mut c.adaptive_run)?;
+    o.uint("adaptive_drops", &mut c.adaptive_drops)?;
+    o.bool("hop_scaled_eta", &mut c.hop_scaled_eta)?;
+    o.float("eta_per_hop", &mut c.eta_per_hop)?;
+    o.uint("queue_limit_packets", &mut c.queue_limit_packets)?;
+    o.secs("min_delay", &mut c.min_delay)?;
+    o.secs("max_delay", &mut c.max_delay)?;
+    o.secs("give_up", &mut c.give_up)?;
+    o.uint("send_buffer_bytes", &mut c.send_buffer_bytes)?;
+    o.uint("max_flows", &mut c.max_flows)?;
+    o.uint("finished_memory", &mut c.finished_memory)?;
+    o.finish()?;
+    Ok(c)
 }
