@@ -784,7 +784,14 @@ impl HopTransport {
             return;
         }
         let dst = f.dst;
-        let ready = |b: &Block| b.complete() || (pipelining && b.have.count() >= txop);
+        // Micro-blocks are forwarded whole, on BSYNs (§3.6); larger blocks as soon as a txop
+        // of them is here (pipelining, §3.1).
+        let ready = |b: &Block| {
+            b.complete()
+                || (pipelining
+                    && b.have.count() >= txop
+                    && b.geom.block_len as usize >= micro_threshold)
+        };
         let normal_active = f.outs.values().any(|o| !o.vtx);
         let mut start: Vec<(u32, bool, u8)> = Vec::new();
         let mut normal_taken = normal_active;
