@@ -326,6 +326,7 @@ class Lab:
             d.start_receiver(self, f, idx)
         time.sleep(1.0)
         self.t0 = time.time()
+        steal0 = host_steal_seconds()
         self.medium_cmd("mark")
         self.events_log.append({"t": 0.0, "cmd": "start"})
         pending = sorted(
@@ -368,6 +369,8 @@ class Lab:
                               f"received {got / 1e6:7.2f} MB")
             time.sleep(0.05)
         wall = time.time() - self.t0
+        steal1 = host_steal_seconds()
+        steal = (steal1 - steal0) if steal0 is not None and steal1 is not None else None
         # stop senders first, then give receivers a moment to record the last bytes
         for k, p in senders.items():
             if p is not None and p.poll() is None:
@@ -400,6 +403,7 @@ class Lab:
             r = d.result(self, f, idx)
             results.append(flow_summary(f, r, routes.hop_count(self.table, f.src, f.dst), idx))
         return {"flows": results, "medium": medium_out, "wall_seconds": wall, "timed_out": timed_out,
+                "host_steal_seconds": steal,
                 "t0": self.t0, "events": self.events_log}
 
     def _apply(self, e) -> None:
@@ -411,6 +415,15 @@ class Lab:
             self.medium_cmd(f"link {e.a} {e.b} {IN_RANGE_DB} {e.loss}")
             t.links[(e.a, e.b)] = e.loss
             self.progress(f"  schedule: link {e.a}->{e.b} loss {e.loss}")
+
+
+def host_steal_seconds() -> float | None:
+    """CPU time the hypervisor took from this machine (all CPUs), from /proc/stat."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _in_ns(node: int) -> list[str]:

@@ -53,6 +53,7 @@ def assemble(spec, run: dict) -> dict:
         "lag": lag,
         "wall_seconds": run.get("wall_seconds"),
         "timed_out": run.get("timed_out"),
+        "host_steal_seconds": run.get("host_steal_seconds"),
         "medium": {
             "standard": spec.medium.standard, "rate_mbps": spec.medium.rate_mbps,
             "auto_rate": spec.medium.auto_rate, "retry_limit": spec.medium.retry_limit,
@@ -139,6 +140,9 @@ def markdown(res: dict) -> str:
                      f"(p99 {_fmt(lag.get('p99_ms'), 1)} ms, bound {lag['bound_ms']:g} ms).")
     else:
         lines.append(f"**INVALID RUN**: {res['invalid_reason']}. Numbers below are not trustworthy.")
+    if res.get("host_steal_seconds") is not None:
+        lines.append(f"CPU time taken by the hypervisor during the run (steal): "
+                     f"{res['host_steal_seconds']:.2f} s.")
     m = res["medium"]
     lines += ["", f"Medium: 802.11{m['standard']} "
               + ("auto-rate (Minstrel)" if m["auto_rate"] else f"{m['rate_mbps']:g} Mbit/s")

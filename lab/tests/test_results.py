@@ -1,0 +1,55 @@
+import json
+
+from hoplab import results, spec
+from hoplab.drivers import voip_stats
+from hoplab.lab import flow_summary, ip_of, mac_of
+
+
+def test_percentile_and_lag_validity():
+    xs = [float(i) for i in range(1, 101)]
+    assert results.percentile(xs, 50) == 50.0 and results.percentile(xs, 99) == 99.0
+    ok = results.lag_stats([1.0, 2.0, 30.0], 50.0)
+    assert ok["valid"] and ok["max_ms"] == 30.0
+    bad = results.lag_stats([1.0, 80.0], 50.0)
+    assert not bad["valid"] and "80.0" in bad["reason"]
+    assert not results.lag_stats([], 50.0)["valid"]
+
+
+def test_goodput_is_unique_bytes_over_time_to_last_byte():
+    f = spec.Flow(driver="tcp", src=0, dst=1, size=1_000_000)
+    s = flow_summary(f, {"bytes": 1_000_000, "start": 100.0, "last": 104.0, "complete": True}, 1, 0)
+    assert s["goodput_mbps"] == 2.0 and s["completion_s"] == 4.0
+    part = flow_summary(f, {"bytes": 500_000, "start": 100.0, "last": 102.0, "complete": False}, 1, 0)
+    assert part["completion_s"] is None and part["goodput_mbps"] == 2.0
+    none = flow_summary(f, {"bytes": 0, "start": 100.0, "last": None}, 1, 0)
+    assert none["goodput_mbps"] == 0.0
+
+
+def test_voip_loss_and_clp():
+    st = voip_stats([0, 1, 4, 5], [5.0, 7.0, 6.0, 9.0], 6)  # 2 and 3 lost back to back
+    assert abs(st["voip_loss"] - 2 / 6) < 1e-9
+    assert st["voip_clp"] == 0.5  # lost after a loss: 3 (yes), 4 (no)
+    assert st["delay_ms_max"] == 9.0
+
+
+def test_addresses_unique():
+    assert len({ip_of(i) for i in range(300)}) == 300
+    assert len({mac_of(i) for i in range(300)}) == 300
+    assert all(int(mac_of(i).split(":")[0], 16) & 2 for i in range(5))  # locally administered
+
+
+def test_write_results_and_plots(tmp_path):
+    sp = spec.from_dict({"name": "r", "topology": {"kind": "chain", "nodes": 3},
+                         "flow": [{"driver": "tcp", "src": 0, "dst": 2, "size": 1000}]})
+    flows = [flow_summary(sp.flows[0], {"bytes": 1000, "start": 0.0, "last": 0.5, "complete": True}, 2, 0),
+             flow_summary(spec.Flow("udp", 0, 2), {"bytes": 4000, "start": 0.0, "last": 1.0,
+                                                   "loss": 0.1}, 2, 1)]
+    med = {"lag_ms": [1.0, 70.0], "counters": [{"mac_tx": 3, "retries": 1}, {"mac_tx": 2}]}
+    res = results.assemble(sp, {"flows": flows, "medium": med, "wall_seconds": 2.0})
+    files = results.write(res, tmp_path)
+    for f in ("results.json", "summary.md", "goodput_cdf.png", "goodput_cdf.svg", "goodput_box.png"):
+        assert f in files and (tmp_path / f).stat().st_size > 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["valid"] is False and data["medium"]["totals"]["mac_tx"] == 5
+    md = (tmp_path / "summary.md").read_text()
+    assert "INVALID" in md and "loss 10.0%" in md
