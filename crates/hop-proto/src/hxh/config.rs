@@ -36,7 +36,8 @@ pub struct HxhConfig {
     pub hop_delay_initial: Duration,
     /// Weight of a new sample in the per-hop delay EWMA.
     pub hop_delay_gain: f64,
-    /// A hop ack missing for `hop_rto_multiplier` x EWMA means the packet is sent again.
+    /// A hop ack missing for EWMA + `hop_rto_multiplier` x mean deviation of the per-hop
+    /// delay means the packet is sent again.
     pub hop_rto_multiplier: u32,
     pub hop_rto_min: Duration,
     pub hop_rto_max: Duration,

@@ -42,6 +42,9 @@ fn secs(x: f64) -> Duration {
     }
 }
 
+/// Weight of a new sample in the per-hop delay deviation (RFC 6298's beta).
+const HOP_DELAY_VAR_GAIN: f64 = 0.25;
+
 /// Sequence numbers a relay remembers having forwarded, to drop duplicates.
 const SEEN_MAX: usize = 4096;
 
@@ -74,6 +77,8 @@ struct Fwd {
     probe_ready: bool,
     /// EWMA of per-hop feedback delay, seconds.
     hop_delay: f64,
+    /// Mean deviation of the per-hop feedback delay, seconds.
+    hop_delay_var: f64,
     /// Fair-queueing finish tag (bytes).
     vtime: u64,
     /// Last hop only: packets the destination acknowledged above `rev_ack` (§3.3).
@@ -93,6 +98,7 @@ impl Fwd {
             stall_clock: now,
             probe_ready: false,
             hop_delay: cfg.hop_delay_initial.as_secs_f64(),
+            hop_delay_var: cfg.hop_delay_initial.as_secs_f64() / 2.0,
             vtime: vclock,
             delivered: BTreeSet::new(),
             in_sync: true,
@@ -115,7 +121,7 @@ impl Fwd {
     }
 
     fn hop_rto(&self, cfg: &HxhConfig) -> Duration {
-        secs(self.hop_delay * f64::from(cfg.hop_rto_multiplier))
+        secs(self.hop_delay + self.hop_delay_var * f64::from(cfg.hop_rto_multiplier))
             .clamp(cfg.hop_rto_min, cfg.hop_rto_max)
     }
 
@@ -582,6 +588,10 @@ impl HxhTransport {
         let mut freed = false;
         if let Some(inf) = flow.fwd.inflight.remove(&a.seq) {
             let sample = (now - inf.sent_at).as_secs_f64();
+            // Smoothed delay and mean deviation, as TCP's RTT estimator (RFC 6298).
+            let dev = (sample - flow.fwd.hop_delay).abs();
+            flow.fwd.hop_delay_var =
+                (1.0 - HOP_DELAY_VAR_GAIN) * flow.fwd.hop_delay_var + HOP_DELAY_VAR_GAIN * dev;
             flow.fwd.hop_delay =
                 (1.0 - cfg.hop_delay_gain) * flow.fwd.hop_delay + cfg.hop_delay_gain * sample;
             if a.flags & wire::HOPACK_REFUSED != 0 {
