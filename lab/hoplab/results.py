@@ -121,6 +121,27 @@ def plot(res: dict, out: Path) -> list[str]:
         fig.savefig(out / f"goodput_box.{ext}")
         files.append(f"goodput_box.{ext}")
     plt.close(fig)
+    if len(res["flows"]) <= 12:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        labels = [f["label"] for f in res["flows"]]
+        vals = [f["goodput_mbps"] for f in res["flows"]]
+        bars = ax.bar(range(len(vals)), vals, color="tab:blue")
+        for b, f in zip(bars, res["flows"]):
+            txt = f"{f['goodput_mbps']:.2f} Mbit/s"
+            if f.get("completion_s"):
+                txt += f"\n{f['completion_s']:.1f} s"
+            ax.annotate(txt, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
+                        va="bottom", fontsize=8)
+        ax.set_xticks(range(len(vals)), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel("goodput (Mbit/s)")
+        ax.set_ylim(0, max(vals + [0.1]) * 1.25)
+        ax.grid(alpha=0.3, axis="y")
+        ax.set_title(title, fontsize=10)
+        fig.tight_layout()
+        for ext in ("png", "svg"):
+            fig.savefig(out / f"goodput_flows.{ext}")
+            files.append(f"goodput_flows.{ext}")
+        plt.close(fig)
     return files
 
 
