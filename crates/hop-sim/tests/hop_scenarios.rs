@@ -332,12 +332,35 @@ fn thirty_flows_through_one_node_share_it_fairly() {
     for src in 2..32 {
         text += &format!("[[flows]]\nsrc = {src}\ndst = 1\nsize = \"10MB\"\n");
     }
-    let r = run(&text);
-    assert_eq!(r.flows.len(), 30);
-    assert!(r.flows.iter().all(|f| f.bytes_delivered > 0));
-    let j = r.jain_fairness.unwrap();
-    // Hop paper §5.5, Table 3: Jain index 0.93 (±0.01) for many senders to one node.
-    assert!(j >= 0.9, "Jain index {j}");
+    let mut sum = 0.0;
+    let seeds = [1u64, 2, 3];
+    let results: Vec<SimResult> = std::thread::scope(|s| {
+        let handles: Vec<_> = seeds
+            .iter()
+            .map(|seed| {
+                let t = text.replace("seed = 1", &format!("seed = {seed}"));
+                s.spawn(move || run(&t))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (seed, r) in seeds.iter().zip(results) {
+        assert_eq!(r.flows.len(), 30);
+        for f in &r.flows {
+            assert!(
+                f.bytes_delivered > 0 && f.delivered_bytes_match,
+                "seed {seed}: {f:?}"
+            );
+        }
+        let j = r.jain_fairness.unwrap();
+        // Every run at least as fair as Hop's 30-flow mean in the Hop paper (§5.3, Table 2:
+        // 0.78)...
+        assert!(j >= 0.78, "seed {seed}: Jain index {j}");
+        sum += j;
+    }
+    // ...and on average near the many-to-one result (§5.5, Table 3: 0.93 ± 0.01).
+    let mean = sum / seeds.len() as f64;
+    assert!(mean >= 0.9, "mean Jain index {mean}");
 }
 
 #[test]
