@@ -140,3 +140,41 @@ fn overheard_packets_are_cached_and_serve_virtual_retransmissions() {
     );
     assert!(s4.cache_bytes_peak >= 300_000);
 }
+
+#[test]
+fn source_gives_up_without_progress_and_releases_state() {
+    let cfg = HopConfig {
+        give_up_after: secs(30.0),
+        ..HopConfig::default()
+    };
+    let mut net = Net::chain(3, LinkSpec::default(), cfg, 25);
+    // An idle flow (nothing offered) must not fail.
+    let idle = net
+        .nodes
+        .get_mut(&1)
+        .unwrap()
+        .open(Instant::ZERO, hop_wire::TransportId::Hop, 3)
+        .unwrap();
+    net.set_link_up(1, 2, false);
+    net.transfer(1, 3, 100_000);
+    let t = Instant::ZERO + secs(40.0);
+    net.run_until(t, |_| false);
+    assert!(net.apps[0].failed, "stuck flow not abandoned");
+    let s = net.stats(1);
+    assert_eq!(s.flows, 1, "only the idle flow remains");
+    assert_eq!(s.cache_bytes, 0);
+    // The idle flow still works once the link is back.
+    net.set_link_up(1, 2, true);
+    let now = net.now;
+    let node = net.nodes.get_mut(&1).unwrap();
+    assert_eq!(
+        node.send(now, idle, bytes::Bytes::from_static(b"late"))
+            .unwrap(),
+        4
+    );
+    node.finish(now, idle).unwrap();
+    let until = net.now + secs(10.0);
+    net.run_until(until, |_| false);
+    // Completed end to end: the source released it.
+    assert_eq!(net.stats(1).flows, 0);
+}

@@ -511,9 +511,14 @@ impl HopTransport {
             return;
         };
         let dst = f.dst;
+        let idle_before = f.blocks.is_empty();
         let Some(s) = f.source.as_mut() else {
             return;
         };
+        if idle_before {
+            // New work after an idle period: the give-up clock starts now.
+            s.last_progress = now;
+        }
         let len = s.pending_bytes.min(limit);
         let mut data = Vec::with_capacity(len);
         while data.len() < len {
@@ -1523,7 +1528,10 @@ impl HopTransport {
         let mut expired = Vec::new();
         for (k, f) in &self.flows {
             if let Some(s) = &f.source {
-                if s.last_progress + give_up <= now {
+                // Only a source with work outstanding can fail; one waiting for its
+                // application is idle, not stuck.
+                let outstanding = !f.blocks.is_empty() || s.pending_bytes > 0 || s.finish;
+                if outstanding && s.last_progress + give_up <= now {
                     failed.push((
                         *k,
                         if s.had_route {
