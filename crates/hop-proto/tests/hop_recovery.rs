@@ -53,6 +53,7 @@ fn relay_crash_is_recovered_by_virtual_retransmission_from_caches() {
         first_relay.sent_by_type["data"] > packets,
         "node 2 did not re-send from its cache"
     );
+    assert!(first_relay.extra["cache_hits"] >= 1);
 }
 
 #[test]

@@ -1035,6 +1035,17 @@ impl HopTransport {
             self.drop_block(key, n);
         }
         let complete_here = existing_ok.is_some_and(|(same, c)| same && c);
+        if vtx && !retry {
+            // A virtual retransmission served (wholly or partly) from this node's cache.
+            let held = self
+                .flows
+                .get(&key)
+                .and_then(|f| f.blocks.get(&n))
+                .is_some_and(|b| b.geom == geom && b.have.count() > 0);
+            if held {
+                self.extra("cache_hits");
+            }
+        }
         if !complete_here {
             if let Err(w) = self.may_admit(key, n, from, geom, h.flags) {
                 if !retry {
