@@ -428,3 +428,79 @@ fn source_keeps_blocks_until_end_to_end_back_within_its_cache() {
     assert_eq!(bsyn_blocks(&h.drain()), vec![1]);
     assert_eq!(h.t.stats().cache_bytes, 250);
 }
+
+#[test]
+fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
+    // Node 2 is the destination of three flows from nodes 1, 3 and 4 (its neighbours).
+    let mut h = Harness::new(2, &[(1, 1), (3, 3), (4, 4)], HopTransport::new(small_cfg()));
+    let bsyn = |src: NodeId, len: u32| HopMessage {
+        header: HopHeader {
+            flags: 0,
+            ttl: 0,
+            src,
+            flow_id: 1,
+            dst: 2,
+            block_num: 0,
+        },
+        body: HopBody::Bsyn {
+            offset: 0,
+            geom: BlockGeom {
+                block_len: len,
+                packet_size: 100,
+            },
+            packet_num: 0,
+            payload: &[],
+        },
+    };
+    h.recv(1, &bsyn(1, 250));
+    h.recv(3, &bsyn(3, 900));
+    h.recv(4, &bsyn(4, 300));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1).len(), 1);
+    assert!(backs_to(&out, 3).is_empty() && backs_to(&out, 4).is_empty());
+    assert_eq!(h.t.stats().extra["acks_withheld"], 2);
+    // Node 1 completes its block: the smaller waiting block (node 4's) is served next.
+    let geom = BlockGeom {
+        block_len: 250,
+        packet_size: 100,
+    };
+    for p in 0..3u16 {
+        let r = geom.packet_range(u32::from(p)).unwrap();
+        let data = [1u8; 100];
+        h.recv(
+            1,
+            &HopMessage {
+                header: HopHeader {
+                    src: 1,
+                    flow_id: 1,
+                    dst: 2,
+                    ..hdr(0, 0)
+                },
+                body: HopBody::Data {
+                    offset: 0,
+                    geom,
+                    packet_num: p,
+                    payload: &data[..r.len()],
+                },
+            },
+        );
+    }
+    let out = h.drain();
+    let to1 = backs_to(&out, 1);
+    assert_eq!(to1.len(), 1);
+    assert_eq!(to1[0].0 & FLAG_COMPLETE, FLAG_COMPLETE);
+    assert_eq!(backs_to(&out, 4), vec![(0, 3)]);
+    assert!(backs_to(&out, 3).is_empty());
+    // Node 4 goes silent: after the withholding timeout node 3 gets its turn.
+    let t = h.now + DEFAULT_WITHHOLD_TIMEOUT + HOUSEKEEPING_INTERVAL * 2;
+    while h.now < t {
+        h.now = h.t.poll_timeout().unwrap().min(t);
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        let out = h.drain();
+        if !backs_to(&out, 3).is_empty() {
+            assert!(h.now >= Instant::ZERO + DEFAULT_WITHHOLD_TIMEOUT);
+            return;
+        }
+    }
+    panic!("node 3 never got a BACK");
+}
