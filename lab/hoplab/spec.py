@@ -32,7 +32,6 @@ B_RATES = {1.0: "DsssRate1Mbps", 2.0: "DsssRate2Mbps", 5.5: "DsssRate5_5Mbps", 1
 G_RATES = {r: f"ErpOfdmRate{int(r)}Mbps" for r in (6.0, 9.0, 12.0, 18.0, 24.0, 36.0, 48.0, 54.0)}
 ACS = ("be", "bk", "vi", "vo")
 ACTIONS = ("down", "up", "loss")
-DRIVERS_KNOWN_LATER = ()  # filled by drivers.registry at validation time
 
 
 @dataclass
