@@ -296,10 +296,23 @@ pub struct PathSpec {
 
 /// A byte count: an integer, or a string with a unit ("4KB", "1MB", "10 MiB"; KB = 1000).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(try_from = "toml::Value")]
 pub enum Size {
     Bytes(u64),
     Text(String),
+}
+
+impl TryFrom<toml::Value> for Size {
+    type Error = String;
+    fn try_from(v: toml::Value) -> Result<Self, String> {
+        match v {
+            toml::Value::Integer(i) if i >= 0 => Ok(Size::Bytes(i as u64)),
+            toml::Value::String(s) => Ok(Size::Text(s)),
+            other => Err(format!(
+                "size must be a number of bytes >= 0 or a string such as \"4KB\" or \"1MiB\", not {other}"
+            )),
+        }
+    }
 }
 
 impl Size {

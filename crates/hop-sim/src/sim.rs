@@ -630,7 +630,7 @@ impl Simulation {
         let e: EventSpec = self.sc.events[idx].clone();
         if let Some(every) = e.every {
             if e.count.map_or(true, |c| rep + 1 < c) {
-                let t = self.now + secs(every);
+                let t = self.now.saturating_add(secs(every));
                 self.push(t, Ev::Scenario { idx, rep: rep + 1 });
             }
         }
