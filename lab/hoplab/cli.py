@@ -57,7 +57,18 @@ def cmd_demo(a) -> int:
     d = json.loads(json.dumps(DEMO_SPEC))
     if a.size:
         d["flow"][0]["size"] = a.size
-    if a.with_hop:
+    from .drivers import HopDriver
+    from .errors import LabError as _LabError
+
+    with_hop = a.with_hop
+    if not with_hop and not a.no_hop:
+        try:
+            HopDriver.binary("hopd")
+            HopDriver.binary("hop")
+            with_hop = True
+        except _LabError:
+            print("hoplab demo: hopd not built; showing TCP and the UDP bound only")
+    if with_hop:
         d["flow"].append({"driver": "hop", "src": 0, "dst": 5, "size": d["flow"][0]["size"],
                           "label": "hop-10MB", "after": "udp-bound", "start": 1.0})
     sp = specmod.from_dict(d)
@@ -105,7 +116,8 @@ def main(argv=None) -> int:
     d = sub.add_parser("demo", help="5-hop 802.11b chain with a lossy link: TCP vs UDP bound")
     d.add_argument("--out")
     d.add_argument("--size", help="transfer size (default 10MB)")
-    d.add_argument("--with-hop", action="store_true", help="add the Hop driver (needs hopd)")
+    d.add_argument("--with-hop", action="store_true", help="require the Hop driver (hopd)")
+    d.add_argument("--no-hop", action="store_true", help="leave Hop out even if hopd is built")
     d.set_defaults(fn=cmd_demo)
     s = sub.add_parser("selftest", help="validate the emulator against known numbers")
     s.add_argument("--quick", action="store_true")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 from .errors import LabError
@@ -29,6 +30,10 @@ def _load(path: Path) -> dict:
 
 class Driver:
     name = "base"
+
+    def prepare(self, lab, flows: list) -> None:
+        """Once per run, before any receiver starts: e.g. start a daemon on every node.
+        `flows` are this driver's flows."""
 
     def start_receiver(self, lab, flow, idx: int) -> None:
         raise NotImplementedError
@@ -66,7 +71,8 @@ class TcpDriver(Driver):
         r, s = _load(lab.flow_file(idx, "recv")), _load(lab.flow_file(idx, "send"))
         complete = bool(r.get("complete")) and (flow.size is None or r.get("bytes", 0) >= flow.size)
         return {"bytes": r.get("bytes", 0), "start": s.get("start"), "first": r.get("first"),
-                "last": r.get("last"), "complete": complete, "sender_error": s.get("error")}
+                "last": r.get("last"), "complete": complete,
+                "sender_error": s.get("error") if s else f"no sender result (raw/f{idx}-send.log)"}
 
 
 class UdpDriver(Driver):
@@ -102,6 +108,8 @@ class UdpDriver(Driver):
                "last": r.get("last"), "sent_packets": sent, "recv_packets": r.get("packets", 0),
                "loss": (1.0 - r.get("packets", 0) / sent) if sent else None,
                "complete": flow.size is not None and r.get("bytes", 0) >= flow.size}
+        if not s:
+            out["sender_error"] = f"no sender result (raw/f{idx}-send.log)"
         if self.name == "voip":
             out.update(voip_stats(r.get("seqs", []), r.get("delays_ms", []), sent))
             out["seqs"] = r.get("seqs", [])
@@ -137,27 +145,109 @@ def voip_stats(seqs: list[int], delays: list[float], sent: int) -> dict:
 
 
 class HopDriver(Driver):
-    """Hop via hopd (crates/hopd). Runs `hopd` in every node namespace and `hop send`
-    / `hop recv` for the flow; transport chosen by flow.options["transport"]
-    (hop, hxh, atp). The command lines follow hopd's CLI once it lands."""
+    """Hop through hopd (crates/hopd): `prepare` starts one hopd per node namespace with
+    the lab's neighbours and static routes; each flow is `hop recv --count 1` at the
+    destination and `hop send FILE --to DST` at the source. The daemons' transport
+    comes from the flows' options.transport ("hop" or "hxh"; one per run) and
+    options.hop is copied into hopd's [hop] section. Sized transfers only."""
 
     name = "hop"
+    PORT = 7470
 
-    def _binary(self, name: str) -> str:
-        for cand in (shutil.which(name), Path(__file__).resolve().parents[2] / "target" / "release" / name):
+    @staticmethod
+    def binary(name: str) -> str:
+        root = Path(__file__).resolve().parents[2] / "target"
+        for cand in (shutil.which(name), root / "release" / name, root / "debug" / name):
             if cand and Path(cand).exists():
                 return str(cand)
         raise LabError(f"{name} not found: build it with `cargo build --release -p hopd`")
 
+    @staticmethod
+    def node_id(node: int) -> int:
+        """hopd node ids start at 1 (0 is reserved): lab node i is hop node i + 1."""
+        return node + 1
+
+    def socket(self, lab, node: int) -> Path:
+        return lab.work / f"hopd-{node}" / "api.sock"
+
+    def config(self, lab, node: int, transport: str, params: dict) -> str:
+        t = lab.spec.topology
+        lines = [f"node_id = {self.node_id(node)}", f'listen = "{lab.ip(node)}:{self.PORT}"',
+                 f'transport = "{transport}"', f'api_socket = "{self.socket(lab, node)}"', ""]
+        for b in t.neighbours(node):
+            lines += ["[[neighbours]]", f"id = {self.node_id(b)}", f'address = "{lab.ip(b)}:{self.PORT}"', ""]
+        for d, nh in sorted(lab.table[node].items()):
+            lines += ["[[routes]]", f"destination = {self.node_id(d)}",
+                      f"next_hop = {self.node_id(nh)}", ""]
+        lines += ["[storage]", f'dir = "{lab.work / f"hopd-{node}" / "store"}"', "",
+                  "[security]", f'mesh_key = "{"4c" * 32}"', ""]
+        if params:
+            lines.append("[hop]")
+            for k, v in params.items():
+                lines.append(f"{k} = {json.dumps(v)}")
+        return "\n".join(lines) + "\n"
+
+    def prepare(self, lab, flows) -> None:
+        hopd = self.binary("hopd")
+        self.binary("hop")
+        kinds = {f.options.get("transport", "hop") for f in flows}
+        if len(kinds) != 1 or not kinds <= {"hop", "hxh"}:
+            raise LabError(f"hop flows need one transport per run (hop or hxh), got {sorted(kinds)}")
+        transport = next(iter(kinds))
+        params = next((f.options["hop"] for f in flows if "hop" in f.options), {})
+        for f in flows:
+            if f.size is None:
+                raise LabError("the hop driver transfers files: give every hop flow a size")
+        for node in range(lab.spec.topology.n):
+            d = lab.work / f"hopd-{node}"
+            (d / "store").mkdir(parents=True, exist_ok=True)
+            cfg = d / "hopd.toml"
+            cfg.write_text(self.config(lab, node, transport, params))
+            lab.spawn_cmd(node, [hopd, "--config", str(cfg)], f"hopd-{node}")
+        deadline = time.time() + 30
+        while not all(self.socket(lab, n).exists() for n in range(lab.spec.topology.n)):
+            if time.time() > deadline:
+                first = (lab.work / "hopd-0.log").read_text(errors="replace")[:500]
+                raise LabError(f"hopd did not open its API sockets; see {lab.work}/hopd-*.log:\n{first}")
+            time.sleep(0.1)
+
     def start_receiver(self, lab, flow, idx):
-        self._binary("hopd")
-        raise LabError("the hop driver is not wired to hopd's command line yet")
+        d = lab.work / f"hop-recv-{idx}"
+        d.mkdir(parents=True, exist_ok=True)
+        lab.spawn(flow.dst, ["exec", "--out", str(lab.flow_file(idx, "recv")), "--",
+                             self.binary("hop"), "--socket", str(self.socket(lab, flow.dst)), "--json",
+                             "recv", "--dir", str(d), "--count", "1"], f"f{idx}-recv")
 
     def start_sender(self, lab, flow, idx):
-        raise LabError("the hop driver is not wired to hopd's command line yet")
+        src = lab.work / f"hop-send-{idx}.bin"
+        with open(src, "wb") as fh:
+            left = flow.size
+            block = bytes(range(256)) * 256
+            while left > 0:
+                fh.write(block[: min(left, len(block))])
+                left -= len(block)
+        lab.spawn(flow.src, ["exec", "--out", str(lab.flow_file(idx, "send")), "--",
+                             self.binary("hop"), "--socket", str(self.socket(lab, flow.src)), "--json",
+                             "send", str(src), "--to", str(self.node_id(flow.dst)), "--quiet"], f"f{idx}-send")
+
+    def progress(self, lab, flow, idx) -> int:
+        return 0
 
     def result(self, lab, flow, idx):
-        return {}
+        r, s = _load(lab.flow_file(idx, "recv")), _load(lab.flow_file(idx, "send"))
+        got = {}
+        for line in (r.get("stdout") or "").splitlines():
+            try:
+                v = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(v, dict) and v.get("ok") and "bytes" in v:
+                got = v
+        nbytes = int(got.get("bytes", 0))
+        return {"bytes": nbytes, "start": s.get("start"), "first": None,
+                "last": r.get("end") if got else None,
+                "complete": bool(got) and flow.size is not None and nbytes >= flow.size,
+                "sender_rc": s.get("rc"), "receiver_rc": r.get("rc")}
 
 
 DRIVERS: dict[str, type[Driver]] = {

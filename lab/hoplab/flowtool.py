@@ -207,11 +207,40 @@ def udp_send(a) -> int:
     return 0
 
 
+def exec_cmd(a) -> int:
+    """Run a command, recording its start/end times, exit code and the last line of output
+    (used for daemons' command-line clients, e.g. `hop send`)."""
+    import subprocess
+
+    res = {"kind": "exec", "start": time.time(), "end": None, "rc": None, "stdout": ""}
+    child = None
+    try:
+        child = subprocess.Popen(a.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out, _ = child.communicate()
+        res["rc"] = child.returncode
+        res["stdout"] = out[-4000:]
+    except Stop:
+        if child is not None and child.poll() is None:
+            child.terminate()
+            try:
+                out, _ = child.communicate(timeout=3)
+                res["stdout"] = (out or "")[-4000:]
+            except subprocess.TimeoutExpired:
+                child.kill()
+        res["error"] = "stopped"
+    except OSError as e:
+        res["error"] = str(e)
+    finally:
+        res["end"] = time.time()
+        _write(a.out, res)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hoplab.flowtool")
-    p.add_argument("mode", choices=["tcp-recv", "tcp-send", "udp-recv", "udp-send"])
+    p.add_argument("mode", choices=["tcp-recv", "tcp-send", "udp-recv", "udp-send", "exec"])
     p.add_argument("--dst", default="")
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--port", type=int, default=0)
     p.add_argument("--out", required=True)
     p.add_argument("--size", type=int, default=None)
     p.add_argument("--duration", type=float, default=None)
@@ -220,10 +249,20 @@ def main(argv=None) -> int:
     p.add_argument("--cc", default="cubic")
     p.add_argument("--tos", default="be", choices=sorted(TOS))
     p.add_argument("--keep-seqs", action="store_true")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, cmd = argv[:cut], argv[cut + 1:]
     a = p.parse_args(argv)
+    a.cmd = cmd
+    if a.mode == "exec" and not cmd:
+        p.error("exec needs a command after --")
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
-    return {"tcp-recv": tcp_recv, "tcp-send": tcp_send, "udp-recv": udp_recv, "udp-send": udp_send}[a.mode](a)
+    modes = {"tcp-recv": tcp_recv, "tcp-send": tcp_send, "udp-recv": udp_recv, "udp-send": udp_send,
+             "exec": exec_cmd}
+    return modes[a.mode](a)
 
 
 if __name__ == "__main__":

@@ -322,6 +322,8 @@ class Lab:
         time.sleep(spec.settle)
         flows = spec.flows
         drivers = [DRIVERS[f.driver]() for f in flows]
+        for name in sorted({f.driver for f in flows}):
+            DRIVERS[name]().prepare(self, [f for f in flows if f.driver == name])
         for idx, (f, d) in enumerate(zip(flows, drivers)):
             d.start_receiver(self, f, idx)
         time.sleep(1.0)

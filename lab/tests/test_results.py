@@ -53,3 +53,21 @@ def test_write_results_and_plots(tmp_path):
     assert data["valid"] is False and data["medium"]["totals"]["mac_tx"] == 5
     md = (tmp_path / "summary.md").read_text()
     assert "INVALID" in md and "loss 10.0%" in md
+
+
+def test_flowtool_exec_records_command(tmp_path):
+    from hoplab import flowtool
+
+    out = tmp_path / "x.json"
+    flowtool.main(["exec", "--out", str(out), "--", "sh", "-c", "echo hi; exit 3"])
+    r = json.loads(out.read_text())
+    assert r["rc"] == 3 and r["stdout"].strip() == "hi" and r["end"] >= r["start"]
+
+
+def test_flowtool_options_before_mode_args(tmp_path):
+    import pytest
+
+    from hoplab import flowtool
+
+    with pytest.raises(SystemExit):
+        flowtool.main(["exec", "--out", str(tmp_path / "y.json")])  # no command
