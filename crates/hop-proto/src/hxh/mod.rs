@@ -20,6 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hop_wire::hxh::{self as wire, Message};
 use hop_wire::{NodeId, TransportId};
+use rand::Rng;
 
 pub use config::HxhConfig;
 use reassembly::Reassembly;
@@ -45,6 +46,9 @@ fn secs(x: f64) -> Duration {
 /// Weight of a new sample in the per-hop delay deviation (RFC 6298's beta).
 const HOP_DELAY_VAR_GAIN: f64 = 0.25;
 
+/// Per-hop timeouts double for each earlier try of a packet, up to 2^this.
+const HOP_BACKOFF_MAX_EXP: u32 = 2;
+
 /// Sequence numbers a relay remembers having forwarded, to drop duplicates.
 const SEEN_MAX: usize = 4096;
 
@@ -61,6 +65,8 @@ struct Pkt {
 struct Inflight {
     pkt: Pkt,
     sent_at: Instant,
+    /// When the packet counts as lost on this hop.
+    deadline: Instant,
 }
 
 /// Forwarding state toward the next hop (sources and relays).
@@ -814,9 +820,8 @@ impl HxhTransport {
         let cfg = &self.cfg;
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |y: Instant| y.min(x)));
-        let rto = flow.fwd.hop_rto(cfg);
-        if let Some(sent) = flow.fwd.inflight.values().map(|i| i.sent_at).min() {
-            at(sent + rto);
+        if let Some(d) = flow.fwd.inflight.values().map(|i| i.deadline).min() {
+            at(d);
         }
         let has_pkt = !flow.fwd.queue.is_empty()
             || matches!(&flow.role, Role::Source(s) if s.buf.has_pending_new());
@@ -968,12 +973,11 @@ impl Transport for HxhTransport {
         for (&key, flow) in self.flows.iter_mut() {
             // Per-hop retransmission: a missing hop ack puts the packet back in the queue
             // (§3.1: "places a copy of the packet back into the flow's queue").
-            let rto = flow.fwd.hop_rto(&cfg);
             let expired: Vec<u32> = flow
                 .fwd
                 .inflight
                 .iter()
-                .filter(|(_, i)| i.sent_at + rto <= now)
+                .filter(|(_, i)| i.deadline <= now)
                 .map(|(&s, _)| s)
                 .collect();
             for seq in expired {
@@ -1145,11 +1149,20 @@ impl Transport for HxhTransport {
             // This send exhausts the credits (or is a probe): the stall timer starts now.
             flow.fwd.stall_clock = ctx.now;
         }
+        // Per-hop timeout: doubled for each earlier try and stretched by a random 0-50 %, so
+        // that neighbours that lost frames together (hidden terminals) do not retry together.
+        let rto = flow
+            .fwd
+            .hop_rto(cfg)
+            .saturating_mul(1u32 << pkt.tries.min(HOP_BACKOFF_MAX_EXP))
+            .min(cfg.hop_rto_max)
+            .mul_f64(1.0 + 0.5 * ctx.rng.gen::<f64>());
         flow.fwd.inflight.insert(
             pkt.seq,
             Inflight {
                 pkt,
                 sent_at: ctx.now,
+                deadline: ctx.now + rto,
             },
         );
         if retx {
