@@ -504,3 +504,57 @@ fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
     }
     panic!("node 3 never got a BACK");
 }
+
+#[test]
+fn virtual_retransmission_ttl_decrements_and_expires() {
+    for (ttl, forwarded) in [(5u8, Some(4u8)), (1, None)] {
+        let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+        let data = [9u8; 250];
+        feed_block(&mut h, 0, &data);
+        h.drain();
+        // Node 3 took the block: node 2 keeps it only as cache.
+        h.recv(
+            3,
+            &HopMessage {
+                header: hdr(0, FLAG_COMPLETE),
+                body: HopBody::Back {
+                    block_len: 250,
+                    packets: 3,
+                    bitmap: &[0x07],
+                },
+            },
+        );
+        h.drain();
+        let vtx = HopMessage {
+            header: HopHeader {
+                ttl,
+                ..hdr(0, FLAG_VTX)
+            },
+            body: HopBody::Bsyn {
+                offset: 0,
+                geom: BlockGeom {
+                    block_len: 250,
+                    packet_size: 100,
+                },
+                packet_num: 0,
+                payload: &[],
+            },
+        };
+        h.recv(1, &vtx);
+        let out = h.drain();
+        assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 3)]);
+        let fwd: Vec<u8> = out
+            .iter()
+            .filter(|o| o.next_hop == 3)
+            .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+                HopMessage {
+                    header,
+                    body: HopBody::Bsyn { .. },
+                } if header.flags & FLAG_VTX != 0 => Some(header.ttl),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(fwd, forwarded.into_iter().collect::<Vec<_>>(), "ttl {ttl}");
+        assert_eq!(h.t.stats().extra["cache_hits"], 1);
+    }
+}
