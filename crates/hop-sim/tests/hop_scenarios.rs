@@ -378,3 +378,37 @@ fn every_example_scenario_builds() {
     }
     assert!(n >= 8);
 }
+
+#[test]
+fn cli_output_is_reproducible_across_processes() {
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/scenarios/hidden-terminals.toml"
+    );
+    let dir = std::env::temp_dir().join(format!("hop-sim-det-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut outs = Vec::new();
+    for i in 0..2 {
+        let out = dir.join(format!("r{i}.json"));
+        let st = std::process::Command::new(env!("CARGO_BIN_EXE_hop-sim"))
+            .args([
+                "run",
+                scenario,
+                "--seed",
+                "9",
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["seed"], 9);
+        v.as_object_mut().unwrap().remove("wall_seconds");
+        outs.push(v);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(outs[0], outs[1]);
+}
