@@ -96,6 +96,8 @@ struct OutFlow {
     pending: VecDeque<(Bytes, Option<oneshot::Sender<()>>)>,
     bytes_accepted: u64,
     to: NodeId,
+    /// The application finished; `finish` is passed on once `pending` is empty.
+    finish: bool,
 }
 
 struct InFlow {
@@ -546,7 +548,7 @@ impl Daemon {
         }
     }
 
-    /// Hand queued application bytes to the transport.
+    /// Hand queued application bytes to the transport, then the finish once all are taken.
     fn feed(&mut self, flow: FlowKey) {
         let now = self.now();
         let Some(f) = self.out.get_mut(&flow) else {
@@ -562,13 +564,18 @@ impl Daemon {
                         }
                     } else {
                         *data = data.slice(n..);
-                        break;
+                        return;
                     }
                 }
                 Err(e) => {
                     warn!(%flow, error = %e, "send rejected");
-                    break;
+                    return;
                 }
+            }
+        }
+        if std::mem::take(&mut f.finish) {
+            if let Err(e) = self.node.finish(now, flow) {
+                warn!(%flow, error = %e, "finish failed");
             }
         }
     }
@@ -597,6 +604,7 @@ impl Daemon {
                                 pending: VecDeque::new(),
                                 bytes_accepted: 0,
                                 to,
+                                finish: false,
                             },
                         );
                         let _ = reply.send(Ok(flow));
@@ -618,8 +626,9 @@ impl Daemon {
                 }
             }
             Cmd::Finish { flow } => {
-                if let Err(e) = self.node.finish(now, flow) {
-                    warn!(%flow, error = %e, "finish failed");
+                if let Some(f) = self.out.get_mut(&flow) {
+                    f.finish = true;
+                    self.feed(flow);
                 }
             }
             Cmd::Abort { flow } => {

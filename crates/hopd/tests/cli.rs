@@ -1,0 +1,128 @@
+//! `hopd --check-config` and `hop` error handling.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn check(text: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, text).unwrap();
+    let o = Command::new(HOPD)
+        .arg("--check-config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout),
+    )
+}
+
+fn base() -> String {
+    format!(
+        "node_id = 1\nlisten = \"127.0.0.1:7470\"\n[[neighbours]]\nid = 2\naddress = \"127.0.0.2:7470\"\n[storage]\ndir = \"store\"\n[security]\nmesh_key = \"{KEY}\"\n"
+    )
+}
+
+#[test]
+fn check_config_accepts_a_good_file() {
+    let (code, out) = check(&base());
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ok"), "{out}");
+}
+
+#[test]
+fn check_config_reports_line_and_hint() {
+    let cases: [(String, &str, &str); 5] = [
+        (
+            base().replace("[storage]\n", "[storage]\nmax_disk = 3\n"),
+            ":7:",
+            "unknown field",
+        ),
+        (
+            base().replace("id = 2\n", "id = \"two\"\n"),
+            ":4:",
+            "invalid type",
+        ),
+        (
+            base() + "[[routes]]\ndestination = 5\nnext_hop = 9\n",
+            ":13:",
+            "not a neighbour",
+        ),
+        (
+            base().replace("127.0.0.2:7470", "nowhere"),
+            ":5:",
+            "not an IP address",
+        ),
+        (base().replace(KEY, "abcd"), ":9:", "64 hex digits"),
+    ];
+    for (text, line, msg) in cases {
+        let (code, out) = check(&text);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("bad.toml"), "{out}");
+        assert!(out.contains(line), "expected {line} in {out}");
+        assert!(out.contains(msg), "expected {msg} in {out}");
+        assert!(out.contains("hint:"), "{out}");
+    }
+    let (code, out) = check("node_id = 1\n");
+    assert_eq!(code, 1);
+    assert!(out.contains("missing field"), "{out}");
+}
+
+fn hop(socket: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(HOP)
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn hop_against_stopped_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("x");
+    std::fs::write(&f, b"hello").unwrap();
+    let sock = dir.path().join("none.sock");
+    let o = hop(&sock, &["send", f.to_str().unwrap(), "--to", "2"]);
+    assert_eq!(o.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cannot reach hopd"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    let o = hop(&sock, &["status", "--json"]);
+    assert_eq!(o.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["exit_code"], 3);
+}
+
+#[test]
+fn hop_bad_input_has_distinct_exit_codes() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let sock = nodes[0].socket();
+    let missing = work.path().join("missing.bin");
+    let o = hop(&sock, &["send", missing.to_str().unwrap(), "--to", "2"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such file"));
+    let f = work.path().join("f");
+    std::fs::write(&f, b"data").unwrap();
+    let o = hop(&sock, &["send", f.to_str().unwrap(), "--to", "42"]);
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("node 42"));
+    let o = hop(&sock, &["status"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("neighbours:"));
+}

@@ -1,0 +1,417 @@
+//! Test harness: real hopd processes on loopback or in network namespaces, cleaned up on drop.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const HOPD: &str = env!("CARGO_BIN_EXE_hopd");
+pub const HOP: &str = env!("CARGO_BIN_EXE_hop");
+pub const KEY: &str = "5f3c0d2a9b8e7f6a5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b";
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A unique small number for names (namespaces, interfaces) in this process.
+pub fn unique() -> u32 {
+    SEQ.fetch_add(1, Ordering::SeqCst)
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A free UDP port on 127.0.0.1 (also used on the other 127.0.0.x addresses).
+pub fn free_port() -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap().port()
+}
+
+/// One node's place in a topology.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub id: u32,
+    pub listen: SocketAddr,
+    /// (neighbour id, its address as seen from this node)
+    pub neighbours: Vec<(u32, SocketAddr)>,
+    /// (destination, next hop)
+    pub routes: Vec<(u32, u32)>,
+    /// Network namespace to run in, if any.
+    pub netns: Option<String>,
+    pub extra: String,
+}
+
+/// A running hopd; killed on drop.
+pub struct Hopd {
+    pub spec: NodeSpec,
+    pub dir: PathBuf,
+    pub child: Option<Child>,
+    pub metrics: SocketAddr,
+}
+
+impl Hopd {
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("hopd.toml")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("hopd.sock")
+    }
+
+    pub fn write_config(spec: &NodeSpec, dir: &Path, metrics: SocketAddr) {
+        let mut s = format!(
+            "node_id = {}\nlisten = \"{}\"\napi_socket = \"{}\"\nmetrics_listen = \"{}\"\nlog_level = \"info\"\n{}\n",
+            spec.id,
+            spec.listen,
+            dir.join("hopd.sock").display(),
+            metrics,
+            spec.extra
+        );
+        for (id, a) in &spec.neighbours {
+            s += &format!("[[neighbours]]\nid = {id}\naddress = \"{a}\"\n");
+        }
+        for (d, n) in &spec.routes {
+            s += &format!("[[routes]]\ndestination = {d}\nnext_hop = {n}\n");
+        }
+        s += &format!(
+            "[storage]\ndir = \"{}\"\n[security]\nmesh_key = \"{KEY}\"\n",
+            dir.join("store").display()
+        );
+        std::fs::write(dir.join("hopd.toml"), s).unwrap();
+    }
+
+    pub fn start(spec: NodeSpec, dir: PathBuf) -> Hopd {
+        std::fs::create_dir_all(&dir).unwrap();
+        let metrics: SocketAddr = format!("{}:{}", spec.listen.ip(), free_tcp_port())
+            .parse()
+            .unwrap();
+        Self::write_config(&spec, &dir, metrics);
+        let mut h = Hopd {
+            spec,
+            dir,
+            child: None,
+            metrics,
+        };
+        h.restart();
+        h
+    }
+
+    /// Start (again) the process.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("hopd.log"))
+            .unwrap();
+        let mut cmd = match &self.spec.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, HOPD]);
+                c
+            }
+            None => Command::new(HOPD),
+        };
+        cmd.arg("--config")
+            .arg(self.config_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.child = Some(cmd.spawn().expect("spawn hopd"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.socket().exists() {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("hopd {} exited: {st}; log:\n{}", self.spec.id, self.log());
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "hopd {} did not start",
+                self.spec.id
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                return c.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hopd.log")).unwrap_or_default()
+    }
+
+    pub fn hop(&self, args: &[&str]) -> Output {
+        // The API is a Unix socket on the file system: reachable from any namespace.
+        let mut c = Command::new(HOP);
+        c.arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run hop")
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        let o = self.hop(&["status", "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    /// Prometheus metrics text, fetched through `hop status` counters instead of HTTP when the
+    /// node lives in a namespace.
+    pub fn counter(&self, name: &str) -> u64 {
+        self.status()["counters"][name].as_u64().unwrap_or(0)
+    }
+}
+
+impl Drop for Hopd {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn free_tcp_port() -> u16 {
+    let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap().port()
+}
+
+/// A chain of `n` nodes (ids 1..=n) on loopback 127.0.0.1..n, with static routes.
+pub fn loopback_chain(n: u32, root: &Path, extra: &str) -> Vec<Hopd> {
+    let port = free_port();
+    let addr = |i: u32| -> SocketAddr { format!("127.0.0.{i}:{port}").parse().unwrap() };
+    (1..=n)
+        .map(|i| {
+            let spec = chain_spec(n, i, addr(i), &|j| addr(j), None, extra);
+            Hopd::start(spec, root.join(format!("n{i}")))
+        })
+        .collect()
+}
+
+/// Node `i` of an `n`-node chain: neighbours i-1 and i+1, routes along the chain.
+pub fn chain_spec(
+    n: u32,
+    i: u32,
+    listen: SocketAddr,
+    addr_of: &dyn Fn(u32) -> SocketAddr,
+    netns: Option<String>,
+    extra: &str,
+) -> NodeSpec {
+    let mut neighbours = Vec::new();
+    if i > 1 {
+        neighbours.push((i - 1, addr_of(i - 1)));
+    }
+    if i < n {
+        neighbours.push((i + 1, addr_of(i + 1)));
+    }
+    let mut routes = Vec::new();
+    for d in 1..=n {
+        if d + 1 < i {
+            routes.push((d, i - 1));
+        } else if d > i + 1 {
+            routes.push((d, i + 1));
+        }
+    }
+    NodeSpec {
+        id: i,
+        listen,
+        neighbours,
+        routes,
+        netns,
+        extra: extra.to_string(),
+    }
+}
+
+/// Send `files` from `src` to node `to`; returns the hop output.
+pub fn send(src: &Hopd, files: &[&Path], to: u32) -> Output {
+    let mut args: Vec<String> = vec!["send".into(), "--quiet".into()];
+    for f in files {
+        args.push(f.display().to_string());
+    }
+    args.push("--to".into());
+    args.push(to.to_string());
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    src.hop(&a)
+}
+
+/// Receive exactly `count` files at `dst` into `dir`.
+pub fn recv(dst: &Hopd, dir: &Path, count: usize) -> Output {
+    dst.hop(&[
+        "recv",
+        "--dir",
+        &dir.display().to_string(),
+        "--count",
+        &count.to_string(),
+    ])
+}
+
+fn run(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn run_ok(cmd: &str, args: &[&str]) {
+    let o = Command::new(cmd).args(args).output().expect(cmd);
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Network namespaces ns0..nsN joined in a chain by veth pairs (link k between ns k and k+1
+/// uses 10.<tag>.<k>.1 and .2), with `loss` percent random drops of hopd's UDP port on input
+/// in every namespace (nftables). Deleted on drop.
+pub struct NetnsChain {
+    pub names: Vec<String>,
+    pub tag: u32,
+}
+
+impl NetnsChain {
+    pub fn new(nodes: u32, loss: u32, port: u16) -> NetnsChain {
+        let tag = (std::process::id() % 200 + unique() * 7) % 250 + 1;
+        let base = format!("hopt{}x{}", std::process::id(), unique());
+        let names: Vec<String> = (0..nodes).map(|i| format!("{base}n{i}")).collect();
+        let chain = NetnsChain { names, tag };
+        for n in &chain.names {
+            run_ok("ip", &["netns", "add", n]);
+            run_ok("ip", &["-n", n, "link", "set", "lo", "up"]);
+        }
+        for k in 0..nodes.saturating_sub(1) {
+            let a = format!("h{tag}v{k}a");
+            let b = format!("h{tag}v{k}b");
+            let (na, nb) = (&chain.names[k as usize], &chain.names[k as usize + 1]);
+            run_ok(
+                "ip",
+                &[
+                    "link", "add", &a, "netns", na, "type", "veth", "peer", "name", &b, "netns", nb,
+                ],
+            );
+            run_ok(
+                "ip",
+                &[
+                    "-n",
+                    na,
+                    "addr",
+                    "add",
+                    &format!("10.{tag}.{k}.1/24"),
+                    "dev",
+                    &a,
+                ],
+            );
+            run_ok(
+                "ip",
+                &[
+                    "-n",
+                    nb,
+                    "addr",
+                    "add",
+                    &format!("10.{tag}.{k}.2/24"),
+                    "dev",
+                    &b,
+                ],
+            );
+            run_ok("ip", &["-n", na, "link", "set", &a, "up"]);
+            run_ok("ip", &["-n", nb, "link", "set", &b, "up"]);
+        }
+        if loss > 0 {
+            for n in &chain.names {
+                let nft = |args: &[&str]| {
+                    let mut a = vec!["netns", "exec", n.as_str(), "nft"];
+                    a.extend_from_slice(args);
+                    run_ok("ip", &a);
+                };
+                nft(&["add", "table", "inet", "hoploss"]);
+                nft(&[
+                    "add",
+                    "chain",
+                    "inet",
+                    "hoploss",
+                    "input",
+                    "{ type filter hook input priority 0; policy accept; }",
+                ]);
+                let (p, l) = (port.to_string(), loss.to_string());
+                nft(&[
+                    "add", "rule", "inet", "hoploss", "input", "udp", "dport", &p, "numgen",
+                    "random", "mod", "100", "<", &l, "drop",
+                ]);
+            }
+        }
+        chain
+    }
+
+    /// Address of node i (1-based) on the link towards node j.
+    pub fn addr(&self, i: u32, j: u32, port: u16) -> SocketAddr {
+        let (k, side) = if j == i + 1 { (i - 1, 1) } else { (j - 1, 2) };
+        format!("10.{}.{}.{}:{port}", self.tag, k, side)
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for NetnsChain {
+    fn drop(&mut self) {
+        for n in &self.names {
+            run("ip", &["netns", "del", n]);
+        }
+    }
+}
+
+/// Start an n-node chain in namespaces (node i in namespace i-1).
+pub fn netns_nodes(chain: &NetnsChain, n: u32, port: u16, root: &Path, extra: &str) -> Vec<Hopd> {
+    (1..=n)
+        .map(|i| {
+            let listen: SocketAddr = format!("0.0.0.0:{port}").parse().unwrap();
+            let spec = chain_spec(
+                n,
+                i,
+                listen,
+                &|j| chain.addr(j, i, port),
+                Some(chain.names[i as usize - 1].clone()),
+                extra,
+            );
+            Hopd::start(spec, root.join(format!("n{i}")))
+        })
+        .collect()
+}

@@ -1,0 +1,200 @@
+//! Crash recovery, hostile datagrams and the Prometheus endpoint, with real hopd processes.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use hop_wire::{EnvelopeRepr, TransportId};
+use hopd::auth::Authenticator;
+
+fn metrics(node: &Hopd) -> String {
+    let mut s = std::net::TcpStream::connect(node.metrics).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.0 200"), "{out}");
+    out
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("metric {name} missing"))
+}
+
+fn spawn_send(node: &Hopd, file: &std::path::Path, to: u32) -> std::process::Child {
+    Command::new(HOP)
+        .arg("--socket")
+        .arg(node.socket())
+        .args(["send", "--quiet"])
+        .arg(file)
+        .args(["--to", &to.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Kills a child process on drop (also when the test fails).
+struct ChildGuard(Option<std::process::Child>);
+
+impl ChildGuard {
+    fn wait(&mut self, limit: Duration) -> std::process::Output {
+        let mut c = self.0.take().unwrap();
+        let deadline = Instant::now() + limit;
+        while c.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn relay_killed_and_restarted_mid_transfer() {
+    let work = tempfile::tempdir().unwrap();
+    let size = 24 * 1024 * 1024;
+    let file = work.path().join("big.bin");
+    let data = pattern(99, size);
+    std::fs::write(&file, &data).unwrap();
+    let mut nodes = loopback_chain(3, work.path(), "");
+    let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 3)));
+    // Wait until the relay holds blocks in custody and the destination has started receiving.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = nodes[1].status();
+        let custody = st["custody"]["stored_total"].as_u64().unwrap_or(0);
+        if custody >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "relay never took custody");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nodes[1].kill9();
+    std::thread::sleep(Duration::from_millis(500));
+    nodes[1].restart();
+    let out = sender.wait(Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "send failed: {}\nrelay log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        nodes[1].log()
+    );
+    let dir = work.path().join("out");
+    let r = recv(&nodes[2], &dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        std::fs::read(dir.join("big.bin")).unwrap() == data,
+        "file differs"
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    assert_eq!(
+        nodes[2].counter("files_received"),
+        1,
+        "delivered exactly once"
+    );
+    assert!(
+        nodes[1].log().contains("restoring blocks in custody")
+            || nodes[1].log().matches("hopd running").count() == 2
+    );
+}
+
+fn sealed(auth: &mut Authenticator, src: u32, dst: u32, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    EnvelopeRepr {
+        transport: TransportId::Hop,
+        flags: 0,
+        link_src: src,
+        link_dst: dst,
+    }
+    .emit(body, &mut v)
+    .unwrap();
+    auth.seal(&mut v).unwrap();
+    v
+}
+
+#[test]
+fn hostile_datagrams_are_rejected_and_counted() {
+    let work = tempfile::tempdir().unwrap();
+    let size = 8 * 1024 * 1024;
+    let file = work.path().join("f.bin");
+    let data = pattern(5, size);
+    std::fs::write(&file, &data).unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let target = nodes[1].spec.listen;
+    let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 2)));
+    let sock = UdpSocket::bind("127.0.0.9:0").unwrap();
+    let key = hopd::config::parse_hex_key(KEY).unwrap();
+    let wrong = [0x42u8; 32];
+    let mut insider = Authenticator::new(&key, 77, 1000, 16);
+    let mut outsider = Authenticator::new(&wrong, 1, u64::MAX / 2, 16);
+    let mut rng = pattern(17, 200_000).into_iter();
+    for i in 0..400u32 {
+        // Random bytes.
+        let n = 1 + (i as usize * 37) % 1400;
+        let junk: Vec<u8> = (&mut rng).take(n).collect();
+        sock.send_to(&junk, target).unwrap();
+        // Forged: right format, wrong key, claiming to be node 1 with a huge counter.
+        let forged = sealed(&mut outsider, 1, 2, b"forged body");
+        sock.send_to(&forged, target).unwrap();
+        // Truncated: a correctly sealed datagram cut short.
+        let good = sealed(&mut insider, 77, 2, &[0u8; 64]);
+        sock.send_to(&good[..good.len() - 5], target).unwrap();
+        // Replayed: the same sealed datagram twice (the first is authentic).
+        let once = sealed(&mut insider, 77, 2, &[1u8; 32]);
+        sock.send_to(&once, target).unwrap();
+        sock.send_to(&once, target).unwrap();
+        if i % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let out = sender.wait(Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = work.path().join("out");
+    let r = recv(&nodes[1], &dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        std::fs::read(dir.join("f.bin")).unwrap() == data,
+        "file differs"
+    );
+    let m = metrics(&nodes[1]);
+    assert!(metric(&m, "hopd_auth_failures_total") >= 400, "{m}");
+    assert!(metric(&m, "hopd_auth_replays_total") >= 400, "{m}");
+    assert!(metric(&m, "hopd_auth_malformed_total") >= 400, "{m}");
+    assert_eq!(metric(&m, "hopd_files_received_total"), 1);
+    assert!(
+        m.contains("hopd_transport_sent_total{transport=\"Hop\",type=\"back\"}"),
+        "{m}"
+    );
+}
+
+#[test]
+fn sigterm_stops_gracefully() {
+    let work = tempfile::tempdir().unwrap();
+    let mut nodes = loopback_chain(2, work.path(), "");
+    let sock = nodes[0].socket();
+    let st = nodes[0].terminate().unwrap();
+    assert!(st.success(), "{st}");
+    assert!(!sock.exists(), "API socket removed on shutdown");
+    assert!(nodes[0].log().contains("SIGTERM"));
+}

@@ -1,0 +1,139 @@
+//! Files of several sizes over real hopd processes: loopback chains, and namespace chains
+//! with random loss.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+fn make_files(dir: &Path, sizes: &[usize]) -> Vec<PathBuf> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let p = dir.join(format!("file{i}-{n}.bin"));
+            std::fs::write(&p, pattern(i as u64 + n as u64, n)).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// Send every file from the first to the last node and check each arrives identical, once.
+fn transfer_all(nodes: &[Hopd], files: &[PathBuf], work: &Path) {
+    let src = &nodes[0];
+    let dst = nodes.last().unwrap();
+    let out = work.join("out");
+    let refs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let s = send(src, &refs, dst.spec.id);
+    assert!(
+        s.status.success(),
+        "hop send failed: {}\n{}\nsource log:\n{}",
+        String::from_utf8_lossy(&s.stderr),
+        String::from_utf8_lossy(&s.stdout),
+        src.log()
+    );
+    let r = recv(dst, &out, files.len());
+    assert!(
+        r.status.success(),
+        "hop recv failed: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    for f in files {
+        let got = std::fs::read(out.join(f.file_name().unwrap())).unwrap();
+        let want = std::fs::read(f).unwrap();
+        assert!(
+            got == want,
+            "{} differs ({} vs {} bytes)",
+            f.display(),
+            got.len(),
+            want.len()
+        );
+    }
+    let entries = std::fs::read_dir(&out).unwrap().count();
+    assert_eq!(entries, files.len(), "exactly one copy of each file");
+    assert_eq!(dst.counter("files_received"), files.len() as u64);
+    assert_eq!(dst.counter("integrity_failures"), 0);
+}
+
+/// The large file: 50 MiB (HOPD_TEST_LARGE_BYTES overrides).
+fn large() -> usize {
+    std::env::var("HOPD_TEST_LARGE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50 * 1024 * 1024)
+}
+
+/// The large file under 30 % loss: 2 MiB (HOPD_TEST_LOSSY_LARGE_BYTES overrides). Every
+/// datagram, control included, is dropped with 30 % probability on every hop, so recovery
+/// runs on BSYN timeouts; 50 MiB would take minutes per case.
+fn lossy_large() -> usize {
+    std::env::var("HOPD_TEST_LOSSY_LARGE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2 * 1024 * 1024)
+}
+
+#[test]
+fn loopback_one_hop_all_sizes() {
+    let work = tempfile::tempdir().unwrap();
+    let files = make_files(work.path(), &[0, 1, 10 * 1024, large()]);
+    let nodes = loopback_chain(2, work.path(), "");
+    transfer_all(&nodes, &files, work.path());
+}
+
+#[test]
+fn loopback_four_hops_all_sizes() {
+    let work = tempfile::tempdir().unwrap();
+    let files = make_files(work.path(), &[0, 1, 10 * 1024, large()]);
+    let nodes = loopback_chain(5, work.path(), "");
+    transfer_all(&nodes, &files, work.path());
+}
+
+fn netns_case(hops: u32, loss: u32, sizes: &[usize]) {
+    assert!(is_root(), "namespace tests need root (CI runs as root)");
+    let work = tempfile::tempdir().unwrap();
+    let files = make_files(work.path(), sizes);
+    let port = 7470;
+    let chain = NetnsChain::new(hops + 1, loss, port);
+    let nodes = netns_nodes(&chain, hops + 1, port, work.path(), "");
+    transfer_all(&nodes, &files, work.path());
+    drop(nodes);
+    drop(chain);
+}
+
+#[test]
+fn netns_one_hop_no_loss() {
+    if !is_root() {
+        eprintln!("skipped: not root");
+        return;
+    }
+    netns_case(1, 0, &[0, 1, 10 * 1024, large()]);
+}
+
+#[test]
+fn netns_four_hops_no_loss() {
+    if !is_root() {
+        eprintln!("skipped: not root");
+        return;
+    }
+    netns_case(4, 0, &[0, 1, 10 * 1024, large()]);
+}
+
+#[test]
+fn netns_one_hop_30_percent_loss() {
+    if !is_root() {
+        eprintln!("skipped: not root");
+        return;
+    }
+    netns_case(1, 30, &[0, 1, 10 * 1024, lossy_large()]);
+}
+
+#[test]
+fn netns_four_hops_30_percent_loss() {
+    if !is_root() {
+        eprintln!("skipped: not root");
+        return;
+    }
+    netns_case(4, 30, &[0, 1, 10 * 1024, lossy_large()]);
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Benchmark hopd against iperf3 over veth chains in network namespaces (no loss).
+#
+#   sudo scripts/bench-hopd.sh [SIZE_MB]
+#
+# For a 1-hop and a 3-hop chain it reports, side by side: hopd goodput for one file of
+# SIZE_MB (default 200) MiB and the CPU time of all hopd processes per MB moved; iperf3 UDP
+# (1400-byte datagrams, unlimited rate) receiver goodput; iperf3 TCP goodput. Then the memory
+# of a hopd holding 200 idle flows. Needs root, iproute2, iperf3, python3; builds hopd in
+# release mode. Every namespace is deleted on exit.
+set -euo pipefail
+
+SIZE_MB=${1:-200}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TAG=$((RANDOM % 200 + 20))
+PREFIX="hb$$"
+WORK=$(mktemp -d /tmp/hopd-bench.XXXXXX)
+PORT=7470
+NSES=()
+PIDS=()
+
+cleanup() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+    sleep 0.2
+    for n in "${NSES[@]:-}"; do [ -n "$n" ] && ip netns del "$n" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" = 0 ] || { echo "run as root (network namespaces)" >&2; exit 1; }
+command -v iperf3 >/dev/null || { echo "iperf3 is missing: apt-get install iperf3" >&2; exit 1; }
+
+(cd "$ROOT" && cargo build --release -p hopd >&2)
+HOPD="$ROOT/target/release/hopd"
+HOP="$ROOT/target/release/hop"
+KEY=$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+# chain NODES: namespaces ${PREFIX}c${NODES}n0.. joined by veths; IP forwarding and routes so
+# plain IP traffic (iperf3) crosses the chain too. Node i (1-based) on link k: 10.TAG.k.{1,2}.
+make_chain() {
+    local nodes=$1 c="${PREFIX}c$1"
+    for ((i = 0; i < nodes; i++)); do
+        ip netns add "${c}n$i"; NSES+=("${c}n$i")
+        ip -n "${c}n$i" link set lo up
+        ip netns exec "${c}n$i" sysctl -qw net.ipv4.ip_forward=1
+    done
+    for ((k = 0; k < nodes - 1; k++)); do
+        ip link add "h${TAG}x${nodes}v${k}a" netns "${c}n$k" type veth peer name "h${TAG}x${nodes}v${k}b" netns "${c}n$((k + 1))"
+        ip -n "${c}n$k" addr add "10.$TAG.$((nodes * 10 + k)).1/24" dev "h${TAG}x${nodes}v${k}a"
+        ip -n "${c}n$((k + 1))" addr add "10.$TAG.$((nodes * 10 + k)).2/24" dev "h${TAG}x${nodes}v${k}b"
+        ip -n "${c}n$k" link set "h${TAG}x${nodes}v${k}a" up
+        ip -n "${c}n$((k + 1))" link set "h${TAG}x${nodes}v${k}b" up
+    done
+    # Routes to every link subnet via the neighbour towards it.
+    for ((i = 0; i < nodes; i++)); do
+        for ((k = 0; k < nodes - 1; k++)); do
+            if ((k > i)); then
+                ip -n "${c}n$i" route add "10.$TAG.$((nodes * 10 + k)).0/24" via "10.$TAG.$((nodes * 10 + i)).2" 2>/dev/null || true
+            elif ((k < i - 1)); then
+                ip -n "${c}n$i" route add "10.$TAG.$((nodes * 10 + k)).0/24" via "10.$TAG.$((nodes * 10 + i - 1)).1" 2>/dev/null || true
+            fi
+        done
+    done
+}
+
+# Address of node i (1-based) as seen from its neighbour j in an n-node chain.
+addr() {
+    local n=$1 i=$2 j=$3
+    if ((j == i + 1)); then echo "10.$TAG.$((n * 10 + i - 1)).1"; else echo "10.$TAG.$((n * 10 + j - 1)).2"; fi
+}
+
+start_hopd() {
+    local n=$1 i=$2 c="${PREFIX}c$1" d="$WORK/c$1/n$2"
+    mkdir -p "$d"
+    {
+        echo "node_id = $i"
+        echo "listen = \"0.0.0.0:$PORT\""
+        echo "api_socket = \"$d/hopd.sock\""
+        echo "log_level = \"warn\""
+        for j in $((i - 1)) $((i + 1)); do
+            if ((j >= 1 && j <= n)); then printf '[[neighbours]]\nid = %s\naddress = "%s:%s"\n' "$j" "$(addr "$n" "$j" "$i")" "$PORT"; fi
+        done
+        for ((dst = 1; dst <= n; dst++)); do
+            if ((dst > i + 1)); then printf '[[routes]]\ndestination = %s\nnext_hop = %s\n' "$dst" $((i + 1)); fi
+            if ((dst < i - 1)); then printf '[[routes]]\ndestination = %s\nnext_hop = %s\n' "$dst" $((i - 1)); fi
+        done
+        printf '[storage]\ndir = "%s/store"\n[security]\nmesh_key = "%s"\n' "$d" "$KEY"
+    } >"$d/hopd.toml"
+    ip netns exec "${c}n$((i - 1))" "$HOPD" --config "$d/hopd.toml" 2>"$d/log" &
+    PIDS+=($!)
+    for _ in $(seq 100); do [ -S "$d/hopd.sock" ] && break; sleep 0.05; done
+}
+
+cpu_ticks() { # total utime+stime of the given pids, in clock ticks
+    local t=0
+    for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+    echo "$t"
+}
+
+FILE="$WORK/payload.bin"
+head -c $((SIZE_MB * 1024 * 1024)) /dev/urandom >"$FILE"
+HZ=$(getconf CLK_TCK)
+ROWS=()
+
+for HOPS in 1 3; do
+    N=$((HOPS + 1)); C="${PREFIX}c$N"
+    make_chain "$N"
+    first=${#PIDS[@]}
+    for ((i = 1; i <= N; i++)); do start_hopd "$N" "$i"; done
+    HP=("${PIDS[@]:$first}")
+    t0=$(cpu_ticks "${HP[@]}"); s0=$(date +%s.%N)
+    "$HOP" --socket "$WORK/c$N/n1/hopd.sock" send --quiet "$FILE" --to "$N"
+    s1=$(date +%s.%N); t1=$(cpu_ticks "${HP[@]}")
+    "$HOP" --socket "$WORK/c$N/n$N/hopd.sock" recv --dir "$WORK/c$N/out" --count 1 >/dev/null
+    cmp -s "$FILE" "$WORK/c$N/out/payload.bin" || { echo "hopd delivered a different file" >&2; exit 1; }
+    HOPD_MBPS=$(echo "$SIZE_MB * 8 * 1.048576 / ($s1 - $s0)" | bc -l)
+    CPU_MS_PER_MB=$(echo "($t1 - $t0) * 1000 / $HZ / $SIZE_MB" | bc -l)
+    for p in "${HP[@]}"; do kill "$p" 2>/dev/null || true; done
+    DST="10.$TAG.$((N * 10 + N - 2)).2"
+    ip netns exec "${C}n$((N - 1))" iperf3 -s -D -1 -p 5201 >/dev/null 2>&1
+    sleep 0.3
+    UDP=$(ip netns exec "${C}n0" iperf3 -c "$DST" -p 5201 -u -b 0 -l 1400 -t 5 -J |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum"]["bits_per_second"]/1e6)' 2>/dev/null || echo nan)
+    ip netns exec "${C}n$((N - 1))" iperf3 -s -D -1 -p 5202 >/dev/null 2>&1
+    sleep 0.3
+    TCP=$(ip netns exec "${C}n0" iperf3 -c "$DST" -p 5202 -t 5 -J |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6)' 2>/dev/null || echo nan)
+    ROWS+=("$(printf '| %d | %.0f | %.1f | %.0f | %.0f |' "$HOPS" "$HOPD_MBPS" "$CPU_MS_PER_MB" "$UDP" "$TCP")")
+done
+
+# Memory per idle flow: 200 local flows announced but sent nothing.
+N=2; first=${#PIDS[@]}
+make_chain 2 2>/dev/null || true
+start_hopd 2 1 && start_hopd 2 2
+SRC_PID=${PIDS[$first]}
+rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+R0=$(rss "$SRC_PID")
+python3 - "$WORK/c2/n1/hopd.sock" <<'EOF' &
+import json, socket, struct, sys, time
+conns = []
+for i in range(200):
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+    m = json.dumps({"op": "send", "v": 1, "to": 2, "name": f"idle{i}", "size": 1 << 30}).encode()
+    s.sendall(struct.pack(">I", len(m)) + m); conns.append(s)
+time.sleep(4)
+EOF
+IDLE=$!
+sleep 2
+R1=$(rss "$SRC_PID")
+wait $IDLE || true
+
+echo
+echo "hopd vs iperf3 over veth chains (no loss), ${SIZE_MB} MiB file, $(nproc) cores"
+echo
+echo "| hops | hopd goodput (Mb/s) | hopd CPU (ms per MB, all nodes) | iperf3 UDP 1400 B (Mb/s) | iperf3 TCP (Mb/s) |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${ROWS[@]}"
+echo
+echo "memory per idle flow (source hopd, 200 flows): $(( (R1 - R0) * 1024 / 200 )) bytes (RSS $R0 -> $R1 KiB)"
