@@ -30,6 +30,8 @@ def _load(path: Path) -> dict:
 
 class Driver:
     name = "base"
+    # A flow is finished when this side's process exited ("sender" or "receiver").
+    done_when = "sender"
 
     def prepare(self, lab, flows: list) -> None:
         """Once per run, before any receiver starts: e.g. start a daemon on every node.
@@ -153,6 +155,7 @@ class HopDriver(Driver):
 
     name = "hop"
     PORT = 7470
+    done_when = "receiver"  # `hop send` returns on the end-to-end ack, before the file is written
 
     @staticmethod
     def binary(name: str) -> str:

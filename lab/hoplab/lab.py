@@ -324,8 +324,11 @@ class Lab:
         drivers = [DRIVERS[f.driver]() for f in flows]
         for name in sorted({f.driver for f in flows}):
             DRIVERS[name]().prepare(self, [f for f in flows if f.driver == name])
+        receivers: dict[int, subprocess.Popen | None] = {}
         for idx, (f, d) in enumerate(zip(flows, drivers)):
+            n_before = len(self.procs)
             d.start_receiver(self, f, idx)
+            receivers[idx] = self.procs[n_before] if len(self.procs) > n_before else None
         time.sleep(1.0)
         self.t0 = time.time()
         steal0 = host_steal_seconds()
@@ -352,7 +355,11 @@ class Lab:
                     senders[k] = self.procs[n_before] if len(self.procs) > n_before else None
                 else:
                     self._apply(spec.schedule[k])
-            done = [k for k, p in senders.items() if p is None or p.poll() is not None]
+            done = []
+            for k, p in senders.items():
+                watch = receivers.get(k) if drivers[k].done_when == "receiver" else p
+                if watch is None or watch.poll() is not None:
+                    done.append(k)
             for k in done:
                 for j, f in enumerate(flows):
                     if f.after == flows[k].label and j not in senders and j not in waiting:
