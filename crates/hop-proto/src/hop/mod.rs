@@ -25,6 +25,7 @@ use hop_wire::hop::{
     FLAG_FIN, FLAG_MICRO, FLAG_VTX,
 };
 use hop_wire::{NodeId, TransportId};
+use rand::Rng;
 
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
@@ -663,6 +664,10 @@ impl HopTransport {
         }
         let ttl = if x.vtx { x.ttl } else { 0 };
         let wait = backoff(self.cfg.bsyn_timeout, self.cfg.bsyn_max_backoff, x.attempts);
+        // Up to 25 % jitter so senders withheld by the same receiver, or hidden from each
+        // other, do not retry in lockstep.
+        let jitter = u64::try_from(wait.as_nanos() / 4).unwrap_or(u64::MAX);
+        let wait = wait + Duration::from_nanos(ctx.rng.gen_range(0..=jitter));
         x.state = OutState::AwaitBack {
             deadline: now + wait,
         };
