@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from .errors import LabError
+from .hbhtcp import HbhTcpDriver
 from .spec import VOIP_PAYLOAD_BYTES, VOIP_RATE_BPS
 
 BASE_PORT = 5200
@@ -258,4 +259,5 @@ DRIVERS: dict[str, type[Driver]] = {
     "udp": UdpDriver,
     "voip": VoipDriver,
     "hop": HopDriver,
+    "hbhtcp": HbhTcpDriver,
 }
