@@ -152,3 +152,34 @@ fn source_without_route_fails() {
     assert!(net.flows.values().next().unwrap().send_failed);
     assert_eq!(net.flows_with_state(), 0);
 }
+
+#[test]
+fn a_receiver_that_gave_up_never_reopens_the_flow() {
+    // The receiver (node 2) abandons the flow after 2 s without data; the link to it is cut
+    // from 1 s to 6 s. When packets arrive again they must not open the flow a second time,
+    // and the sender, no longer hearing feedback, fails.
+    let count = std::cell::Cell::new(0u32);
+    let make = || {
+        count.set(count.get() + 1);
+        let give_up = if count.get() == 3 { 2 } else { 20 };
+        Box::new(AtpTransport::new(AtpConfig {
+            give_up: Duration::from_secs(give_up),
+            ..AtpConfig::for_variant(AtpVariant::Aggressive)
+        })) as Box<dyn Transport>
+    };
+    let mut net = Net::chain(24, 3, TransportId::Atp, &make);
+    net.drop_filter = Some(Box::new(|now, _, to, _| {
+        to == 2 && now >= secs(1.0) && now < secs(6.0)
+    }));
+    net.start_flow(secs(0.0), 0, 2, pattern(3_000_000, 4));
+    net.run_until(secs(60.0), |_| false);
+    let r = net.flows.values().next().unwrap();
+    assert_eq!(r.opened, 1, "flow opened twice");
+    assert!(!r.out_of_order);
+    assert!(r.received.len() < r.payload.len());
+    assert!(r.received[..] == r.payload[..r.received.len()]);
+    assert!(r.flow_finished.is_none());
+    assert!(r.send_failed, "the sender never gave up");
+    assert!(net.extra(2, "abandoned_drops") > 0);
+    assert_eq!(net.flows_with_state(), 0);
+}

@@ -160,7 +160,7 @@ fn reverse_ack_sync_path_with_a_gap() {
     // to end, so the relay gives up on it, the last hop (2) sees a gap, sets the sync bit
     // and the destination answers; the destination NACKs 20 and the source resends it.
     let mut net = Net::chain(5, 4, TransportId::Hxh, &make);
-    net.drop_filter = Some(Box::new(|from, to, bytes| {
+    net.drop_filter = Some(Box::new(|_, from, to, bytes| {
         from == 1
             && to == 2
             && data_seq(bytes)

@@ -27,6 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hop_wire::atp::{self as wire, Message};
 use hop_wire::{NodeId, TransportId};
+use rand::Rng;
 
 pub use config::{AtpConfig, AtpVariant};
 
@@ -52,7 +53,8 @@ struct Queued {
 enum Phase {
     /// Waiting for the answer to a quick-start probe.
     QuickStart {
-        sent: Option<Instant>,
+        /// When an unanswered probe is sent again (None: not sent yet).
+        retry_at: Option<Instant>,
         due: bool,
     },
     Running,
@@ -125,6 +127,9 @@ pub struct AtpTransport {
     senders: BTreeMap<FlowKey, Sender>,
     receivers: BTreeMap<FlowKey, Receiver>,
     finished: VecDeque<(FlowKey, u32, u8)>,
+    /// Incomplete flows this receiver gave up on: their late packets are ignored so that a
+    /// flow is never opened (and delivered from) twice.
+    abandoned: VecDeque<FlowKey>,
     out: VecDeque<Queued>,
     control: VecDeque<Outgoing>,
     events: VecDeque<Event>,
@@ -143,6 +148,7 @@ impl AtpTransport {
             senders: BTreeMap::new(),
             receivers: BTreeMap::new(),
             finished: VecDeque::new(),
+            abandoned: VecDeque::new(),
             out: VecDeque::new(),
             control: VecDeque::new(),
             events: VecDeque::new(),
@@ -291,6 +297,10 @@ impl AtpTransport {
             return;
         }
         let now = ctx.now;
+        if self.abandoned.contains(&key) {
+            self.bump("abandoned_drops", 1);
+            return;
+        }
         if let Some(&(_, cum, hops)) = self.finished.iter().find(|(k, ..)| *k == key) {
             // A late packet or probe for a flow already delivered: tell the sender.
             let mut flags = wire::FLAG_FIN;
@@ -525,15 +535,14 @@ impl AtpTransport {
             let Some(nh) = ctx.routing.next_hop(s.dst) else {
                 continue;
             };
-            let due = match s.phase {
-                Phase::QuickStart { due: true, .. } | Phase::QuickStart { sent: None, .. } => {
-                    Some(now)
-                }
-                Phase::QuickStart { .. } => None,
-                Phase::Running => {
-                    (s.has_packet() && (s.pace_ready || s.next_send <= now)).then_some(s.next_send)
-                }
-            };
+            let due =
+                match s.phase {
+                    Phase::QuickStart { due: true, .. }
+                    | Phase::QuickStart { retry_at: None, .. } => Some(now),
+                    Phase::QuickStart { .. } => None,
+                    Phase::Running => (s.has_packet() && (s.pace_ready || s.next_send <= now))
+                        .then_some(s.next_send),
+                };
             if let Some(t) = due {
                 if best.map_or(true, |(b, ..)| t < b) {
                     best = Some((t, k, nh));
@@ -549,12 +558,15 @@ impl AtpTransport {
         key: FlowKey,
         ready_at: Instant,
         next_hop: NodeId,
+        jitter: f64,
     ) -> Option<Outgoing> {
         let s = self.senders.get_mut(&key)?;
         let d_s = us(1.0 / s.rate);
         if let Phase::QuickStart { .. } = s.phase {
             s.phase = Phase::QuickStart {
-                sent: Some(now),
+                // Retry after 1.1 E plus a random 0-50 %: probes lost together (e.g. to
+                // hidden terminals) are not sent again together.
+                retry_at: Some(now + self.cfg.feedback_interval().mul_f64(1.0 + 0.5 * jitter)),
                 due: false,
             };
             s.quick_starts += 1;
@@ -573,6 +585,7 @@ impl AtpTransport {
             .to_vec();
             self.stamp(now, &mut body, ready_at);
             self.bump("probes", 1);
+            *self.stats.sent_by_type.entry("probe").or_insert(0) += 1;
             return Some(Outgoing {
                 next_hop,
                 class: Class::Data,
@@ -641,7 +654,7 @@ impl Transport for AtpTransport {
                 dst,
                 buf: SendBuffer::new(self.cfg.packet_payload_bytes, self.cfg.send_buffer_bytes),
                 phase: Phase::QuickStart {
-                    sent: None,
+                    retry_at: None,
                     due: false,
                 },
                 rate: 1.0 / self.cfg.max_delay.as_secs_f64(),
@@ -740,11 +753,11 @@ impl Transport for AtpTransport {
             }
             match s.phase {
                 Phase::QuickStart {
-                    sent: Some(t),
+                    retry_at: Some(t),
                     due: false,
-                } if now >= t + cfg.feedback_interval() => {
+                } if now >= t => {
                     s.phase = Phase::QuickStart {
-                        sent: Some(t),
+                        retry_at: Some(t),
                         due: true,
                     };
                 }
@@ -764,7 +777,7 @@ impl Transport for AtpTransport {
                         // §II-C: three missed feedbacks restart quick-start.
                         s.missed = 0;
                         s.phase = Phase::QuickStart {
-                            sent: None,
+                            retry_at: None,
                             due: true,
                         };
                         restarts += 1;
@@ -784,6 +797,10 @@ impl Transport for AtpTransport {
             };
             if now >= r.last_data + cfg.give_up {
                 self.receivers.remove(&k);
+                self.abandoned.push_back(k);
+                while self.abandoned.len() > cfg.finished_memory {
+                    self.abandoned.pop_front();
+                }
                 self.bump("receivers_expired", 1);
             } else if now >= r.epoch_at {
                 self.emit_feedback(ctx, k, 0);
@@ -809,7 +826,8 @@ impl Transport for AtpTransport {
         };
         let out = if use_local {
             let (ready, key, nh) = local?;
-            self.sender_packet(now, key, ready, nh)
+            let jitter = ctx.rng.gen::<f64>();
+            self.sender_packet(now, key, ready, nh, jitter)
         } else {
             let mut q = self.out.pop_front()?;
             self.stamp(now, &mut q.body, q.ready_at);
@@ -831,9 +849,9 @@ impl Transport for AtpTransport {
             at(s.last_feedback + self.cfg.give_up);
             match s.phase {
                 Phase::QuickStart {
-                    sent: Some(sent),
+                    retry_at: Some(r),
                     due: false,
-                } => at(sent + self.cfg.feedback_interval()),
+                } => at(r),
                 Phase::Running => {
                     at(s.feedback_deadline);
                     if s.has_packet() && !s.pace_ready {

@@ -204,6 +204,10 @@ pub struct HxhTransport {
     /// Finished flows at this destination, oldest first, with their final cumulative ACK.
     finished: VecDeque<(FlowKey, u32)>,
     finished_set: HashSet<FlowKey>,
+    /// Incomplete flows this destination gave up on, oldest first: their late packets are
+    /// ignored so that a flow is never opened (and delivered from) twice.
+    abandoned: VecDeque<FlowKey>,
+    abandoned_set: HashSet<FlowKey>,
     vclock: u64,
     stats: TransportStats,
 }
@@ -218,6 +222,8 @@ impl HxhTransport {
             events: VecDeque::new(),
             finished: VecDeque::new(),
             finished_set: HashSet::new(),
+            abandoned: VecDeque::new(),
+            abandoned_set: HashSet::new(),
             vclock: 0,
             stats: TransportStats::default(),
         }
@@ -458,6 +464,10 @@ impl HxhTransport {
                     }),
                 );
             }
+            return;
+        }
+        if self.abandoned_set.contains(&key) {
+            self.bump("abandoned_drops");
             return;
         }
         if !self.flows.contains_key(&key) {
@@ -1071,7 +1081,19 @@ impl Transport for HxhTransport {
             }
         }
         for (key, ev) in remove {
-            self.flows.remove(&key);
+            if let Some(Flow {
+                role: Role::Dest(_),
+                ..
+            }) = self.flows.remove(&key)
+            {
+                self.abandoned.push_back(key);
+                self.abandoned_set.insert(key);
+                while self.abandoned.len() > self.cfg.finished_memory {
+                    if let Some(k) = self.abandoned.pop_front() {
+                        self.abandoned_set.remove(&k);
+                    }
+                }
+            }
             match ev {
                 Some(e) => self.events.push_back(e),
                 None => self.bump("flows_expired"),

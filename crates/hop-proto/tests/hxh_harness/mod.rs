@@ -58,8 +58,8 @@ pub struct FlowRecord {
 
 /// A frame in the air: (arrival, tie-break, receiver, datagram).
 type Arrival = Reverse<(Instant, u64, NodeId, Vec<u8>)>;
-/// Decides whether to drop a frame sent from `.0` to `.1`.
-pub type DropFilter = Box<dyn FnMut(NodeId, NodeId, &[u8]) -> bool>;
+/// Decides whether to drop a frame sent at `.0` from `.1` to `.2`.
+pub type DropFilter = Box<dyn FnMut(Instant, NodeId, NodeId, &[u8]) -> bool>;
 
 pub struct Net {
     pub now: Instant,
@@ -180,14 +180,15 @@ impl Net {
                 continue;
             }
             let node = self.nodes.get_mut(&rec.src).expect("node");
+            // An error means the transport already dropped the flow (its SendFailed event is
+            // drained below).
             if rec.accepted < rec.payload.len() {
-                let n = node
-                    .send(now, *key, rec.payload.slice(rec.accepted..))
-                    .expect("send");
-                rec.accepted += n;
+                match node.send(now, *key, rec.payload.slice(rec.accepted..)) {
+                    Ok(n) => rec.accepted += n,
+                    Err(_) => continue,
+                }
             }
-            if rec.accepted == rec.payload.len() {
-                node.finish(now, *key).expect("finish");
+            if rec.accepted == rec.payload.len() && node.finish(now, *key).is_ok() {
                 rec.finished_called = true;
             }
         }
@@ -265,7 +266,7 @@ impl Net {
         }
         if delivered {
             if let Some(f) = self.drop_filter.as_mut() {
-                if f(id, tx.next_hop, &tx.payload) {
+                if f(now, id, tx.next_hop, &tx.payload) {
                     delivered = false;
                 }
             }
