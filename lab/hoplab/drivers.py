@@ -15,6 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
+from .dtn import DtnDriver
 from .errors import LabError
 from .hbhtcp import HbhTcpDriver
 from .spec import VOIP_PAYLOAD_BYTES, VOIP_RATE_BPS
@@ -260,4 +261,5 @@ DRIVERS: dict[str, type[Driver]] = {
     "voip": VoipDriver,
     "hop": HopDriver,
     "hbhtcp": HbhTcpDriver,
+    "dtn": DtnDriver,
 }
