@@ -323,7 +323,9 @@ class Lab:
         flows = spec.flows
         drivers = [DRIVERS[f.driver]() for f in flows]
         for name in sorted({f.driver for f in flows}):
-            DRIVERS[name]().prepare(self, [f for f in flows if f.driver == name])
+            prepare = getattr(DRIVERS[name](), "prepare", None)
+            if prepare is not None:
+                prepare(self, [f for f in flows if f.driver == name])
         receivers: dict[int, subprocess.Popen | None] = {}
         for idx, (f, d) in enumerate(zip(flows, drivers)):
             n_before = len(self.procs)
@@ -357,7 +359,8 @@ class Lab:
                     self._apply(spec.schedule[k])
             done = []
             for k, p in senders.items():
-                watch = receivers.get(k) if drivers[k].done_when == "receiver" else p
+                side = getattr(drivers[k], "done_when", "sender")
+                watch = receivers.get(k) if side == "receiver" else p
                 if watch is None or watch.poll() is not None:
                     done.append(k)
             for k in done:
