@@ -279,12 +279,24 @@ def dtnd_args(node: int, workdir: Path, routes_file: Path, peers: dict[int, str]
     return args
 
 
-class DtnDriver:
+class _DriverDefaults:
+    """Falls back to hoplab.drivers.Driver for every attribute this driver does not define
+    (e.g. `done_when`), so it follows the lab's Driver interface without importing
+    hoplab.drivers at module load (drivers.py imports this module to register it)."""
+
+    def __getattr__(self, name):
+        from . import drivers
+
+        attr = getattr(drivers.Driver, name)
+        return attr.__get__(self) if callable(attr) else attr
+
+
+class DtnDriver(_DriverDefaults):
     """dtn7 bundles over the lab's routes (Hop §5's DTN baseline). Sized transfers only.
-    Implements the interface of hoplab.drivers.Driver (not imported: drivers.py imports
-    this module). options.bundle sets the bundle size (bytes, <= BUNDLE_BYTES)."""
+    options.bundle sets the bundle size (bytes, <= BUNDLE_BYTES)."""
 
     name = "dtn"
+    done_when = "receiver"  # the sender returns once its daemon took the bundles
 
     def prepare(self, lab, flows) -> None:
         binary = dtnd_binary()

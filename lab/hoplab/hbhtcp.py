@@ -213,13 +213,24 @@ def flow_path(table: list[dict], src: int, dst: int) -> list[int]:
     return p
 
 
-class HbhTcpDriver:
+class _DriverDefaults:
+    """Falls back to hoplab.drivers.Driver for every attribute this driver does not define
+    (e.g. `done_when`), so it follows the lab's Driver interface without importing
+    hoplab.drivers at module load (drivers.py imports this module to register it)."""
+
+    def __getattr__(self, name):
+        from . import drivers
+
+        attr = getattr(drivers.Driver, name)
+        return attr.__get__(self) if callable(attr) else attr
+
+
+class HbhTcpDriver(_DriverDefaults):
     """Hop-by-hop TCP (Hop §5): one-hop kernel TCP connections chained by relays on every
     intermediate node of the lab's route; the lab's TCP sender and receiver at the ends.
     Flow idx uses port BASE_PORT + idx on every node of its path. options.sockbuf
     overrides RELAY_SOCKBUF (bytes). Goodput counts from the sender's connect to the
-    first relay (connection setup excluded, Hop §5). Implements the interface of
-    hoplab.drivers.Driver (not imported here: drivers.py imports this module)."""
+    first relay (connection setup excluded, Hop §5)."""
 
     name = "hbhtcp"
 

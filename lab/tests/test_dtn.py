@@ -75,6 +75,17 @@ def test_routes_and_args():
     assert args[args.index("-C") + 1] == "tcp:port=4556"
 
 
+def test_driver_interface():
+    from hoplab.drivers import DRIVERS, Driver
+
+    d = DRIVERS["dtn"]()
+    assert d.done_when == "receiver"
+    assert d.progress.__func__ is dtn.DtnDriver.progress
+    with pytest.raises(AttributeError):
+        d.no_such_attribute
+    assert Driver.done_when == "sender"
+
+
 def free_ports(n):
     socks, ports = [], []
     for _ in range(n):

@@ -151,6 +151,13 @@ def test_relay_reports_unreachable_next_hop():
     assert r.done and r.error and "next hop" in r.error
 
 
+def test_driver_interface():
+    from hoplab.drivers import DRIVERS, Driver
+
+    d = DRIVERS["hbhtcp"]()
+    assert d.done_when == Driver.done_when == "sender"  # the sender ends when the receiver closed
+
+
 def test_flow_path_follows_table():
     table = [{1: 1, 2: 1, 3: 1}, {0: 0, 2: 2, 3: 2}, {0: 1, 1: 1, 3: 3}, {0: 2, 1: 2, 2: 2}]
     assert hbhtcp.flow_path(table, 0, 3) == [0, 1, 2, 3]
