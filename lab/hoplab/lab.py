@@ -24,6 +24,7 @@ from .spec import Spec
 PREFIX = "hl-"
 LOCK_PATH = Path("/run/hoplab.lock")
 MEDIUM_PID = Path("/run/hoplab-medium.pid")
+LOCK_WAIT_S = float(os.environ.get("HOPLAB_LOCK_WAIT", "900"))  # wait for a running emulation
 IN_RANGE_DB = 50.0  # path loss between nodes in range (rx at about -34 dBm: strong, carrier sensed)
 OUT_OF_RANGE_DB = 1000.0
 IFACE = "wl0"
@@ -182,12 +183,21 @@ class Lab:
             raise LabError("hoplab needs root (network namespaces, taps)")
         LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
         self.lock_fd = os.open(LOCK_PATH, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(self.lock_fd)
-            self.lock_fd = None
-            raise LabError("another emulation is running (lock /run/hoplab.lock)") from e
+        deadline = time.time() + LOCK_WAIT_S
+        told = False
+        while True:
+            try:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if time.time() >= deadline:
+                    os.close(self.lock_fd)
+                    self.lock_fd = None
+                    raise LabError("another emulation is still running (lock /run/hoplab.lock)") from e
+                if not told:
+                    self.progress("waiting for another emulation to finish (one at a time)")
+                    told = True
+                time.sleep(1.0)
         if lab_namespaces() or lab_links():
             self.progress("removing leftovers of an earlier run")
             clean(verbose=False)
