@@ -49,7 +49,7 @@ fn check_config_reports_line_and_hint() {
         ),
         (
             base() + "[[routes]]\ndestination = 5\nnext_hop = 9\n",
-            ":13:",
+            ":12:",
             "not a neighbour",
         ),
         (
