@@ -126,10 +126,10 @@ pub struct AtpTransport {
     cfg: AtpConfig,
     senders: BTreeMap<FlowKey, Sender>,
     receivers: BTreeMap<FlowKey, Receiver>,
-    finished: VecDeque<(FlowKey, u32, u8)>,
+    finished: BoundedMap<(u32, u8)>,
     /// Incomplete flows this receiver gave up on: their late packets are ignored so that a
     /// flow is never opened (and delivered from) twice.
-    abandoned: VecDeque<FlowKey>,
+    abandoned: BoundedMap<()>,
     out: VecDeque<Queued>,
     control: VecDeque<Outgoing>,
     events: VecDeque<Event>,
@@ -147,8 +147,8 @@ impl AtpTransport {
             cfg: cfg.sanitized(),
             senders: BTreeMap::new(),
             receivers: BTreeMap::new(),
-            finished: VecDeque::new(),
-            abandoned: VecDeque::new(),
+            finished: BoundedMap::default(),
+            abandoned: BoundedMap::default(),
             out: VecDeque::new(),
             control: VecDeque::new(),
             events: VecDeque::new(),
@@ -297,11 +297,11 @@ impl AtpTransport {
             return;
         }
         let now = ctx.now;
-        if self.abandoned.contains(&key) {
+        if self.abandoned.get(&key).is_some() {
             self.bump("abandoned_drops", 1);
             return;
         }
-        if let Some(&(_, cum, hops)) = self.finished.iter().find(|(k, ..)| *k == key) {
+        if let Some(&(cum, hops)) = self.finished.get(&key) {
             // A late packet or probe for a flow already delivered: tell the sender.
             let mut flags = wire::FLAG_FIN;
             if d.flags & wire::FLAG_SACK_REQ != 0 {
@@ -376,10 +376,8 @@ impl AtpTransport {
             self.receivers.remove(&key);
             self.events
                 .push_back(Event::FlowFinished { flow: key, bytes });
-            self.finished.push_back((key, cum, hops));
-            while self.finished.len() > self.cfg.finished_memory {
-                self.finished.pop_front();
-            }
+            self.finished
+                .insert(key, (cum, hops), self.cfg.finished_memory);
             return;
         }
         if !fresh {
@@ -631,6 +629,39 @@ impl AtpTransport {
     }
 }
 
+/// Flows remembered after their state is gone, oldest forgotten first.
+#[derive(Debug)]
+struct BoundedMap<V> {
+    order: VecDeque<FlowKey>,
+    map: HashMap<FlowKey, V>,
+}
+
+impl<V> Default for BoundedMap<V> {
+    fn default() -> Self {
+        BoundedMap {
+            order: VecDeque::new(),
+            map: HashMap::new(),
+        }
+    }
+}
+
+impl<V> BoundedMap<V> {
+    fn get(&self, k: &FlowKey) -> Option<&V> {
+        self.map.get(k)
+    }
+
+    fn insert(&mut self, k: FlowKey, v: V, cap: usize) {
+        if self.map.insert(k, v).is_none() {
+            self.order.push_back(k);
+        }
+        while self.order.len() > cap {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+    }
+}
+
 fn instant_minus(t: Instant, d: Duration) -> Instant {
     Instant::from_nanos(
         t.as_nanos()
@@ -797,10 +828,7 @@ impl Transport for AtpTransport {
             };
             if now >= r.last_data + cfg.give_up {
                 self.receivers.remove(&k);
-                self.abandoned.push_back(k);
-                while self.abandoned.len() > cfg.finished_memory {
-                    self.abandoned.pop_front();
-                }
+                self.abandoned.insert(k, (), cfg.finished_memory);
                 self.bump("receivers_expired", 1);
             } else if now >= r.epoch_at {
                 self.emit_feedback(ctx, k, 0);

@@ -8,6 +8,10 @@ use bytes::Bytes;
 
 use crate::{Event, FlowKey};
 
+/// Packets accepted ahead of the cumulative point; anything further is refused, so a
+/// misbehaving sender cannot make a destination hold unbounded data.
+pub(crate) const MAX_AHEAD: u32 = 1 << 16;
+
 #[derive(Debug, Default)]
 pub(crate) struct Reassembly {
     /// Every packet below `next` has been delivered.
@@ -56,7 +60,7 @@ impl Reassembly {
         fin: bool,
         events: &mut VecDeque<Event>,
     ) -> bool {
-        if self.has(seq) || self.fin_seq.is_some_and(|f| seq > f) {
+        if self.has(seq) || self.fin_seq.is_some_and(|f| seq > f) || seq - self.next >= MAX_AHEAD {
             return false;
         }
         if fin {
@@ -151,6 +155,14 @@ mod tests {
             .collect();
         assert_eq!(offsets, vec![0, 1, 3, 4]);
         assert_eq!(r.delivered_bytes(), 5);
+    }
+
+    #[test]
+    fn far_ahead_is_refused() {
+        let mut r = Reassembly::default();
+        let mut ev = VecDeque::new();
+        assert!(!r.insert(F, MAX_AHEAD, Bytes::new(), false, &mut ev));
+        assert!(r.insert(F, MAX_AHEAD - 1, Bytes::new(), false, &mut ev));
     }
 
     #[test]
