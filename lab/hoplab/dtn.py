@@ -4,7 +4,7 @@ radio neighbours and static routing derived from the lab's route table.
 
 Per node i: node id `dtn://n<i>/`, web/API port `WEB_PORT` on the namespace's loopback,
 TCP CLA on `CLA_PORT`, one static peer `tcp://<ip>:CLA_PORT/n<j>` per next hop j it uses,
-and a routes file with one line per destination d: `<k> * dtn://n<d>/* dtn://n<next hop>/`.
+and a routes file with one line per destination d: `<k> ** dtn://n<d>/** dtn://n<next hop>/`.
 Neighbour discovery is off (the lab's routes decide; beacons would only add traffic).
 
 A flow of N bytes is cut into bundles of at most `BUNDLE_BYTES` and posted to the source
@@ -260,8 +260,10 @@ def dtnd_binary() -> str:
 
 
 def routes_text(node: int, next_hops: dict[int, int]) -> str:
-    """dtn7 static routes: `idx source-glob destination-glob via-node-eid`."""
-    lines = [f"{k} * dtn://n{d}/* dtn://n{nh}/" for k, (d, nh) in enumerate(sorted(next_hops.items()), 1)]
+    """dtn7 static routes: `idx source-glob destination-glob via-node-eid`. The globs
+    need `**`: a single `*` does not match across `/`, so `*` as source never matches an
+    EID like `dtn://n0/` (the route is then silently unused: "No route found")."""
+    lines = [f"{k} ** dtn://n{d}/** dtn://n{nh}/" for k, (d, nh) in enumerate(sorted(next_hops.items()), 1)]
     return "\n".join(lines) + "\n"
 
 

@@ -69,7 +69,7 @@ def test_cbor_payload_of_a_bpv7_bundle():
 
 def test_routes_and_args():
     assert dtn.routes_text(1, {0: 0, 2: 2, 3: 2}) == (
-        "1 * dtn://n0/* dtn://n0/\n2 * dtn://n2/* dtn://n2/\n3 * dtn://n3/* dtn://n2/\n")
+        "1 ** dtn://n0/** dtn://n0/\n2 ** dtn://n2/** dtn://n2/\n3 ** dtn://n3/** dtn://n2/\n")
     args = dtn.dtnd_args(1, Path("/w"), Path("/w/r"), {2: "10.77.0.3:4556"})
     assert "static.routes=/w/r" in args and "tcp://10.77.0.3:4556/n2" in args
     assert args[args.index("-C") + 1] == "tcp:port=4556"
