@@ -148,8 +148,7 @@ fn make_socket(
     if reuse {
         s.set_reuse_address(true)?;
     }
-    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    force_buffers(&s);
     if bind.is_ipv4() {
         s.set_tos(tos)?;
     } else {
@@ -166,6 +165,33 @@ fn make_socket(
         .map_err(|e| io_err(&format!("binding {bind}"), e))?;
     s.set_nonblocking(true)?;
     Ok(s.into())
+}
+
+/// Large socket buffers absorb a block's burst; as root (CAP_NET_ADMIN) the FORCE options go
+/// past net.core.{r,w}mem_max, otherwise the kernel caps the request.
+fn force_buffers(s: &socket2::Socket) {
+    use std::os::fd::AsRawFd;
+    let size = SOCKET_BUFFER as libc::c_int;
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        for opt in [force, plain] {
+            // SAFETY: setsockopt on a socket we own with a correctly sized int value.
+            let r = unsafe {
+                libc::setsockopt(
+                    s.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    &size as *const libc::c_int as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r == 0 {
+                break;
+            }
+        }
+    }
 }
 
 /// Wall-clock nanoseconds, the first authentication counter after a start.
