@@ -140,7 +140,7 @@ def test_three_dtnd_on_loopback_deliver_bundles(tmp_path):
         logs = "\n".join((tmp_path / f"dtnd-{i}.log").read_text(errors="replace")[-1500:]
                          for i in range(3))
         assert r["complete"], logs
-        assert r["bytes"] == size and r["bundles"] == 3 and r["bad"] == 0
+        assert r["bytes"] == size and r["bundles"] == 3 and r["bad"] == 0 and r["dups"] == 0
     finally:
         for p in procs:
             if p.poll() is None:
@@ -182,5 +182,6 @@ def test_emulated_dtn_three_node_chain(tmp_path):
     f = res["flows"][0]
     assert f["hops"] == 2
     assert f["complete"] and f["bytes"] == size and f["bad_bundles"] == 0
+    assert f["dup_bundles"] == 0  # the janitor is off: no bundle is forwarded twice
     assert f["goodput_mbps"] > 0
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
