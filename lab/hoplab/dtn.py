@@ -8,7 +8,8 @@ and a routes file with one line per destination d: `<k> ** dtn://n<d>/** dtn://n
 Neighbour discovery is off (the lab's routes decide; beacons would only add traffic).
 
 A flow of N bytes is cut into bundles of at most `BUNDLE_BYTES` and posted to the source
-daemon's `/send` API; the destination client polls `/endpoint?incoming` and decodes the
+daemon's `/send` API; the destination client registers endpoint `f<flow index>`, polls
+`/endpoint?f<flow index>` and decodes the
 bundles. Each payload starts with a header (magic, offset) and carries a known byte pattern,
 so the receiver counts unique bytes and checks content.
 
@@ -207,6 +208,9 @@ def recv_main(a) -> int:
     last_write = 0.0
     try:
         wait_api(a.port, time.time() + 60)
+        st, text = _request(a.port, "GET", f"/register?{a.endpoint}")
+        if st != 200:
+            raise LabError(f"cannot register endpoint {a.endpoint}: {st} {text[:200]!r}")
         print("ready", flush=True)
         while res["bytes"] < a.size:
             st, raw = _request(a.port, "GET", f"/endpoint?{a.endpoint}")
@@ -324,8 +328,14 @@ class DtnDriver(_DriverDefaults):
                           f"dtnd-{node}")
         time.sleep(1.0)
 
+    @staticmethod
+    def endpoint(idx: int) -> str:
+        """Each flow has its own endpoint at its destination, so flows to one node do not
+        take each other's bundles."""
+        return f"f{idx}"
+
     def start_receiver(self, lab, flow, idx):
-        lab.spawn(flow.dst, ["recv", "--endpoint", "incoming", "--size", str(flow.size),
+        lab.spawn(flow.dst, ["recv", "--endpoint", self.endpoint(idx), "--size", str(flow.size),
                              "--out", str(lab.flow_file(idx, "recv"))], f"f{idx}-recv",
                   module="hoplab.dtn")
 
@@ -333,7 +343,8 @@ class DtnDriver(_DriverDefaults):
         b = int(flow.options.get("bundle", BUNDLE_BYTES))
         if not HDR.size < b <= BUNDLE_BYTES:
             raise LabError(f"dtn bundle size must be in ({HDR.size}, {BUNDLE_BYTES}]")
-        lab.spawn(flow.src, ["send", "--dst", f"dtn://n{flow.dst}/incoming", "--size", str(flow.size),
+        lab.spawn(flow.src, ["send", "--dst", f"dtn://n{flow.dst}/{self.endpoint(idx)}",
+                             "--size", str(flow.size),
                              "--bundle", str(b), "--out", str(lab.flow_file(idx, "send"))],
                   f"f{idx}-send", module="hoplab.dtn")
 

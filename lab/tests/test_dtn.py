@@ -123,9 +123,11 @@ def test_three_dtnd_on_loopback_deliver_bundles(tmp_path):
         out_r, out_s = tmp_path / "recv.json", tmp_path / "send.json"
         env = {**os.environ, "PYTHONPATH": str(REPO / "lab")}
         recv = subprocess.Popen(["python3", "-m", "hoplab.dtn", "recv", "--port", str(web[2]),
-                                 "--size", str(size), "--out", str(out_r)], env=env)
+                                 "--endpoint", "f7", "--size", str(size), "--out", str(out_r)],
+                                env=env, stdout=subprocess.PIPE, text=True)
+        assert recv.stdout.readline().strip() == "ready"  # endpoint registered
         send = subprocess.run(["python3", "-m", "hoplab.dtn", "send", "--port", str(web[0]),
-                               "--dst", "dtn://n2/incoming", "--size", str(size),
+                               "--dst", "dtn://n2/f7", "--size", str(size),
                                "--out", str(out_s)], env=env, timeout=60)
         assert send.returncode == 0
         s = json.loads(out_s.read_text())
@@ -176,12 +178,15 @@ def test_emulated_dtn_three_node_chain(tmp_path):
     sp = spec.from_dict({
         "name": "pytest-dtn", "duration": 60,
         "topology": {"kind": "chain", "nodes": 3},
-        "flow": [{"driver": "dtn", "src": 0, "dst": 2, "size": size, "label": "d"}],
+        # two flows to one destination: each must get exactly its own bundles
+        "flow": [{"driver": "dtn", "src": 0, "dst": 2, "size": size, "label": "d"},
+                 {"driver": "dtn", "src": 1, "dst": 2, "size": size // 2, "label": "e"}],
     })
     res = run_waiting_for_lab(sp, tmp_path / "out")
-    f = res["flows"][0]
-    assert f["hops"] == 2
+    f, e = res["flows"]
+    assert f["hops"] == 2 and e["hops"] == 1
     assert f["complete"] and f["bytes"] == size and f["bad_bundles"] == 0
+    assert e["complete"] and e["bytes"] == size // 2 and e["bad_bundles"] == 0
     assert f["dup_bundles"] == 0  # the janitor is off: no bundle is forwarded twice
     assert f["goodput_mbps"] > 0
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
