@@ -12,7 +12,7 @@ build: setup
 	cargo build --release --workspace --locked
 
 demo: build
-	sudo -n true 2>/dev/null || [ "$$(id -u)" = 0 ] || { echo "the demo needs root (network namespaces)"; exit 1; }
+	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root (it creates network namespaces): run it as root"; exit 1; }
 	.venv/bin/hoplab demo
 
 test:

@@ -10,6 +10,8 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-if [ -x scripts/setup-lab.sh ] || [ -f scripts/setup-lab.sh ]; then
-  bash scripts/setup-lab.sh
-fi
+# The emulation lab: apt packages, the venv with ns-3 and hoplab.
+bash scripts/setup-lab.sh
+
+# The DTN baseline peer (dtn7, built from crates.io; ~4 min the first time).
+bash scripts/setup-dtn7.sh
