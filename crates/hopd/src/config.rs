@@ -26,13 +26,41 @@ pub const DEFAULT_MAX_INCOMING_FLOWS: usize = 256;
 
 /// Which transport the daemon's flows use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum TransportKind {
     /// Hop: block-switched transfer (the default).
     #[default]
     Hop,
     /// HxH: hop-by-hop credit-based transport, for comparison.
     Hxh,
+    /// ATP with the original parameters (ATP paper §II, Table I), for comparison.
+    Atp,
+    /// ATP with E = 0.04 s and κ = 0.5 (ATP paper §V-A2).
+    AtpAggressive,
+    /// Aggressive ATP plus immediate feedback and hop-count-based η (ATP paper §V-A3).
+    AtpAdaptive,
+}
+
+impl TransportKind {
+    /// Every kind, in the order the documentation lists them.
+    pub const ALL: [TransportKind; 5] = [
+        TransportKind::Hop,
+        TransportKind::Hxh,
+        TransportKind::Atp,
+        TransportKind::AtpAggressive,
+        TransportKind::AtpAdaptive,
+    ];
+
+    /// The name used in the configuration file.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Hop => "hop",
+            TransportKind::Hxh => "hxh",
+            TransportKind::Atp => "atp",
+            TransportKind::AtpAggressive => "atp-aggressive",
+            TransportKind::AtpAdaptive => "atp-adaptive",
+        }
+    }
 }
 
 /// How data-class datagrams reach the next hop.
@@ -492,6 +520,27 @@ mod tests {
         let text = good().replace(KEY, "abc");
         let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
         assert!(e.message.contains("hex"), "{e}");
+    }
+
+    #[test]
+    fn every_transport_name_parses() {
+        for kind in TransportKind::ALL {
+            let text = format!("transport = \"{}\"\n{}", kind.name(), good());
+            let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+            assert_eq!(c.transport, kind);
+        }
+        let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
+        assert_eq!(c.transport, TransportKind::Hop);
+    }
+
+    #[test]
+    fn unknown_transport_lists_the_choices() {
+        let text = format!("transport = \"atp_adaptive\"\n{}", good());
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert_eq!(e.line, 1, "{e}");
+        for kind in TransportKind::ALL {
+            assert!(e.message.contains(kind.name()), "{e}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use hop_proto::atp::{AtpConfig, AtpTransport, AtpVariant};
 use hop_proto::hop::{HopConfig, HopTransport};
 use hop_proto::hxh::{HxhConfig, HxhTransport};
 use hop_proto::{Instant, Transport};
@@ -52,11 +53,47 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     h
 }
 
+/// The HxH parameters of `cfg`: the HxH paper's defaults; the `[hop]` section does not apply,
+/// only the daemon-wide bound on flows with state (`[storage] max_incoming_flows`).
+pub fn hxh_config(cfg: &Config) -> HxhConfig {
+    HxhConfig {
+        max_flows: cfg.max_incoming_flows,
+        ..HxhConfig::default()
+    }
+}
+
+/// The ATP parameters of `cfg` for `variant`: the ATP paper's values for that variant; the
+/// `[hop]` section does not apply, only `[storage] max_incoming_flows`.
+pub fn atp_config(cfg: &Config, variant: AtpVariant) -> AtpConfig {
+    AtpConfig {
+        max_flows: cfg.max_incoming_flows,
+        ..AtpConfig::for_variant(variant)
+    }
+}
+
+/// The ATP variant a transport kind names, if it names one.
+pub fn atp_variant(kind: TransportKind) -> Option<AtpVariant> {
+    match kind {
+        TransportKind::Atp => Some(AtpVariant::Default),
+        TransportKind::AtpAggressive => Some(AtpVariant::Aggressive),
+        TransportKind::AtpAdaptive => Some(AtpVariant::Adaptive),
+        TransportKind::Hop | TransportKind::Hxh => None,
+    }
+}
+
 /// The transport for `cfg`, with custody blocks of an earlier run restored.
+///
+/// Only Hop keeps blocks in custody (hop-by-hop reliability): with HxH or ATP the custody directory
+/// is neither read nor written and the custody counters stay zero. Blocks left there by an
+/// earlier Hop run stay on disk for a later Hop run.
 pub fn build(cfg: &Config) -> std::io::Result<Built> {
     let custody = Arc::new(Mutex::new(CustodyUsage::default()));
     let transport: Box<dyn Transport> = match cfg.transport {
-        TransportKind::Hxh => Box::new(HxhTransport::new(HxhConfig::default())),
+        TransportKind::Hxh => Box::new(HxhTransport::new(hxh_config(cfg))),
+        TransportKind::Atp | TransportKind::AtpAggressive | TransportKind::AtpAdaptive => {
+            let variant = atp_variant(cfg.transport).unwrap_or_default();
+            Box::new(AtpTransport::new(atp_config(cfg, variant)))
+        }
         TransportKind::Hop => {
             let (store, blocks) = DiskCustody::open(
                 &cfg.storage_dir.join("custody"),
@@ -72,4 +109,60 @@ pub fn build(cfg: &Config) -> std::io::Result<Built> {
         }
     };
     Ok(Built { transport, custody })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn config(transport: &str) -> Config {
+        let text = format!(
+            "transport = \"{transport}\"\nnode_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\nmax_incoming_flows = 7\n[security]\nmesh_key = \"{}\"\n",
+            "ab".repeat(32)
+        );
+        Config::parse("t.toml", &text, Path::new("/")).unwrap()
+    }
+
+    #[test]
+    fn atp_names_select_their_variant() {
+        for (name, variant) in [
+            ("atp", AtpVariant::Default),
+            ("atp-aggressive", AtpVariant::Aggressive),
+            ("atp-adaptive", AtpVariant::Adaptive),
+        ] {
+            let cfg = config(name);
+            assert_eq!(atp_variant(cfg.transport), Some(variant), "{name}");
+            let a = atp_config(&cfg, variant);
+            assert_eq!(a.variant, variant);
+            assert_eq!(a.epoch, AtpConfig::for_variant(variant).epoch, "{name}");
+            assert_eq!(a.max_flows, 7);
+        }
+        assert_eq!(atp_variant(config("hop").transport), None);
+        assert_eq!(atp_variant(config("hxh").transport), None);
+    }
+
+    #[test]
+    fn built_transport_has_the_configured_id() {
+        use hop_proto::TransportId;
+        let dir = tempfile::tempdir().unwrap();
+        for (name, id) in [
+            ("hop", TransportId::Hop),
+            ("hxh", TransportId::Hxh),
+            ("atp", TransportId::Atp),
+            ("atp-aggressive", TransportId::Atp),
+            ("atp-adaptive", TransportId::Atp),
+        ] {
+            let mut cfg = config(name);
+            cfg.storage_dir = dir.path().join(name);
+            let built = build(&cfg).unwrap();
+            assert_eq!(built.transport.id(), id, "{name}");
+            // Only Hop opens (and so creates) the custody directory.
+            assert_eq!(
+                cfg.storage_dir.join("custody").exists(),
+                name == "hop",
+                "{name}"
+            );
+        }
+    }
 }
