@@ -152,11 +152,13 @@ class HopDriver(Driver):
     """Hop through hopd (crates/hopd): `prepare` starts one hopd per node namespace with
     the lab's neighbours and static routes; each flow is `hop recv --count 1` at the
     destination and `hop send FILE --to DST` at the source. The daemons' transport
-    comes from the flows' options.transport ("hop" or "hxh"; one per run) and
-    options.hop is copied into hopd's [hop] section. Sized transfers only."""
+    comes from the flows' options.transport (one of TRANSPORTS, the values of hopd's
+    `transport` key; one per run) and options.hop is copied into hopd's [hop] section
+    (hopd ignores it for the other transports). Sized transfers only."""
 
     name = "hop"
     PORT = 7470
+    TRANSPORTS = ("hop", "hxh", "atp", "atp-aggressive", "atp-adaptive")
     done_when = "receiver"  # `hop send` returns on the end-to-end ack, before the file is written
 
     @staticmethod
@@ -196,8 +198,9 @@ class HopDriver(Driver):
         hopd = self.binary("hopd")
         self.binary("hop")
         kinds = {f.options.get("transport", "hop") for f in flows}
-        if len(kinds) != 1 or not kinds <= {"hop", "hxh"}:
-            raise LabError(f"hop flows need one transport per run (hop or hxh), got {sorted(kinds)}")
+        if len(kinds) != 1 or not kinds <= set(self.TRANSPORTS):
+            raise LabError(f"hop flows need one transport per run (one of {', '.join(self.TRANSPORTS)}),"
+                           f" got {sorted(map(str, kinds))}")
         transport = next(iter(kinds))
         params = next((f.options["hop"] for f in flows if "hop" in f.options), {})
         for f in flows:

@@ -1,0 +1,74 @@
+"""Every transport hopd hosts, through the lab: a short emulated 3-node chain (two 802.11
+hops) carries one small file with `options.transport` = hop, hxh and atp. Needs root
+(namespaces and taps) and the release hopd (`cargo build --release -p hopd`); CI runs as root
+and never skips it."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from hoplab import lab, spec
+from hoplab.cli import run_spec
+from hoplab.drivers import HopDriver
+from hoplab.errors import LabError
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
+                                reason="needs root (CI runs as root)")
+
+SIZE = 150_000  # bytes: ~150 packets of HxH/ATP, one Hop block
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def hosted_transport(log: Path) -> str | None:
+    """The transport a hopd log says it hosted."""
+    m = re.search(r"hosting transport (\S+)", ANSI.sub("", log.read_text(errors="replace")))
+    return m.group(1) if m else None
+
+
+def test_driver_accepts_every_hopd_transport_and_rejects_others():
+    assert set(HopDriver.TRANSPORTS) == {"hop", "hxh", "atp", "atp-aggressive", "atp-adaptive"}
+
+    class Flow:
+        def __init__(self, transport):
+            self.options = {"transport": transport}
+            self.size = 1000
+
+    class NoLab:
+        pass
+
+    d = HopDriver()
+    d.binary = lambda name: name  # no daemons are started: the check comes first
+    with pytest.raises(LabError, match="one transport per run"):
+        d.prepare(NoLab(), [Flow("tcp")])
+    with pytest.raises(LabError, match="one transport per run"):
+        d.prepare(NoLab(), [Flow("hop"), Flow("atp")])
+
+
+@needs_root
+@pytest.mark.parametrize("transport", ["hop", "hxh", "atp"])
+def test_emulated_transport_three_node_chain(tmp_path, transport):
+    sp = spec.from_dict({
+        "name": f"pytest-transport-{transport}", "duration": 35,
+        "topology": {"kind": "chain", "nodes": 3},
+        "flow": [{"driver": "hop", "src": 0, "dst": 2, "size": SIZE, "label": "f",
+                  "options": {"transport": transport}}],
+    })
+    out = tmp_path / "out"
+    res = run_spec(sp, out, progress=lambda *_: None)
+    f = res["flows"][0]
+    raw = out / "raw"
+    assert f["hops"] == 2
+    assert f["complete"], f
+    assert f["bytes"] == SIZE
+    assert f["sender_rc"] == 0 and f["receiver_rc"] == 0
+    assert f["goodput_mbps"] > 0
+    # the destination's file is the source's, byte for byte
+    sent = (raw / "hop-send-0.bin").read_bytes()
+    got = (raw / "hop-recv-0" / "hop-send-0.bin").read_bytes()
+    assert len(sent) == len(got) == SIZE and got == sent
+    # every daemon, the relay included, hosted the requested transport
+    for node in range(3):
+        assert hosted_transport(raw / f"hopd-{node}.log") == transport
+    assert lab.lab_namespaces() == [] and lab.lab_links() == []
