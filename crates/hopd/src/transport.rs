@@ -88,6 +88,7 @@ pub fn atp_variant(kind: TransportKind) -> Option<AtpVariant> {
 /// earlier Hop run stay on disk for a later Hop run.
 pub fn build(cfg: &Config) -> std::io::Result<Built> {
     let custody = Arc::new(Mutex::new(CustodyUsage::default()));
+    info!("hosting transport {}", cfg.transport.name());
     let transport: Box<dyn Transport> = match cfg.transport {
         TransportKind::Hxh => Box::new(HxhTransport::new(hxh_config(cfg))),
         TransportKind::Atp | TransportKind::AtpAggressive | TransportKind::AtpAdaptive => {
