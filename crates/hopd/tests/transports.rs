@@ -10,6 +10,9 @@ use common::*;
 
 /// 200 KiB: a few hundred packets for the packet transports, one block for Hop.
 const FILE_BYTES: usize = 200 * 1024;
+/// More than the HxH and ATP send buffers (256 KiB, `send_buffer_bytes`), so the daemon must
+/// wait for `Writable` events to hand over the rest of the file.
+const PAST_SEND_BUFFER_BYTES: usize = 1024 * 1024;
 
 fn metrics(node: &Hopd) -> String {
     let mut s = std::net::TcpStream::connect(node.metrics).unwrap();
@@ -37,12 +40,13 @@ fn metric_sum(text: &str, name: &str, labels: &str) -> u64 {
         .sum()
 }
 
-/// Send one file from node 1 over node 2 to node 3 with `transport` (the configuration
-/// name) and check it arrives identical, once; `label` is the transport's metrics label.
-fn two_hops(transport: &str, label: &str, seed: u64) {
+/// Send one file of `bytes` from node 1 over node 2 to node 3 with `transport` (the
+/// configuration name) and check it arrives identical, once; `label` is the transport's
+/// metrics label.
+fn two_hops(transport: &str, label: &str, seed: u64, bytes: usize) {
     let work = tempfile::tempdir().unwrap();
     let file = work.path().join(format!("{transport}.bin"));
-    let data = pattern(seed, FILE_BYTES);
+    let data = pattern(seed, bytes);
     std::fs::write(&file, &data).unwrap();
     let extra = format!("transport = \"{transport}\"");
     let nodes = loopback_chain(3, work.path(), &extra);
@@ -111,27 +115,39 @@ fn is_empty_dir(p: &Path) -> bool {
 
 #[test]
 fn hop_two_hops() {
-    two_hops("hop", "Hop", 1);
+    two_hops("hop", "Hop", 1, FILE_BYTES);
 }
 
 #[test]
 fn hxh_two_hops() {
-    two_hops("hxh", "Hxh", 2);
+    two_hops("hxh", "Hxh", 2, FILE_BYTES);
 }
 
 #[test]
 fn atp_two_hops() {
-    two_hops("atp", "Atp", 3);
+    two_hops("atp", "Atp", 3, FILE_BYTES);
 }
 
 #[test]
 fn atp_aggressive_two_hops() {
-    two_hops("atp-aggressive", "Atp", 4);
+    two_hops("atp-aggressive", "Atp", 4, FILE_BYTES);
 }
 
 #[test]
 fn atp_adaptive_two_hops() {
-    two_hops("atp-adaptive", "Atp", 5);
+    two_hops("atp-adaptive", "Atp", 5, FILE_BYTES);
+}
+
+#[test]
+fn hxh_two_hops_past_the_send_buffer() {
+    assert!(PAST_SEND_BUFFER_BYTES > hop_proto::hxh::HxhConfig::default().send_buffer_bytes);
+    two_hops("hxh", "Hxh", 6, PAST_SEND_BUFFER_BYTES);
+}
+
+#[test]
+fn atp_two_hops_past_the_send_buffer() {
+    assert!(PAST_SEND_BUFFER_BYTES > hop_proto::atp::AtpConfig::default().send_buffer_bytes);
+    two_hops("atp", "Atp", 7, PAST_SEND_BUFFER_BYTES);
 }
 
 #[test]
