@@ -147,6 +147,11 @@ pub enum HopBody<'a> {
         offset: u64,
         geom: BlockGeom,
         packet_num: u16,
+        /// Packets of the block the receiver holds once the data the sender has handed to its
+        /// link for this block has arrived: those of the last BACK plus those sent since. The
+        /// receiver answers at once when it holds that many, and otherwise waits briefly for
+        /// data still in flight behind this BSYN. 0: nothing in flight, answer at once.
+        expect: u16,
         payload: &'a [u8],
     },
     /// Bitmap acknowledgement: bit `i` (LSB-first within each byte) set when packet `i` is held.
@@ -300,8 +305,12 @@ impl<'a> HopMessage<'a> {
                 geom.validate()?;
                 let packet_num = be_u16(rest, 14);
                 let len = usize::from(be_u16(rest, 16));
-                if be_u16(rest, 18) != 0 {
-                    return Err(Error::ReservedBits(u32::from(be_u16(rest, 18))));
+                let expect = be_u16(rest, 18);
+                if u32::from(expect) > geom.packets() {
+                    return Err(Error::Malformed {
+                        field: "expect",
+                        reason: "more packets expected than the block has",
+                    });
                 }
                 exact(BSYN_FIXED_LEN + len)?;
                 if flags & FLAG_MICRO != 0 {
@@ -323,6 +332,7 @@ impl<'a> HopMessage<'a> {
                     offset,
                     geom,
                     packet_num,
+                    expect,
                     payload: &rest[BSYN_FIXED_LEN..],
                 }
             }
@@ -380,8 +390,22 @@ impl<'a> HopMessage<'a> {
             reason: "longer than 65535 bytes",
         };
         match &self.body {
-            HopBody::Data { payload, .. } | HopBody::Bsyn { payload, .. } => {
+            HopBody::Data { payload, .. } => {
                 u16::try_from(payload.len()).map_err(|_| too_long("payload_len"))?;
+            }
+            HopBody::Bsyn {
+                payload,
+                geom,
+                expect,
+                ..
+            } => {
+                u16::try_from(payload.len()).map_err(|_| too_long("payload_len"))?;
+                if u32::from(*expect) > geom.packets() {
+                    return Err(Error::Malformed {
+                        field: "expect",
+                        reason: "more packets expected than the block has",
+                    });
+                }
             }
             HopBody::Back {
                 bitmap, packets, ..
@@ -424,6 +448,7 @@ impl<'a> HopMessage<'a> {
                 offset,
                 geom,
                 packet_num,
+                expect,
                 payload,
             } => {
                 out.extend_from_slice(&offset.to_be_bytes());
@@ -431,7 +456,7 @@ impl<'a> HopMessage<'a> {
                 out.extend_from_slice(&geom.packet_size.to_be_bytes());
                 out.extend_from_slice(&packet_num.to_be_bytes());
                 out.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-                out.extend_from_slice(&0u16.to_be_bytes());
+                out.extend_from_slice(&expect.to_be_bytes());
                 out.extend_from_slice(payload);
             }
             HopBody::Back {
@@ -531,6 +556,39 @@ mod tests {
     }
 
     #[test]
+    fn bsyn_expect_bounded_by_block() {
+        let geom = BlockGeom {
+            block_len: 2500,
+            packet_size: 1000,
+        };
+        let msg = |expect| HopMessage {
+            header: header(0),
+            body: HopBody::Bsyn {
+                offset: 0,
+                geom,
+                packet_num: 0,
+                expect,
+                payload: &[],
+            },
+        };
+        round_trip(msg(3));
+        let mut out = Vec::new();
+        assert!(msg(4).emit(&mut out).is_err());
+        assert!(out.is_empty());
+        msg(3).emit(&mut out).unwrap();
+        // The expect field is at offset 38; one more than the block's packets is malformed.
+        assert_eq!(&out[38..40], &[0, 3]);
+        out[39] = 4;
+        assert!(matches!(
+            HopMessage::parse(&out),
+            Err(Error::Malformed {
+                field: "expect",
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn unknown_type_and_truncation() {
         assert_eq!(
             HopMessage::parse(&[9; 20]),
@@ -566,7 +624,8 @@ mod tests {
         }
 
         #[test]
-        fn bsyn_round_trip((geom, pn) in arb_geom(), micro: bool, vtx: bool, offset: u64, ttl: u8, bn: u32) {
+        fn bsyn_round_trip((geom, pn) in arb_geom(), micro: bool, vtx: bool, offset: u64, ttl: u8, bn: u32, exp: u16) {
+            let expect = (u32::from(exp) % (geom.packets() + 1)) as u16;
             let flags = if micro { FLAG_MICRO } else { 0 } | if vtx { FLAG_VTX } else { 0 };
             let payload: Vec<u8> = if micro {
                 vec![0xa5; geom.packet_range(u32::from(pn)).unwrap().len()]
@@ -575,7 +634,7 @@ mod tests {
             };
             round_trip(HopMessage {
                 header: HopHeader { flags, ttl, src: 4, flow_id: 5, dst: 6, block_num: bn },
-                body: HopBody::Bsyn { offset, geom, packet_num: if micro { pn } else { 0 }, payload: &payload },
+                body: HopBody::Bsyn { offset, geom, packet_num: if micro { pn } else { 0 }, expect, payload: &payload },
             });
         }
 
@@ -613,7 +672,7 @@ mod tests {
             let payload = [3u8; 17];
             let msg = HopMessage {
                 header: header(FLAG_MICRO),
-                body: HopBody::Bsyn { offset: 5, geom: BlockGeom { block_len: 17, packet_size: 1380 }, packet_num: 0, payload: &payload },
+                body: HopBody::Bsyn { offset: 5, geom: BlockGeom { block_len: 17, packet_size: 1380 }, packet_num: 0, expect: 1, payload: &payload },
             };
             let mut out = Vec::new();
             msg.emit(&mut out).unwrap();

@@ -169,8 +169,8 @@ struct Flow {
     dst: NodeId,
     blocks: BTreeMap<u32, Block>,
     outs: BTreeMap<u32, OutXfer>,
-    /// Deferred BACKs: block -> (upstream, due).
-    deferred: BTreeMap<u32, (NodeId, Instant)>,
+    /// Deferred BACKs: block -> (upstream, due, packets the upstream's BSYN said it sent).
+    deferred: BTreeMap<u32, (NodeId, Instant, u16)>,
     last_activity: Instant,
     /// The destination reported the flow finished; waiting for FIN or idle timeout.
     finished: bool,
@@ -601,8 +601,13 @@ impl HopTransport {
             Some(f) => f
                 .deferred
                 .iter()
-                .filter(|(n, (_, t))| *t <= now || f.blocks.get(n).is_some_and(|b| b.complete()))
-                .map(|(n, (u, _))| (*n, *u))
+                .filter(|(n, (_, t, expect))| {
+                    *t <= now
+                        || f.blocks
+                            .get(n)
+                            .is_some_and(|b| b.complete() || b.have.count() >= u32::from(*expect))
+                })
+                .map(|(n, (u, _, _))| (*n, *u))
                 .collect(),
             None => return,
         };
@@ -688,6 +693,7 @@ impl HopTransport {
                         offset: b.offset,
                         geom: b.geom,
                         packet_num: 0,
+                        expect: 0,
                         payload: &[],
                     },
                 };
@@ -705,6 +711,7 @@ impl HopTransport {
                             offset: b.offset,
                             geom: b.geom,
                             packet_num: *p as u16,
+                            expect: 0,
                             payload: b.packet(*p),
                         },
                     };
@@ -718,12 +725,17 @@ impl HopTransport {
                 }
             }
         } else {
+            // The next hop holds what it reported plus what this round handed to the link,
+            // once that arrives; the BSYN overtakes the data still queued here.
+            let in_flight = x.sent_round.count_in_not(&x.peer, &Bitmap::new(0));
+            let expect = (x.peer.count() + in_flight).min(u32::from(u16::MAX)) as u16;
             let msg = HopMessage {
                 header: Self::header(key, dst, n, flags, ttl),
                 body: HopBody::Bsyn {
                     offset: b.offset,
                     geom: b.geom,
                     packet_num: 0,
+                    expect,
                     payload: &[],
                 },
             };
@@ -986,6 +998,7 @@ impl HopTransport {
         offset: u64,
         geom: BlockGeom,
         packet_num: u16,
+        expect: u16,
         payload: &[u8],
         retry: bool,
     ) {
@@ -1125,18 +1138,18 @@ impl HopTransport {
                 self.send_back_checked(ctx, key, n, from);
             }
         } else if ask {
+            // Answer at once when every packet the sender handed to its link is here;
+            // otherwise wait for the data still behind this BSYN, until it has paused for
+            // `back_quiet` (then the BACK reports the packets lost).
             let quiet = self.cfg.back_quiet;
             let Some(f) = self.flows.get_mut(&key) else {
                 return;
             };
-            let last = f
-                .blocks
-                .get(&n)
-                .map(|b| b.last_data)
-                .unwrap_or(Instant::ZERO);
-            if !micro && last + quiet > now {
-                f.deferred.insert(n, (from, last + quiet));
+            let held = f.blocks.get(&n).map(|b| b.have.count()).unwrap_or(0);
+            if !micro && held < u32::from(expect) {
+                f.deferred.insert(n, (from, now + quiet, expect));
             } else {
+                f.deferred.remove(&n);
                 self.send_back(key, n, from, now);
             }
         }
@@ -1271,6 +1284,11 @@ impl HopTransport {
         if f.source.is_some() {
             return;
         }
+        if f.dest.is_none() && (n < f.e2e_cum || f.e2e_fin) && !f.blocks.contains_key(&n) {
+            // Late copies of a block already delivered end to end (its BACK overtook them):
+            // keeping them would start a new transfer of a finished block.
+            return;
+        }
         if f.blocks.get(&n).is_some_and(|b| b.geom != geom) {
             if rx.overheard {
                 return;
@@ -1317,12 +1335,30 @@ impl HopTransport {
             }
             self.service_waiting(ctx);
         } else if !rx.overheard && !complete {
-            // Keep a deferred BACK's deadline after the newest packet.
+            // A deferred BACK goes as soon as the packets its BSYN announced are here;
+            // otherwise its deadline stays `back_quiet` after the newest packet.
             let quiet = self.cfg.back_quiet;
+            let held = self
+                .flows
+                .get(&key)
+                .and_then(|f| f.blocks.get(&n))
+                .map(|b| b.have.count())
+                .unwrap_or(0);
+            let mut answer = None;
             if let Some(f) = self.flows.get_mut(&key) {
                 if let Some(d) = f.deferred.get_mut(&n) {
-                    d.1 = now + quiet;
+                    if held >= u32::from(d.2) {
+                        answer = Some(d.0);
+                    } else {
+                        d.1 = now + quiet;
+                    }
                 }
+                if answer.is_some() {
+                    f.deferred.remove(&n);
+                }
+            }
+            if let Some(up) = answer {
+                self.send_back(key, n, up, now);
             }
         }
         self.evict();
@@ -1512,7 +1548,7 @@ impl HopTransport {
                 .is_ok()
             {
                 let h = Self::header(w.key, w.dst, w.block, w.flags & !FLAG_MICRO, w.ttl);
-                self.on_bsyn(ctx, w.from, &h, w.offset, w.geom, 0, &[], true);
+                self.on_bsyn(ctx, w.from, &h, w.offset, w.geom, 0, 0, &[], true);
                 let k = w.key;
                 self.pump_flow(ctx, k);
             } else {
@@ -1612,7 +1648,7 @@ impl HopTransport {
                     OutState::Sending => {}
                 }
             }
-            for (_, due) in f.deferred.values() {
+            for (_, due, _) in f.deferred.values() {
                 min(*due);
             }
             if f.source.is_some() {
@@ -1833,6 +1869,7 @@ impl Transport for HopTransport {
                 offset,
                 geom,
                 packet_num,
+                expect,
                 payload,
             } => {
                 self.on_bsyn(
@@ -1842,6 +1879,7 @@ impl Transport for HopTransport {
                     offset,
                     geom,
                     packet_num,
+                    expect,
                     payload,
                     false,
                 );

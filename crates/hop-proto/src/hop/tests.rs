@@ -99,6 +99,7 @@ fn feed_block(h: &mut Harness, block: u32, data: &[u8]) {
                 offset: 0,
                 geom,
                 packet_num: 0,
+                expect: 0,
                 payload: &[],
             },
         },
@@ -235,6 +236,7 @@ fn full_custody_store_withholds_the_back() {
                     packet_size: 100,
                 },
                 packet_num: 0,
+                expect: 0,
                 payload: &[],
             },
         },
@@ -299,6 +301,7 @@ fn flow_limit_refuses_new_flows() {
                     packet_size: 100,
                 },
                 packet_num: 0,
+                expect: 0,
                 payload: &[],
             },
         };
@@ -351,8 +354,8 @@ proptest! {
         let header = HopHeader { flags, ttl, src, flow_id: 1, dst, block_num: block };
         let body = match (kind, &payload) {
             (0, Some(p)) => HopBody::Data { offset: 0, geom, packet_num: pn, payload: p },
-            (1, Some(p)) if flags & FLAG_MICRO != 0 => HopBody::Bsyn { offset: 0, geom, packet_num: pn, payload: p },
-            (1, _) => HopBody::Bsyn { offset: 0, geom, packet_num: 0, payload: &[] },
+            (1, Some(p)) if flags & FLAG_MICRO != 0 => HopBody::Bsyn { offset: 0, geom, packet_num: pn, expect: 0, payload: p },
+            (1, _) => HopBody::Bsyn { offset: 0, geom, packet_num: 0, expect: (pn as u32).min(geom.packets()) as u16, payload: &[] },
             (2, _) => HopBody::Back { block_len: len, packets: 3, bitmap: &[0x05] },
             (3, _) => HopBody::E2eBack { cum_blocks: cum },
             _ => HopBody::Fin { total_bytes: 7 },
@@ -449,6 +452,7 @@ fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
                 packet_size: 100,
             },
             packet_num: 0,
+            expect: 0,
             payload: &[],
         },
     };
@@ -537,6 +541,7 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
                     packet_size: 100,
                 },
                 packet_num: 0,
+                expect: 0,
                 payload: &[],
             },
         };
@@ -557,4 +562,114 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
         assert_eq!(fwd, forwarded.into_iter().collect::<Vec<_>>(), "ttl {ttl}");
         assert_eq!(h.t.stats().extra["cache_hits"], 1);
     }
+}
+
+fn bsyn_with_expect(block: u32, len: u32, expect: u16) -> HopMessage<'static> {
+    HopMessage {
+        header: hdr(block, 0),
+        body: HopBody::Bsyn {
+            offset: 0,
+            geom: BlockGeom {
+                block_len: len,
+                packet_size: 100,
+            },
+            packet_num: 0,
+            expect,
+            payload: &[],
+        },
+    }
+}
+
+fn data_packet(block: u32, len: u32, p: u16, payload: &[u8]) -> HopMessage<'_> {
+    HopMessage {
+        header: hdr(block, 0),
+        body: HopBody::Data {
+            offset: 0,
+            geom: BlockGeom {
+                block_len: len,
+                packet_size: 100,
+            },
+            packet_num: p,
+            payload,
+        },
+    }
+}
+
+#[test]
+fn back_waits_only_for_announced_packets() {
+    let cfg = HopConfig {
+        back_quiet: Duration::from_millis(10),
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    let pkt = [7u8; 100];
+    // Nothing in flight: answered at once.
+    h.recv(1, &bsyn_with_expect(0, 500, 0));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    // The sender handed packets 0 and 1 to its link; the BSYN overtook them.
+    h.recv(1, &bsyn_with_expect(0, 500, 2));
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    h.recv(1, &data_packet(0, 500, 0, &pkt));
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    // The second announced packet arrives: the BACK goes at once, without waiting for quiet.
+    h.recv(1, &data_packet(0, 500, 1, &pkt));
+    let out = h.drain();
+    let backs: Vec<Vec<u8>> = out
+        .iter()
+        .filter(|o| o.next_hop == 1)
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+            HopBody::Back { bitmap, .. } => Some(bitmap.to_vec()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(backs, vec![vec![0x03u8]]);
+    // A lost packet: three announced, two more arrive, then the data pauses for back_quiet.
+    h.recv(1, &bsyn_with_expect(0, 500, 5));
+    h.recv(1, &data_packet(0, 500, 2, &pkt));
+    h.recv(1, &data_packet(0, 500, 4, &pkt));
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    h.now += Duration::from_millis(11);
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(0, 5)]);
+}
+
+#[test]
+fn final_bsyn_announces_the_packets_sent() {
+    // Node 1 is the source; node 2 its next hop.
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(small_cfg()));
+    let key = FlowKey { src: 1, id: 4 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
+        .unwrap();
+    let expects = |out: &[Outgoing]| -> Vec<u16> {
+        out.iter()
+            .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+                HopBody::Bsyn { expect, .. } => Some(expect),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(expects(&h.drain()), vec![0]);
+    let back = |bitmap: &'static [u8]| HopMessage {
+        header: HopHeader {
+            src: 1,
+            flow_id: 4,
+            ..hdr(0, 0)
+        },
+        body: HopBody::Back {
+            block_len: 1000,
+            packets: 10,
+            bitmap,
+        },
+    };
+    // Nothing held downstream: all ten packets go, then a BSYN announcing ten.
+    h.recv(2, &back(&[0, 0]));
+    let out = h.drain();
+    assert_eq!(out.iter().filter(|o| o.class == Class::Data).count(), 10);
+    assert_eq!(expects(&out), vec![10]);
+    // Eight held, two lost: the two go again and the BSYN still announces ten.
+    h.recv(2, &back(&[0xff, 0]));
+    let out = h.drain();
+    assert_eq!(out.iter().filter(|o| o.class == Class::Data).count(), 2);
+    assert_eq!(expects(&out), vec![10]);
 }
