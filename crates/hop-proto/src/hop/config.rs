@@ -43,10 +43,11 @@ pub const DEFAULT_BSYN_TIMEOUT: Duration = Duration::from_millis(200);
 /// next hop to one control datagram per 2 s. Not in the paper.
 pub const DEFAULT_BSYN_MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// A receiver answers a BSYN for a block whose data is still arriving only after the data has
-/// paused this long (or the block is complete): the BSYN is a control datagram and overtakes
-/// data still queued at the sender, and answering at once would report packets in flight as
-/// missing. About seven 1500-byte frames at 11 Mb/s. Not in the paper.
+/// A BSYN announces how many packets its sender handed to the link (`expect`); a receiver
+/// holding fewer answers only once they are here or after the data has paused this long: the
+/// BSYN is a control datagram and overtakes data still queued at the sender, and answering at
+/// once would report packets in flight as missing. About seven 1500-byte frames at 11 Mb/s.
+/// Not in the paper.
 pub const DEFAULT_BACK_QUIET: Duration = Duration::from_millis(10);
 
 /// Ack withholding releases a receiver from its current sender after this long without hearing

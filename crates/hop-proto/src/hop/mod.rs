@@ -88,6 +88,8 @@ struct Block {
     admitted_from: Option<NodeId>,
     last_used: Instant,
     last_data: Instant,
+    /// When this node last sent a BACK for the block (None: never).
+    last_back: Option<Instant>,
     /// A virtual retransmission with this TTL must be forwarded.
     vtx_fwd: Option<u8>,
     /// When custody was taken (expiry).
@@ -112,6 +114,7 @@ impl Block {
             admitted_from: None,
             last_used: now,
             last_data: Instant::ZERO,
+            last_back: None,
             vtx_fwd: None,
             custody_since: now,
             first_sent: None,
@@ -948,6 +951,7 @@ impl HopTransport {
         let (len, bits, complete, fin) = match f.blocks.get_mut(&n) {
             Some(b) => {
                 b.last_used = now;
+                b.last_back = Some(now);
                 let mut bits = Vec::with_capacity(b.have.len().div_ceil(8) as usize);
                 b.have.write_bytes(&mut bits);
                 (b.geom.block_len, (b.have.len(), bits), b.complete(), b.fin)
@@ -1145,9 +1149,23 @@ impl HopTransport {
             let Some(f) = self.flows.get_mut(&key) else {
                 return;
             };
-            let held = f.blocks.get(&n).map(|b| b.have.count()).unwrap_or(0);
-            if !micro && held < u32::from(expect) {
-                f.deferred.insert(n, (from, now + quiet, expect));
+            let (held, last, data_this_round) = f
+                .blocks
+                .get(&n)
+                .map(|b| {
+                    let fresh = b.last_back.map_or(true, |t| b.last_data > t);
+                    (b.have.count(), b.last_data, fresh)
+                })
+                .unwrap_or((0, Instant::ZERO, false));
+            // Data of this round that has already paused for `back_quiet` was lost, not
+            // delayed; with none yet, it is still queued behind the BSYN.
+            let due = if data_this_round {
+                last + quiet
+            } else {
+                now + quiet
+            };
+            if !micro && held < u32::from(expect) && due > now {
+                f.deferred.insert(n, (from, due, expect));
             } else {
                 f.deferred.remove(&n);
                 self.send_back(key, n, from, now);

@@ -631,6 +631,15 @@ fn back_waits_only_for_announced_packets() {
     h.now += Duration::from_millis(11);
     h.with(|t, ctx| t.handle_timeout(ctx));
     assert_eq!(backs_to(&h.drain(), 1), vec![(0, 5)]);
+    // Data of this round that paused long before the BSYN arrived is lost: answered at once.
+    h.recv(1, &bsyn_with_expect(1, 500, 0));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    h.now += Duration::from_millis(1);
+    h.recv(1, &data_packet(1, 500, 0, &pkt));
+    h.recv(1, &data_packet(1, 500, 1, &pkt));
+    h.now += Duration::from_millis(20);
+    h.recv(1, &bsyn_with_expect(1, 500, 3));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(0, 5)]);
 }
 
 #[test]
