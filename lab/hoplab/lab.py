@@ -142,8 +142,10 @@ class Lab:
 
     def __init__(self, spec: Spec, out: Path, progress=print):
         self.spec = spec
-        self.out = out
-        self.work = out / "raw"
+        # Absolute: the paths are handed to programs in other working directories (hopd
+        # resolves relative paths against its config file's directory).
+        self.out = Path(out).resolve()
+        self.work = self.out / "raw"
         self.progress = progress
         self.procs: list[subprocess.Popen] = []
         self.medium: subprocess.Popen | None = None

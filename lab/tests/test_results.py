@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 from hoplab import results, spec
 from hoplab.drivers import voip_stats
@@ -105,3 +106,16 @@ def test_hopd_config_uses_lab_routes(tmp_path):
     (tmp_path / "c.toml").write_text(text)
     r = subprocess.run([hopd, "--check-config", str(tmp_path / "c.toml")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_lab_paths_are_absolute_for_a_relative_out_dir(tmp_path, monkeypatch):
+    # hopd resolves relative paths against its config's directory, so every path the lab
+    # writes into configs must be absolute even when --out (or the default) is relative.
+    from hoplab.lab import Lab
+
+    monkeypatch.chdir(tmp_path)
+    sp = spec.from_dict({"topology": {"kind": "chain", "nodes": 2},
+                         "flow": [{"driver": "tcp", "src": 0, "dst": 1, "size": 10}]})
+    lab = Lab(sp, Path("results") / "lab" / "x")
+    assert lab.out.is_absolute() and lab.work.is_absolute()
+    assert lab.work == tmp_path / "results" / "lab" / "x" / "raw"
