@@ -10,6 +10,8 @@ pub mod hop;
 pub mod hxh;
 pub mod node;
 pub mod routing;
+#[cfg(test)]
+mod test_support;
 pub mod time;
 pub mod transport;
 

@@ -914,33 +914,9 @@ impl Transport for AtpTransport {
 mod tests {
     use super::config::{EPOCH, EPOCH_AGGRESSIVE, KAPPA, KAPPA_AGGRESSIVE};
     use super::*;
-    use crate::StaticRoutes;
-    use rand::rngs::SmallRng;
-    use rand::SeedableRng;
+    use crate::test_support::Env;
 
     const F: FlowKey = FlowKey { src: 1, id: 3 };
-
-    struct Env {
-        routes: StaticRoutes,
-        rng: SmallRng,
-    }
-
-    impl Env {
-        fn new(r: &[(NodeId, NodeId)]) -> Self {
-            Env {
-                routes: r.iter().copied().collect(),
-                rng: SmallRng::seed_from_u64(2),
-            }
-        }
-        fn ctx(&mut self, now: Instant, local: NodeId) -> Ctx<'_> {
-            Ctx {
-                now,
-                local,
-                routing: &self.routes,
-                rng: &mut self.rng,
-            }
-        }
-    }
 
     fn ms(v: f64) -> Instant {
         Instant::from_nanos((v * 1e6) as u64)
@@ -971,7 +947,7 @@ mod tests {
     /// A sender at node 1 toward 9 via 2, past quick-start with a 10 ms probe delay.
     fn running(v: AtpVariant, probe_hops: u8) -> (AtpTransport, Env) {
         let mut t = AtpTransport::new(AtpConfig::for_variant(v));
-        let mut env = Env::new(&[(9, 2)]);
+        let mut env = Env::new(&[(9, 2)], 2);
         t.open(&mut env.ctx(ms(0.0), 1), F, 9).unwrap();
         t.send(&mut env.ctx(ms(0.0), 1), F, Bytes::from(vec![1u8; 100_000]))
             .unwrap();
@@ -1090,7 +1066,7 @@ mod tests {
     #[test]
     fn relay_stamps_the_larger_delay_and_idle_uses_eta() {
         let mut t = AtpTransport::new(AtpConfig::default());
-        let mut env = Env::new(&[(9, 6)]);
+        let mut env = Env::new(&[(9, 6)], 2);
         let pkt = |d_max: u32| {
             Message::Data(wire::Data {
                 flags: 0,
@@ -1156,7 +1132,7 @@ mod tests {
     fn adaptive_receiver_sends_immediate_feedback() {
         let run = |v: AtpVariant| {
             let mut t = AtpTransport::new(AtpConfig::for_variant(v));
-            let mut env = Env::new(&[(1, 4)]);
+            let mut env = Env::new(&[(1, 4)], 2);
             // Ten packets whose path delay exceeds the sender's D_s (§V-A3).
             for seq in 0..10u32 {
                 let b = Message::Data(wire::Data {
@@ -1240,7 +1216,7 @@ mod tests {
             )) {
                 let v = [AtpVariant::Default, AtpVariant::Aggressive, AtpVariant::Adaptive][variant];
                 let mut t = AtpTransport::new(AtpConfig::for_variant(v));
-                let mut env = Env::new(&[(9, 2), (4, 4), (2, 2)]);
+                let mut env = Env::new(&[(9, 2), (4, 4), (2, 2)], 2);
                 t.open(&mut env.ctx(ms(0.0), 1), F, 9).unwrap();
                 let mut now = ms(0.0);
                 for (op, kind, vals, dt) in ops {

@@ -1217,33 +1217,9 @@ impl Transport for HxhTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::StaticRoutes;
-    use rand::rngs::SmallRng;
-    use rand::SeedableRng;
+    use crate::test_support::Env;
 
     const F: FlowKey = FlowKey { src: 1, id: 7 };
-
-    struct Env {
-        routes: StaticRoutes,
-        rng: SmallRng,
-    }
-
-    impl Env {
-        fn new(local_routes: &[(NodeId, NodeId)]) -> Self {
-            Env {
-                routes: local_routes.iter().copied().collect(),
-                rng: SmallRng::seed_from_u64(1),
-            }
-        }
-        fn ctx(&mut self, now: Instant, local: NodeId) -> Ctx<'_> {
-            Ctx {
-                now,
-                local,
-                routing: &self.routes,
-                rng: &mut self.rng,
-            }
-        }
-    }
 
     fn ms(v: u64) -> Instant {
         Instant::from_nanos(v * 1_000_000)
@@ -1294,7 +1270,7 @@ mod tests {
         // Node 5 relays flow F toward 9 via 6; its next hop (6) never answers.
         let cfg = HxhConfig::default();
         let mut t = HxhTransport::new(cfg.clone());
-        let mut env = Env::new(&[(9, 6), (1, 4)]);
+        let mut env = Env::new(&[(9, 6), (1, 4)], 1);
         let mut acks = Vec::new();
         for seq in 0..8u32 {
             let b = data(seq, 0);
@@ -1324,7 +1300,7 @@ mod tests {
     fn credits_gate_sending_and_a_stalled_flow_is_probed() {
         // Source node 1 sends to 9 via 2.
         let mut t = HxhTransport::new(HxhConfig::default());
-        let mut env = Env::new(&[(9, 2)]);
+        let mut env = Env::new(&[(9, 2)], 1);
         t.open(&mut env.ctx(ms(0), 1), F, 9).unwrap();
         t.send(&mut env.ctx(ms(0), 1), F, Bytes::from(vec![7u8; 20_000]))
             .unwrap();
@@ -1376,7 +1352,7 @@ mod tests {
     fn last_hop_sets_sync_bit_after_a_gap_and_resyncs() {
         // Node 5 is the last hop of F (next hop = destination 9).
         let mut t = HxhTransport::new(HxhConfig::default());
-        let mut env = Env::new(&[(9, 9), (1, 4)]);
+        let mut env = Env::new(&[(9, 9), (1, 4)], 1);
         for seq in [0u32, 2, 3] {
             let b = data(seq, 0);
             t.handle(&mut env.ctx(ms(0), 5), rx(4, 5, &b)).unwrap();
@@ -1431,7 +1407,7 @@ mod tests {
     #[test]
     fn destination_nacks_gaps_and_answers_ack_requests() {
         let mut t = HxhTransport::new(HxhConfig::default());
-        let mut env = Env::new(&[(1, 5)]);
+        let mut env = Env::new(&[(1, 5)], 1);
         let b = data(0, 0);
         t.handle(&mut env.ctx(ms(0), 9), rx(5, 9, &b)).unwrap();
         let b = data(3, wire::DATA_ACK_REQ);
@@ -1461,7 +1437,7 @@ mod tests {
     #[test]
     fn malformed_input_is_an_error_not_a_panic() {
         let mut t = HxhTransport::new(HxhConfig::default());
-        let mut env = Env::new(&[]);
+        let mut env = Env::new(&[], 1);
         assert!(t
             .handle(&mut env.ctx(ms(0), 1), rx(2, 1, &[1, 0, 0]))
             .is_err());
@@ -1528,7 +1504,7 @@ mod tests {
                 1..120,
             )) {
                 let mut t = HxhTransport::new(HxhConfig::default());
-                let mut env = Env::new(&[(9, 2), (4, 4), (2, 2)]);
+                let mut env = Env::new(&[(9, 2), (4, 4), (2, 2)], 1);
                 let f = FlowKey { src: 1, id: 0 };
                 t.open(&mut env.ctx(ms(0), 1), f, 9).unwrap();
                 let mut now = ms(0);
