@@ -6,6 +6,12 @@
 //! the nonce `link source node id (4 bytes) || counter (8 bytes)`, so each (sender, counter)
 //! pair is used once. Receivers keep, per sender, the highest counter seen and a sliding
 //! window of the [`REPLAY_WINDOW`] counters below it, and drop anything seen before.
+//!
+//! A sender keeps one counter [`Stream`] per datagram class, told apart by the counter's top
+//! bit, and receivers keep one window per sender and stream. Control datagrams travel in the
+//! top 802.11e access category and data in the lowest, so a control datagram regularly
+//! overtakes hundreds of queued data datagrams on the air; with a single counter the receiver
+//! would take those data datagrams for replays.
 
 use std::collections::HashMap;
 
@@ -19,6 +25,26 @@ pub const TRAILER_LEN: usize = 8 + 16;
 /// Width of the replay window (counters below the highest seen that are still accepted once).
 pub const REPLAY_WINDOW: u64 = 1024;
 const WORDS: usize = (REPLAY_WINDOW / 64) as usize;
+/// The counter bit that names the stream.
+const STREAM_BIT: u64 = 1 << 63;
+
+/// A sender's counter stream: one per class of datagram, because the classes are queued
+/// separately on the way and reorder against each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Data = 0,
+    Control = 1,
+}
+
+impl Stream {
+    fn of(counter: u64) -> Stream {
+        if counter & STREAM_BIT == 0 {
+            Stream::Data
+        } else {
+            Stream::Control
+        }
+    }
+}
 
 /// Why a datagram failed authentication.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,19 +120,23 @@ impl Window {
 pub struct Authenticator {
     aead: ChaCha20Poly1305,
     local: NodeId,
-    counter: u64,
-    windows: HashMap<NodeId, Window>,
+    /// Next counter of each stream (index `Stream as usize`), the stream bit included.
+    counters: [u64; 2],
+    /// Per sender, one window per stream.
+    windows: HashMap<NodeId, [Option<Window>; 2]>,
     max_peers: usize,
 }
 
 impl Authenticator {
     /// `first_counter` must exceed every counter this node used before (e.g. the wall clock in
-    /// nanoseconds at start), or neighbours drop its datagrams as replays.
+    /// nanoseconds at start), or neighbours drop its datagrams as replays. Its top bit is
+    /// ignored: that bit names the stream.
     pub fn new(key: &[u8; 32], local: NodeId, first_counter: u64, max_peers: usize) -> Self {
+        let first = first_counter & !STREAM_BIT;
         Authenticator {
             aead: ChaCha20Poly1305::new(Key::from_slice(key)),
             local,
-            counter: first_counter,
+            counters: [first, first | STREAM_BIT],
             windows: HashMap::new(),
             max_peers,
         }
@@ -123,8 +153,9 @@ impl Authenticator {
         *Nonce::from_slice(&n)
     }
 
-    /// Turn an unauthenticated envelope (as produced by the node) into a sealed one in place.
-    pub fn seal(&mut self, datagram: &mut Vec<u8>) -> Result<(), AuthError> {
+    /// Turn an unauthenticated envelope (as produced by the node) into a sealed one in place,
+    /// numbered in the counter stream of its class.
+    pub fn seal(&mut self, datagram: &mut Vec<u8>, stream: Stream) -> Result<(), AuthError> {
         let env = Envelope::parse(datagram)?;
         if env.repr.flags & FLAG_AUTH != 0 {
             return Ok(());
@@ -133,8 +164,10 @@ impl Authenticator {
         datagram[4] |= FLAG_AUTH;
         let crc = crc32c::crc32c(&datagram[..end]);
         datagram[end..].copy_from_slice(&crc.to_be_bytes());
-        let counter = self.counter;
-        self.counter += 1;
+        let slot = &mut self.counters[stream as usize];
+        let counter = *slot;
+        // Stays inside its stream: 2^63 datagrams are never reached.
+        *slot = (counter.wrapping_add(1) & !STREAM_BIT) | (counter & STREAM_BIT);
         let nonce = Self::nonce(self.local, counter);
         let mut aad = std::mem::take(datagram);
         aad.extend_from_slice(&counter.to_be_bytes());
@@ -156,8 +189,9 @@ impl Authenticator {
         }
         let src = env.repr.link_src;
         let counter = u64::from_be_bytes(env.trailer[..8].try_into().unwrap_or([0; 8]));
-        if let Some(w) = self.windows.get(&src) {
-            if !w.check(counter) {
+        let stream = Stream::of(counter) as usize;
+        if let Some(ws) = self.windows.get(&src) {
+            if ws[stream].as_ref().is_some_and(|w| !w.check(counter)) {
                 return Err(AuthError::Replay(counter));
             }
         } else if self.windows.len() >= self.max_peers {
@@ -169,11 +203,10 @@ impl Authenticator {
         self.aead
             .decrypt_in_place_detached(&Self::nonce(src, counter), aad, &mut [], tag)
             .map_err(|_| AuthError::BadTag)?;
-        match self.windows.get_mut(&src) {
+        let ws = self.windows.entry(src).or_insert([None, None]);
+        match &mut ws[stream] {
             Some(w) => w.mark(counter),
-            None => {
-                self.windows.insert(src, Window::new(counter));
-            }
+            slot => *slot = Some(Window::new(counter)),
         }
         Ok(src)
     }
@@ -203,7 +236,7 @@ mod tests {
         let mut a = Authenticator::new(&key, 1, 100, 8);
         let mut b = Authenticator::new(&key, 2, 100, 8);
         let mut d = datagram(1);
-        a.seal(&mut d).unwrap();
+        a.seal(&mut d, Stream::Data).unwrap();
         assert_eq!(d.len(), datagram(1).len() + TRAILER_LEN);
         let env = Envelope::parse(&d).unwrap();
         assert_eq!(env.body, b"payload");
@@ -216,7 +249,7 @@ mod tests {
         let mut a = Authenticator::new(&[7u8; 32], 1, 0, 8);
         let mut b = Authenticator::new(&[8u8; 32], 2, 0, 8);
         let mut d = datagram(1);
-        a.seal(&mut d).unwrap();
+        a.seal(&mut d, Stream::Data).unwrap();
         assert_eq!(b.open(&d), Err(AuthError::BadTag));
         let mut b = Authenticator::new(&[7u8; 32], 2, 0, 8);
         let n = d.len();
@@ -234,7 +267,7 @@ mod tests {
         let sealed: Vec<Vec<u8>> = (0..200)
             .map(|_| {
                 let mut d = datagram(1);
-                a.seal(&mut d).unwrap();
+                a.seal(&mut d, Stream::Data).unwrap();
                 d
             })
             .collect();
@@ -244,6 +277,47 @@ mod tests {
         for d in &sealed {
             assert!(matches!(b.open(d), Err(AuthError::Replay(_))));
         }
+    }
+
+    #[test]
+    fn streams_reorder_against_each_other() {
+        // A control datagram sealed after thousands of data datagrams arrives first; the
+        // data datagrams queued behind it are still accepted, and replays of either are not.
+        let key = [3u8; 32];
+        let mut a = Authenticator::new(&key, 1, 1_000, 8);
+        let mut b = Authenticator::new(&key, 2, 0, 8);
+        let data: Vec<Vec<u8>> = (0..3 * REPLAY_WINDOW)
+            .map(|_| {
+                let mut d = datagram(1);
+                a.seal(&mut d, Stream::Data).unwrap();
+                d
+            })
+            .collect();
+        let mut ctrl = datagram(1);
+        a.seal(&mut ctrl, Stream::Control).unwrap();
+        assert_eq!(b.open(&ctrl), Ok(1));
+        for d in &data {
+            assert_eq!(b.open(d), Ok(1));
+        }
+        assert!(matches!(b.open(&ctrl), Err(AuthError::Replay(_))));
+        assert!(matches!(b.open(&data[0]), Err(AuthError::Replay(_))));
+        assert_eq!(b.peers(), 1);
+    }
+
+    #[test]
+    fn counters_stay_in_their_stream() {
+        let mut a = Authenticator::new(&[1u8; 32], 1, u64::MAX, 8);
+        let mut d = datagram(1);
+        a.seal(&mut d, Stream::Data).unwrap();
+        let mut c = datagram(1);
+        a.seal(&mut c, Stream::Control).unwrap();
+        let counter = |v: &[u8]| {
+            let e = Envelope::parse(v).unwrap();
+            u64::from_be_bytes(e.trailer[..8].try_into().unwrap())
+        };
+        assert_eq!(Stream::of(counter(&d)), Stream::Data);
+        assert_eq!(Stream::of(counter(&c)), Stream::Control);
+        assert_eq!(Stream::of(a.counters[0]), Stream::Data);
     }
 
     #[test]
@@ -269,9 +343,9 @@ mod tests {
         let mut a1 = Authenticator::new(&key, 1, 0, 8);
         let mut a3 = Authenticator::new(&key, 3, 0, 8);
         let mut d1 = datagram(1);
-        a1.seal(&mut d1).unwrap();
+        a1.seal(&mut d1, Stream::Data).unwrap();
         let mut d3 = datagram(3);
-        a3.seal(&mut d3).unwrap();
+        a3.seal(&mut d3, Stream::Control).unwrap();
         assert!(b.open(&d1).is_ok());
         assert_eq!(b.open(&d3), Err(AuthError::TooManyPeers(3)));
     }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use crate::api::ErrorCode;
-use crate::auth::{AuthError, Authenticator};
+use crate::auth::{AuthError, Authenticator, Stream};
 use crate::config::{Config, LinkMode};
 use crate::flowfmt::{self, FlowHeader, HASH_LEN};
 use crate::metrics::Counters;
@@ -368,7 +368,11 @@ impl Daemon {
                 continue;
             };
             let mut payload = t.payload;
-            if self.auth.seal(&mut payload).is_err() {
+            let stream = match t.class {
+                Class::Data => Stream::Data,
+                Class::Control => Stream::Control,
+            };
+            if self.auth.seal(&mut payload, stream).is_err() {
                 self.counters.tx_errors += 1;
                 continue;
             }

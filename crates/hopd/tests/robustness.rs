@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hop_wire::{EnvelopeRepr, TransportId};
-use hopd::auth::Authenticator;
+use hopd::auth::{Authenticator, Stream};
 
 fn metrics(node: &Hopd) -> String {
     let mut s = std::net::TcpStream::connect(node.metrics).unwrap();
@@ -125,7 +125,7 @@ fn sealed(auth: &mut Authenticator, src: u32, dst: u32, body: &[u8]) -> Vec<u8> 
     }
     .emit(body, &mut v)
     .unwrap();
-    auth.seal(&mut v).unwrap();
+    auth.seal(&mut v, Stream::Data).unwrap();
     v
 }
 
