@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -239,7 +240,24 @@ class HopDriver(Driver):
                              "send", str(src), "--to", str(self.node_id(flow.dst)), "--quiet"], f"f{idx}-send")
 
     def progress(self, lab, flow, idx) -> int:
-        return 0
+        """Bytes the destination's hopd holds for flows from this flow's source (its
+        `hop status`, through the API socket, which needs no namespace), split evenly
+        between the lab flows of the same source and destination; the flow's size once
+        the receiver has written the file. Best effort: 0 when hopd does not answer."""
+        if self.result(lab, flow, idx)["complete"]:
+            return int(flow.size)
+        try:
+            out = subprocess.run([self.binary("hop"), "--socket", str(self.socket(lab, flow.dst)),
+                                  "--json", "status"], capture_output=True, text=True, timeout=2)
+            status = json.loads(out.stdout)
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return 0
+        prefix = f"{self.node_id(flow.src)}:"
+        held = sum(int(f.get("bytes", 0)) for f in status.get("incoming", [])
+                   if str(f.get("flow", "")).startswith(prefix))
+        same = sum(1 for f in lab.spec.flows if f.driver == flow.driver
+                   and f.src == flow.src and f.dst == flow.dst)
+        return min(int(flow.size), held // max(same, 1))
 
     def result(self, lab, flow, idx):
         r, s = _load(lab.flow_file(idx, "recv")), _load(lab.flow_file(idx, "send"))
