@@ -75,6 +75,10 @@ pub struct MacCounters {
     pub rx_collisions: u64,
     pub duplicates_filtered: u64,
     pub airtime_ns: u64,
+    /// Push model: frames dropped because their class queue was full.
+    pub queue_drops: u64,
+    /// Push model: frames dropped after waiting longer than the queue delay limit.
+    pub queue_expired: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -91,6 +95,10 @@ pub struct MediumCounters {
     pub link_drops: u64,
     /// Frames in interface queues when their node crashed.
     pub crash_drops: u64,
+    /// Push model: frames dropped because their class queue was full.
+    pub queue_drops: u64,
+    /// Push model: frames dropped after waiting longer than the queue delay limit.
+    pub queue_expired: u64,
     pub airtime_ns: u64,
     pub stale_timeouts: u64,
 }

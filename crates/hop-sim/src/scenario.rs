@@ -36,6 +36,12 @@ pub const DEFAULT_TXOP_US: f64 = 8160.0;
 pub const DEFAULT_HEADER_BYTES: u32 = 56;
 /// Interface queue length in frames.
 pub const DEFAULT_QUEUE_FRAMES: usize = 10;
+/// Per-access-category MAC queue of the push model: ns-3's `WifiMacQueue` attribute `MaxSize`
+/// defaults to 500 packets (ns-3.44 `src/wifi/model/wifi-mac-queue.cc`), drop-tail.
+pub const DEFAULT_MAC_QUEUE_FRAMES: usize = 500;
+/// ns-3's `WifiMacQueue` attribute `MaxDelay` defaults to 500 ms: a frame that waited longer is
+/// dropped when it reaches the head of the queue.
+pub const DEFAULT_MAC_QUEUE_MAX_DELAY_MS: f64 = 500.0;
 /// Default virtual-time limit of a run, seconds.
 pub const DEFAULT_DURATION_S: f64 = 600.0;
 
@@ -87,6 +93,20 @@ pub enum MediumKind {
     P2p,
 }
 
+/// How the runtime hands datagrams to a node's link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueMode {
+    /// The runtime calls `poll_transmit` only while the interface queue has room (the
+    /// contract of `hop_proto::Node`): transports are paced by being polled.
+    #[default]
+    Pull,
+    /// The runtime takes every datagram the node yields at once and pushes it into a
+    /// per-class drop-tail MAC queue it cannot see, as a user-space daemon writing into a tap
+    /// does (hopd over ns-3): control and data each have `mac_queue_frames` slots.
+    Push,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MediumSpec {
@@ -119,6 +139,15 @@ pub struct MediumSpec {
     /// Bounded interface queue, frames per node.
     #[serde(default = "d_queue")]
     pub queue_frames: usize,
+    /// Pull (the node API's contract) or push (a runtime that cannot see its link queue).
+    #[serde(default)]
+    pub queue_mode: QueueMode,
+    /// Push model: frames per class queue (drop-tail).
+    #[serde(default = "d_mac_queue")]
+    pub mac_queue_frames: usize,
+    /// Push model: frames older than this are dropped at the head of the queue (0 = never).
+    #[serde(default = "d_mac_queue_delay")]
+    pub mac_queue_max_delay_ms: f64,
     /// Send Class::Data datagrams as link-layer broadcast (all neighbours hear either way).
     #[serde(default)]
     pub data_broadcast: bool,
@@ -160,6 +189,12 @@ fn d_hdr() -> u32 {
 fn d_queue() -> usize {
     DEFAULT_QUEUE_FRAMES
 }
+fn d_mac_queue() -> usize {
+    DEFAULT_MAC_QUEUE_FRAMES
+}
+fn d_mac_queue_delay() -> f64 {
+    DEFAULT_MAC_QUEUE_MAX_DELAY_MS
+}
 
 impl Default for MediumSpec {
     fn default() -> Self {
@@ -177,6 +212,9 @@ impl Default for MediumSpec {
             txop_us: DEFAULT_TXOP_US,
             header_bytes: DEFAULT_HEADER_BYTES,
             queue_frames: DEFAULT_QUEUE_FRAMES,
+            queue_mode: QueueMode::Pull,
+            mac_queue_frames: DEFAULT_MAC_QUEUE_FRAMES,
+            mac_queue_max_delay_ms: DEFAULT_MAC_QUEUE_MAX_DELAY_MS,
             data_broadcast: false,
         }
     }
@@ -504,6 +542,12 @@ impl Scenario {
         }
         if m.queue_frames == 0 || m.queue_frames > 100_000 {
             return inv("medium.queue_frames must be in 1..=100000".into());
+        }
+        if m.mac_queue_frames == 0 || m.mac_queue_frames > 100_000 {
+            return inv("medium.mac_queue_frames must be in 1..=100000".into());
+        }
+        if !(m.mac_queue_max_delay_ms.is_finite() && m.mac_queue_max_delay_ms >= 0.0) {
+            return inv("medium.mac_queue_max_delay_ms must be >= 0".into());
         }
         if m.retry_limit > 1000 {
             return inv("medium.retry_limit must be <= 1000".into());

@@ -15,7 +15,8 @@ use crate::error::ScenarioError;
 use crate::result::{FlowResult, MacCounters, MediumCounters, NodeResult, SimResult};
 use crate::routes::{shortest_paths, EdgeView};
 use crate::scenario::{
-    EventKind, EventSpec, Generator, MediumKind, RouteMetric, Scenario, DEFAULT_DURATION_S,
+    EventKind, EventSpec, Generator, MediumKind, QueueMode, RouteMetric, Scenario,
+    DEFAULT_DURATION_S,
 };
 use crate::transports::Registry;
 
@@ -72,6 +73,8 @@ struct Pending {
     retries: u32,
     cw: u32,
     seq: u64,
+    /// When the frame entered the interface queue (push model: queue delay limit).
+    enqueued: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -601,18 +604,21 @@ impl Simulation {
                 }
             }
             Ev::BurstNext { n, gen } => {
-                let sn = &mut self.nodes[n];
+                let sn = &self.nodes[n];
                 if sn.gen == gen && sn.state == MacState::Burst && sn.node.is_some() {
                     if sn.transmitting {
                         // An ACK went out in the gap: the burst is over, contend again.
-                        sn.state = MacState::Idle;
+                        self.nodes[n].state = MacState::Idle;
                         self.kick(n);
-                    } else if let Some(p) = sn.data_q.pop_front() {
-                        sn.cur = Some(p);
-                        self.transmit(n);
                     } else {
-                        sn.state = MacState::Idle;
-                        self.kick(n);
+                        self.expire_queued(n);
+                        if let Some(p) = self.nodes[n].data_q.pop_front() {
+                            self.nodes[n].cur = Some(p);
+                            self.transmit(n);
+                        } else {
+                            self.nodes[n].state = MacState::Idle;
+                            self.kick(n);
+                        }
                     }
                 }
             }
@@ -886,8 +892,17 @@ impl Simulation {
         if self.nodes[n].node.is_none() {
             return;
         }
-        let cap = self.sc.medium.queue_frames;
+        let push = self.sc.medium.queue_mode == QueueMode::Push;
+        // Pull: poll only while the interface queue has room. Push: take everything; the
+        // class queues drop what does not fit.
+        let cap = if push {
+            usize::MAX
+        } else {
+            self.sc.medium.queue_frames
+        };
+        let class_cap = self.sc.medium.mac_queue_frames;
         let data_broadcast = self.sc.medium.data_broadcast;
+        let t_now = self.now;
         loop {
             let mut progressed = false;
             while let Some(ev) = self.nodes[n].node.as_mut().and_then(|x| x.poll_event()) {
@@ -915,10 +930,17 @@ impl Simulation {
                     retries: 0,
                     cw: 0,
                     seq: sn.tx_seq,
+                    enqueued: t_now,
                 };
-                match t.class {
-                    Class::Control => sn.ctrl_q.push_back(p),
-                    Class::Data => sn.data_q.push_back(p),
+                let q = match t.class {
+                    Class::Control => &mut sn.ctrl_q,
+                    Class::Data => &mut sn.data_q,
+                };
+                if push && q.len() >= class_cap {
+                    sn.mac.queue_drops += 1;
+                    self.medium.queue_drops += 1;
+                } else {
+                    q.push_back(p);
                 }
             }
             if !progressed {
@@ -959,6 +981,7 @@ impl Simulation {
     }
 
     fn start_next(&mut self, n: usize) {
+        self.expire_queued(n);
         let sn = &mut self.nodes[n];
         let Some(mut p) = sn.ctrl_q.pop_front().or_else(|| sn.data_q.pop_front()) else {
             return;
@@ -969,6 +992,30 @@ impl Simulation {
         };
         sn.cur = Some(p);
         self.contend(n);
+    }
+
+    /// Push model: drop frames at the head of the class queues that waited longer than
+    /// `mac_queue_max_delay_ms` (ns-3 `WifiMacQueue` `MaxDelay`).
+    fn expire_queued(&mut self, n: usize) {
+        let m = &self.sc.medium;
+        if m.queue_mode != QueueMode::Push || m.mac_queue_max_delay_ms <= 0.0 {
+            return;
+        }
+        let limit = us(m.mac_queue_max_delay_ms * 1000.0);
+        let now = self.now;
+        let sn = &mut self.nodes[n];
+        let mut expired = 0u64;
+        for q in [&mut sn.ctrl_q, &mut sn.data_q] {
+            while q
+                .front()
+                .is_some_and(|p| now.saturating_sub(p.enqueued) > limit)
+            {
+                q.pop_front();
+                expired += 1;
+            }
+        }
+        sn.mac.queue_expired += expired;
+        self.medium.queue_expired += expired;
     }
 
     /// Draw a backoff for the current frame and start counting down when the medium is idle.
