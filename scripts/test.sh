@@ -29,6 +29,7 @@ if [ -d lab ]; then
   .venv/bin/python -m pytest -q lab/tests
   stage "lab self-test (short form)"
   .venv/bin/hoplab selftest --quick
+  .venv/bin/hoplab reproduce --quick
 fi
 
 stage "all tests passed"

@@ -1,4 +1,4 @@
-"""Command line: hoplab run | clean | demo | selftest | setup."""
+"""Command line: hoplab run | clean | demo | selftest | setup | reproduce."""
 
 from __future__ import annotations
 
@@ -103,6 +103,14 @@ def cmd_selftest(a) -> int:
     return selftest(quick=a.quick, out=Path(a.out) if a.out else default_out("selftest"))
 
 
+def cmd_reproduce(a) -> int:
+    from .reproduce import main as reproduce_main
+
+    if a.report_only and not a.out:
+        raise LabError("--report-only needs --out DIR (a directory with runs.json)")
+    return reproduce_main(a)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hoplab", description="Emulated 802.11 mesh experiments")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -123,6 +131,16 @@ def main(argv=None) -> int:
     s.add_argument("--quick", action="store_true")
     s.add_argument("--out")
     s.set_defaults(fn=cmd_selftest)
+    rp = sub.add_parser("reproduce", help="re-measure the papers' evaluations and write a report")
+    rp.add_argument("--quick", action="store_true", help="small smoke subset (minutes)")
+    rp.add_argument("--only", help="comma-separated experiment ids (see --list)")
+    rp.add_argument("--reps", type=int, help="repetitions per point (default: the preset's)")
+    rp.add_argument("--points", help="comma-separated points to run, e.g. 2,3 (hop counts) or 16KB")
+    rp.add_argument("--out", help="output directory (default results/reproduce/<time>-<preset>)")
+    rp.add_argument("--list", action="store_true", help="list the experiments and the time estimate; run nothing")
+    rp.add_argument("--report-only", action="store_true",
+                    help="rebuild report.md/report.json from the runs already in --out")
+    rp.set_defaults(fn=cmd_reproduce)
     u = sub.add_parser("setup", help="install the ns-3 tap-creator wrapper (idempotent)")
     u.set_defaults(fn=cmd_setup)
     a = p.parse_args(argv)

@@ -1,0 +1,166 @@
+"""Experiment registry for `hoplab reproduce`: the papers' evaluations as generated specs.
+
+An `Experiment` names the compared protocols (`Variant`s), the points of its x axis (hop
+count, loss rate, number of flows, ...) and a builder that returns the spec of one run for
+(variant, point, repetition). All variants of one (point, repetition) get the same topology,
+flows and seed, and run back to back (Hop §5: "the compared protocols are run in sequence,
+and each sequence is repeated"). Flows whose label starts with `measure` are the measured
+ones; others (e.g. the VoIP call of §5.8) are background.
+
+The papers' own figures live in `paper.toml` beside this file (one row per figure, with its
+section/table reference); `hoplab.reproduce` joins them with the measurements.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Hop §5.1.1: the maximum 802.11 retry limit of the Atheros card ("max-ARQ"); Table 1: all
+# protocols get max-ARQ and txop.
+MAX_ARQ = 18
+# Hop §4: txop of the background queue set to 8160 us (the MadWifi maximum).
+TXOP_US = 8160
+# Medium of every compared protocol unless the experiment varies it (Hop Table 1 caption).
+BEST_MEDIUM = {"retry_limit": MAX_ARQ, "txop_us": {"be": TXOP_US, "bk": TXOP_US}}
+# Seeds: repetition r of every experiment uses seed BASE_SEED + r for all its variants.
+BASE_SEED = 1
+# Per-run cost outside the flows: ns-3 start (C++ compiled at start-up), namespaces,
+# daemons, teardown. Measured on the project machine: ~28 s for a 3-node run.
+RUN_OVERHEAD_S = 30.0
+
+
+@dataclass
+class Variant:
+    """One compared protocol: flow fields merged into every measured flow, medium keys
+    merged into the spec's [medium]. `unsupported` = why it cannot be hosted at all."""
+
+    name: str
+    title: str
+    flow: dict
+    medium: dict = field(default_factory=lambda: copy.deepcopy(BEST_MEDIUM))
+    unsupported: str | None = None
+
+    @property
+    def driver(self) -> str:
+        return self.flow.get("driver", "tcp")
+
+
+@dataclass
+class Scale:
+    """Sizes and repetitions of one preset (full or quick)."""
+
+    reps: int
+    points: list
+    variants: list[str] | None = None  # None: all
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class Experiment:
+    id: str
+    title: str
+    paper: str  # "hop", "hxh", "atp"
+    ref: str  # section / figure / table
+    variants: list[Variant]
+    build: Callable[["Experiment", Variant, object, int, dict], dict]
+    full: Scale
+    quick: Scale | None = None
+    point_name: str = ""
+    measure: str = "m"  # label prefix of the measured flows
+    run_seconds: Callable[[dict, object], float] | None = None  # flow time of one run
+    notes: list[str] = field(default_factory=list)
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def scale(self, quick: bool) -> Scale | None:
+        return self.quick if quick else self.full
+
+    def spec(self, variant: Variant, point, rep: int, quick: bool) -> dict:
+        """The spec dict of one run: the builder's base spec with the variant applied."""
+        sc = self.scale(quick)
+        params = sc.params if sc else {}
+        d = self.build(self, variant, point, rep, params)
+        return apply_variant(d, variant, self.measure)
+
+    def estimate(self, quick: bool, reps: int | None = None, points: list[str] | None = None) -> tuple[int, float]:
+        """(runs, seconds) of this experiment in a preset (optionally only some points)."""
+        sc = self.scale(quick)
+        if sc is None:
+            return 0, 0.0
+        n_var = len([v for v in self.variants if (sc.variants is None or v.name in sc.variants)
+                     and not v.unsupported])
+        total = 0.0
+        runs = 0
+        for p in sc.points:
+            if points is not None and ("-" if p is None else str(p)) not in points:
+                continue
+            per = self.run_seconds(sc.params, p) if self.run_seconds else 60.0
+            r = reps or sc.reps
+            runs += r * n_var
+            total += r * n_var * (per + RUN_OVERHEAD_S)
+        return runs, total
+
+
+def apply_variant(d: dict, v: Variant, measure: str = "m") -> dict:
+    d = copy.deepcopy(d)
+    med = d.setdefault("medium", {})
+    for k, val in v.medium.items():
+        med[k] = copy.deepcopy(val)
+    for f in d.get("flow", []):
+        if f.get("driver") is None:  # flows the builder left to the compared protocol
+            for k, val in v.flow.items():
+                if k == "options":
+                    f.setdefault("options", {}).update(copy.deepcopy(val))
+                else:
+                    f[k] = copy.deepcopy(val)
+    for w in d.get("workload", []):
+        if w.get("driver") is None:
+            w["driver"] = v.driver
+            if "cc" in v.flow:
+                w["cc"] = v.flow["cc"]
+    d["name"] = f"{d.get('name', 'run')}-{v.name}"
+    return d
+
+
+# ---- variants shared by the experiments ------------------------------------------------------
+
+def hop(name: str = "hop", title: str = "Hop (hopd)", **hopcfg) -> Variant:
+    flow: dict = {"driver": "hop"}
+    if hopcfg:
+        flow["options"] = {"hop": hopcfg}
+    return Variant(name, title, flow)
+
+
+def hopd_transport(name: str, title: str, transport: str) -> Variant:
+    return Variant(name, title, {"driver": "hop", "options": {"transport": transport}})
+
+
+def tcp(name: str = "tcp", title: str = "TCP CUBIC (max-ARQ, txop)", cc: str = "cubic", **medium) -> Variant:
+    m = copy.deepcopy(BEST_MEDIUM)
+    m.update(medium)
+    return Variant(name, title, {"driver": "tcp", "cc": cc}, m)
+
+
+HBHTCP = Variant("hbhtcp", "hop-by-hop TCP", {"driver": "hbhtcp", "cc": "cubic"})
+DTN = Variant("dtn", "DTN (dtn7 0.21, bundles over TCPCLv4)", {"driver": "dtn"})
+UDP_NOARQ = Variant("udp-noarq", "UDP, no ARQ, txop (achievable rate)", {"driver": "udp"},
+                    {"retry_limit": 0, "txop_us": {"be": TXOP_US, "bk": TXOP_US}})
+UDP_ARQ = Variant("udp-arq", "UDP, max-ARQ, txop", {"driver": "udp"})
+
+
+def registry() -> dict[str, Experiment]:
+    from . import atp, hop_paper, hxh
+
+    out: dict[str, Experiment] = {}
+    for mod in (hop_paper, hxh, atp):
+        for e in mod.experiments():
+            if e.id in out:
+                raise ValueError(f"duplicate experiment id {e.id}")
+            out[e.id] = e
+    return out

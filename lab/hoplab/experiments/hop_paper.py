@@ -1,0 +1,309 @@
+"""Hop paper (NSDI 2009) §5 experiments on the lab's emulated 802.11b mesh."""
+
+from __future__ import annotations
+
+import random
+
+from .. import routes, topology
+from . import BASE_SEED, DTN, HBHTCP, UDP_ARQ, UDP_NOARQ, Experiment, Scale, Variant, hop, tcp
+
+# The mesh every §5 mesh experiment runs on (lab/hoplab/topology.py: a seeded 20-node,
+# 56-link floor; seeds 1-7 give the §5.1.1 loss statistics).
+MESH_SEED = 1
+# Hop §5.1.1: 10 MB per transfer, cut off at 10 minutes. Scaled down to fit a few hours.
+FILE_FULL = "2MB"
+# Goodput of a saturated 802.11b 11 Mbit/s hop (UDP, lab selftest): sizes long transfers.
+HOP_CAPACITY_BPS = 6.2e6
+# Long-lived flows are transfers of BULK_SHARE times a fair share of one hop's capacity over
+# the run, capped, so almost none completes before the cut-off (Hop §5.3: flows transfer
+# "continually"); the same size for every protocol.
+BULK_SHARE = 8
+BULK_MAX = 64_000_000
+
+
+def bulk_size(duration: float, flows: int) -> int:
+    return int(min(BULK_MAX, max(1_000_000, duration * HOP_CAPACITY_BPS / 8 * BULK_SHARE / flows)))
+
+
+def mesh() -> topology.Topology:
+    return topology.mesh(topology.MESH_NODES, topology.MESH_LINKS, MESH_SEED)
+
+
+def mesh_spec() -> dict:
+    return {"kind": "mesh", "nodes": topology.MESH_NODES, "links": topology.MESH_LINKS, "seed": MESH_SEED}
+
+
+def pairs_by_hops(t: topology.Topology, lo: int, hi: int) -> list[tuple[int, int, int]]:
+    table = routes.next_hops(t, "etx")
+    out = []
+    for a in range(t.n):
+        for b in range(t.n):
+            if a != b:
+                h = routes.hop_count(table, a, b)
+                if h is not None and lo <= h <= hi:
+                    out.append((a, b, h))
+    return out
+
+
+def base(name: str, duration: float, rep: int) -> dict:
+    return {"name": name, "duration": duration, "seed": BASE_SEED + rep, "routing": "etx"}
+
+
+def rng_for(exp_id: str, point, rep: int) -> random.Random:
+    return random.Random(f"{exp_id}/{point}/{rep}")
+
+
+# ---- §5.1.1 single hop on random links ---------------------------------------------------------
+
+def build_51(e, v, point, rep, p):
+    t = mesh()
+    links = t.undirected()
+    a, b = rng_for(e.id, None, rep).choice(links)
+    d = base("hop51", p["cutoff"], rep)
+    d["topology"] = {"kind": "chain", "nodes": 2,
+                     "link": [{"a": 0, "b": 1, "loss": t.links[(a, b)], "loss_back": t.links[(b, a)]}]}
+    d["flow"] = [{"label": "m", "src": 0, "dst": 1, "size": p["size"]}]
+    return d
+
+
+# ---- §5.1.2 goodput vs imposed loss -------------------------------------------------------------
+
+def build_512(e, v, loss, rep, p):
+    d = base("hop512", p["cutoff"], rep)
+    d["topology"] = {"kind": "chain", "nodes": 2, "link": [{"a": 0, "b": 1, "loss": loss, "loss_back": 0.0}]}
+    d["flow"] = [{"label": "m", "src": 0, "dst": 1, "size": p["size"]}]
+    return d
+
+
+def medium_512(v: Variant) -> Variant:
+    # Hop §5.1.2 drops packets in the driver, after the MAC: transport-perceived loss. The
+    # emulated equivalent is frame loss with no 802.11 retries (every lost frame is lost).
+    m = dict(v.medium)
+    m["retry_limit"] = 0
+    return Variant(v.name, v.title.replace("max-ARQ", "no ARQ"), v.flow, m)
+
+
+# ---- §5.2 one multi-hop flow --------------------------------------------------------------------
+
+def build_52(e, v, hops, rep, p):
+    pairs = pairs_by_hops(mesh(), hops, hops)
+    if not pairs:
+        raise ValueError(f"the mesh (seed {MESH_SEED}) has no {hops}-hop pair")
+    a, b, _ = rng_for(e.id, hops, rep).choice(pairs)
+    d = base(f"hop52-{hops}h", p["cutoff"], rep)
+    d["topology"] = mesh_spec()
+    d["flow"] = [{"label": "m", "src": a, "dst": b, "size": p["size"]}]
+    return d
+
+
+# ---- §5.3/§5.4/§5.9/§5.10 many concurrent flows ------------------------------------------------
+
+def many_flows(e, n: int, rep: int, p: dict, lo: int, hi: int, t: topology.Topology | None = None) -> list[dict]:
+    t = t or mesh()
+    pairs = pairs_by_hops(t, lo, hi)
+    rng = rng_for(e.id, n, rep)
+    size = bulk_size(p["duration"], n)
+    return [{"label": f"m{i}", "src": a, "dst": b, "size": size, "start": round(rng.uniform(0, 1.0), 3)}
+            for i, (a, b, _) in enumerate(rng.choice(pairs) for _ in range(n))]
+
+
+def build_53(e, v, n, rep, p):
+    d = base(f"hop53-{n}f", p["duration"], rep)
+    d["topology"] = mesh_spec()
+    # Hop §5.3: src-dst pairs that are not immediate neighbours.
+    d["flow"] = many_flows(e, n, rep, p, 2, 99)
+    return d
+
+
+def build_54(e, v, n, rep, p):
+    d = base(f"hop54-{n}f", p["duration"], rep)
+    d["topology"] = mesh_spec()
+    # Hop §5.4: paths of three to seven hops.
+    d["flow"] = many_flows(e, n, rep, p, 3, 7)
+    return d
+
+
+def build_510(e, v, n, rep, p):
+    d = base(f"hop510-{n}f", p["duration"], rep)
+    d["topology"] = mesh_spec()
+    d["flow"] = many_flows(e, n, rep, p, 2, 99)
+    d["medium"] = {"standard": "g", "rate_mbps": 24.0}
+    return d
+
+
+# ---- §5.5 7-to-1 AP with hidden terminals -------------------------------------------------------
+
+def build_55(e, v, point, rep, p):
+    d = base("hop55", p["duration"], rep)
+    d["topology"] = {"kind": "star", "senders": topology.AP_SENDERS, "hidden_pairs": topology.AP_HIDDEN_PAIRS}
+    size = bulk_size(p["duration"], topology.AP_SENDERS)
+    d["flow"] = [{"label": f"m{s}", "src": s, "dst": 0, "size": size} for s in range(1, topology.AP_SENDERS + 1)]
+    return d
+
+
+# ---- §5.6.1 one small file vs 4 large to an AP --------------------------------------------------
+
+def build_561(e, v, size, rep, p):
+    d = base("hop561", p["duration"], rep)
+    # The §5.5 star; five of its senders are active (Hop §5.6.1: "five nodes connected to an AP").
+    d["topology"] = {"kind": "star", "senders": topology.AP_SENDERS, "hidden_pairs": topology.AP_HIDDEN_PAIRS}
+    rng = rng_for(e.id, size, rep)
+    senders = rng.sample(range(1, topology.AP_SENDERS + 1), 5)
+    big = bulk_size(p["duration"], 4)
+    flows = [{"label": f"bulk{s}", "src": s, "dst": 0, "size": big} for s in senders[1:]]
+    flows.append({"label": "m", "src": senders[0], "dst": 0, "size": size,
+                  "start": round(rng.uniform(*p["small_at"]), 3)})
+    d["flow"] = flows
+    return d
+
+
+# ---- §5.6.2 web workload on the mesh -------------------------------------------------------------
+
+def build_562(e, v, point, rep, p):
+    d = base("hop562", p["duration"], rep)
+    d["topology"] = mesh_spec()
+    d["workload"] = [{"kind": "web", "count": p["count"], "min_hops": 2, "seed": BASE_SEED + rep}]
+    return d
+
+
+# ---- §5.7 partitions ----------------------------------------------------------------------------
+
+def build_57(e, v, point, rep, p):
+    d = base("hop57", p["duration"], rep)
+    d["topology"] = {"kind": "chain", "nodes": 8}  # a seven-hop path
+    d["flow"] = [{"label": "m", "src": 0, "dst": 7, "size": bulk_size(p["duration"], 1)}]
+    # The third and the fifth node of the path (nodes 2 and 4) down in turn, one period each.
+    per = p["period"]
+    sched, t, k = [], 0.0, 0
+    while t < p["duration"]:
+        node = (2, 4)[k % 2]
+        sched += [{"at": t, "action": "down", "node": node},
+                  {"at": t + per, "action": "up", "node": node}]
+        t += per
+        k += 1
+    d["schedule"] = sched
+    return d
+
+
+# ---- §5.8 VoIP next to bulk flows --------------------------------------------------------------
+
+def build_58(e, v, n, rep, p):
+    d = base(f"hop58-{n}f", p["duration"], rep)
+    d["topology"] = mesh_spec()
+    pairs = pairs_by_hops(mesh(), 3, 3)  # Hop §5.8: randomly picked 3-hop paths
+    rng = rng_for(e.id, n, rep)
+    size = bulk_size(p["duration"], n)
+    flows = [{"label": f"m{i}", "src": a, "dst": b, "size": size, "start": round(rng.uniform(0, 1.0), 3)}
+             for i, (a, b, _) in enumerate(rng.choice(pairs) for _ in range(n))]
+    a, b, _ = rng.choice(pairs)
+    flows.append({"label": "voip", "driver": "voip", "src": a, "dst": b, "start": 2.0,
+                  "duration": p["duration"] - 6.0})
+    d["flow"] = flows
+    return d
+
+
+def flows_time(p, point) -> float:
+    return p.get("duration") or p.get("cutoff")
+
+
+def transfer_time(p, point) -> float:
+    # A single transfer stops when done: about size / (1.5 Mbit/s), bounded by the cut-off.
+    from ..spec import parse_size
+
+    return min(p["cutoff"], parse_size(point if isinstance(point, str) else p["size"]) * 8 / 1.5e6 + 5)
+
+
+HOP_VARIANTS_54 = [
+    hop("hop-base", "base Hop (no ack withholding, no backpressure)", ack_withholding=False, backpressure=False),
+    hop("hop-aw", "+ ack withholding", ack_withholding=True, backpressure=False),
+    hop("hop-bp", "+ backpressure", ack_withholding=False, backpressure=True),
+    hop("hop-full", "+ ack withholding + backpressure", ack_withholding=True, backpressure=True),
+]
+
+
+def experiments() -> list[Experiment]:
+    tcp_rts = tcp("tcp-rts", "TCP CUBIC + RTS/CTS", rts_cts=True)
+    auto = tcp("tcp-auto", "TCP CUBIC, auto-rate (Minstrel)", auto_rate=True)
+    olsr = tcp("tcp-olsr", "TCP CUBIC + OLSR")
+    olsr.unsupported = "the lab has static routes only (no OLSR daemon); Hop §5.9's dynamic routing is not hosted"
+    return [
+        Experiment(
+            "hop-5.1", "Single hop on random links of the 20-node mesh", "hop", "Hop §5.1.1, Fig. 6-7, Table 1",
+            [hop(), tcp(), UDP_NOARQ, UDP_ARQ], build_51,
+            full=Scale(reps=6, points=[None], params={"size": FILE_FULL, "cutoff": 60.0}),
+            quick=None, run_seconds=transfer_time,
+            notes=["Each repetition samples one of the mesh's 56 links (seeded) and emulates it alone as a "
+                   "2-node network with that link's loss in each direction (the other 18 nodes are idle "
+                   "in the paper's experiment too).",
+                   f"Transfers of {FILE_FULL} cut off at 60 s (paper: 10 MB, 10 minutes)."]),
+        Experiment(
+            "hop-5.1.2", "Goodput vs imposed loss on one hop", "hop", "Hop §5.1.2, Fig. 8(b)",
+            [medium_512(hop()), medium_512(tcp())], build_512, point_name="loss",
+            full=Scale(reps=1, points=[0.0, 0.2, 0.4, 0.6, 0.8, 0.9], params={"size": "1MB", "cutoff": 45.0}),
+            run_seconds=lambda p, x: 45.0 if x >= 0.2 else 12.0,
+            notes=["Loss is imposed as frame loss with 802.11 retries off (the paper dropped packets in the "
+                   "driver, after the MAC, so its transport saw the loss rate directly)."]),
+        Experiment(
+            "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
+            [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ], build_52, point_name="hops",
+            full=Scale(reps=2, points=[2, 3, 5, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
+            quick=Scale(reps=1, points=[2], variants=["hop", "tcp", "udp-noarq"],
+                        params={"size": "300KB", "cutoff": 20.0}),
+            run_seconds=lambda p, x: min(p["cutoff"], 8 * 2e6 / 1.5e6 * x / 2 + 5) if p["size"] == FILE_FULL else 8.0,
+            notes=["Pairs are drawn (seeded) among the mesh's pairs of that hop count under ETX routes; the "
+                   "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
+                   "hop count here (2, 3, 5, 7) gets the same number of repetitions, so pooled figures weight long paths more."]),
+        Experiment(
+            "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
+            [hop(), tcp(), HBHTCP], build_53, point_name="flows",
+            full=Scale(reps=2, points=[30], params={"duration": 180.0}), run_seconds=flows_time,
+            notes=["Goodput over a 180 s run (paper: a snapshot after 30 minutes)."]),
+        Experiment(
+            "hop-5.4", "Hop breakdown: ack withholding and backpressure", "hop", "Hop §5.4, Fig. 12, Table 1",
+            HOP_VARIANTS_54, build_54, point_name="flows",
+            full=Scale(reps=1, points=[10, 20, 30], params={"duration": 120.0}), run_seconds=flows_time,
+            notes=["Goodput over a 120 s run (paper: snapshot after half an hour)."]),
+        Experiment(
+            "hop-5.5", "7-to-1 AP with six hidden pairs", "hop", "Hop §5.5, Table 3, Table 1",
+            [hop(), tcp(), tcp_rts], build_55,
+            full=Scale(reps=4, points=[None], params={"duration": 60.0}),
+            quick=Scale(reps=1, points=[None], variants=["hop", "tcp"], params={"duration": 10.0}),
+            run_seconds=flows_time,
+            notes=["Goodput over the run (60 s full, 10 s quick; paper: after 30 minutes)."]),
+        Experiment(
+            "hop-5.6.1", "One small file vs four bulk senders to an AP", "hop", "Hop §5.6.1, Fig. 13, Table 1",
+            [hop(), tcp(), tcp_rts], build_561, point_name="size",
+            full=Scale(reps=2, points=["4KB", "16KB", "128KB"], params={"duration": 25.0, "small_at": (4.0, 8.0)}),
+            run_seconds=flows_time,
+            notes=["Runs last a fixed 25 s (the lab stops a run when every flow is done, and the bulk flows "
+                   "are not); the small file starts 4-8 s in. Delay = completion time of the small file."]),
+        Experiment(
+            "hop-5.6.2", "Web workload on the mesh (Poisson, 2 flows/s)", "hop", "Hop §5.6.2, Fig. 14",
+            [hop(), tcp()], build_562, measure="web",
+            full=Scale(reps=2, points=[None], params={"duration": 90.0, "count": 100}), run_seconds=flows_time),
+        Experiment(
+            "hop-5.7", "Partitioned 7-hop path", "hop", "Hop §5.7, Table 4, Table 1",
+            [hop("hop-h1", "Hop, H = 1", backpressure_limit=1), hop("hop-h100", "Hop, H = 100", backpressure_limit=100),
+             DTN, tcp()], build_57,
+            full=Scale(reps=2, points=[None], params={"duration": 240.0, "period": 60.0}), run_seconds=flows_time,
+            notes=["Nodes 2 and 4 (third and fifth) go down alternately for 60 s each for 240 s; there is never "
+                   "an end-to-end path."]),
+        Experiment(
+            "hop-5.8", "VoIP next to 5 and 10 bulk flows on 3-hop paths", "hop", "Hop §5.8, Table 5",
+            [hop(), tcp()], build_58, point_name="flows",
+            full=Scale(reps=2, points=[5, 10], params={"duration": 120.0}), run_seconds=flows_time,
+            notes=["MOS from the E-model (Cole & Rosenbluth's simplification, G.711, random loss) with the "
+                   "median one-way delay; the paper cites its own MOS estimate."]),
+        Experiment(
+            "hop-5.9", "30 flows with auto-rate and dynamic routing", "hop", "Hop §5.9, Fig. 15, Table 1",
+            [hop(), tcp(), auto, olsr], build_53, point_name="flows",
+            full=Scale(reps=2, points=[30], params={"duration": 180.0}), run_seconds=flows_time,
+            notes=["Auto-rate is ns-3's Minstrel (the paper: MadWifi's SampleRate)."]),
+        Experiment(
+            "hop-5.10", "30 flows under 802.11g", "hop", "Hop §5.10, Fig. 16, Table 1",
+            [hop(), tcp(), tcp("tcp-auto", "TCP CUBIC, auto-rate (Minstrel)", auto_rate=True)], build_510,
+            point_name="flows",
+            full=Scale(reps=2, points=[30], params={"duration": 180.0}), run_seconds=flows_time,
+            notes=["The same 20-node mesh at 802.11g 24 Mbit/s (the paper used a 15-node subset). "
+                   "Above ~20 Mbit/s the real-time medium lags on 2 cores (docs/lab.md): expect invalid runs."]),
+    ]

@@ -1,0 +1,69 @@
+"""HxH paper (WICON 2008) §4.1 dumbbell and §4.6 grid, hosted on the lab's 802.11b medium."""
+
+from __future__ import annotations
+
+from . import BASE_SEED, Experiment, Scale, Variant, hopd_transport, tcp
+
+# HxH §4: the simulations use RTS/CTS for every frame; ns-2's default retry limit.
+HXH_MEDIUM = {"retry_limit": 7, "rts_cts": True}
+# HxH §4.1: the four flows start ten seconds apart; Table 1 covers the last 30 s.
+STAGGER_S = 10.0
+
+
+def variants() -> list[Variant]:
+    hxh = hopd_transport("hxh", "HxH (hopd)", "hxh")
+    atp = hopd_transport("atp", "ATP, default (hopd)", "atp")
+    reno = tcp("tcp-reno", "TCP NewReno (kernel reno)", cc="reno")
+    for v in (hxh, atp, reno):
+        v.medium = dict(HXH_MEDIUM)
+    return [hxh, atp, reno]
+
+
+def dumbbell() -> dict:
+    """Sources 0-3 (in range of each other) -> 4 -> 5 -> 6 -> 7 -> 8 -> sinks 9-12: the four
+    flows share the four-hop bottleneck 4..8 (HxH Fig. 3)."""
+    links = []
+    for s in range(4):
+        links.append({"a": s, "b": 4, "loss": 0.0})
+        links += [{"a": s, "b": o, "loss": 0.0} for o in range(s + 1, 4)]
+    links += [{"a": i, "b": i + 1, "loss": 0.0} for i in range(4, 8)]
+    for k in range(9, 13):
+        links.append({"a": 8, "b": k, "loss": 0.0})
+        links += [{"a": k, "b": o, "loss": 0.0} for o in range(k + 1, 13)]
+    return {"nodes": 13, "links": links}
+
+
+def build_dumbbell(e, v, point, rep, p):
+    d = {"name": "hxh-dumbbell", "duration": p["duration"], "seed": BASE_SEED + rep, "routing": "hops",
+         "_topology": dumbbell()}
+    d["flow"] = [{"label": f"m{i + 1}", "src": i, "dst": 9 + i, "size": p["size"], "start": i * p["stagger"]}
+                 for i in range(4)]
+    return d
+
+
+def build_grid(e, v, point, rep, p):
+    d = {"name": "hxh-grid", "duration": p["duration"], "seed": BASE_SEED + rep, "routing": "hops",
+         "topology": {"kind": "grid", "rows": 6, "cols": 6}}
+    # HxH §4.6: flows 1-6 top to bottom (columns), 7-12 left to right (rows).
+    flows = [{"label": f"m{c + 1}", "src": c, "dst": 30 + c, "size": p["size"]} for c in range(6)]
+    flows += [{"label": f"m{r + 7}", "src": 6 * r, "dst": 6 * r + 5, "size": p["size"]} for r in range(6)]
+    d["flow"] = flows
+    return d
+
+
+def experiments() -> list[Experiment]:
+    return [
+        Experiment(
+            "hxh-dumbbell", "Four flows through a 4-hop bottleneck", "hxh", "HxH §4.1, Fig. 4, Table 1",
+            variants(), build_dumbbell,
+            full=Scale(reps=3, points=[None], params={"duration": 70.0, "stagger": STAGGER_S, "size": "40MB"}),
+            run_seconds=lambda p, x: p["duration"],
+            notes=["802.11b 11 Mbit/s with RTS/CTS (the paper: an 802.11g-like 54 Mbit/s ns-2 channel, 1000-byte "
+                   "packets, AODV): absolute rates differ, ratios and fairness are comparable.",
+                   "Per-flow goodput over each flow's whole life, not only the last 30 s."]),
+        Experiment(
+            "hxh-grid", "6x6 grid, 12 crossing flows", "hxh", "HxH §4.6, Fig. 10",
+            variants(), build_grid,
+            full=Scale(reps=2, points=[None], params={"duration": 60.0, "size": "40MB"}),
+            run_seconds=lambda p, x: p["duration"]),
+    ]

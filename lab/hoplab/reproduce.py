@@ -1,0 +1,674 @@
+"""`hoplab reproduce`: run the papers' experiments (hoplab.experiments) and write a report.
+
+For every experiment, point (x value) and repetition the compared protocols run back to back
+with the same spec apart from the protocol. Every row of experiments/paper.toml is then
+measured from the valid runs:
+
+- a statistic of one protocol (e.g. the median goodput over all measured flows of all its
+  valid runs), or the ratio of one statistic between two protocols;
+- its 95 % confidence interval by the bootstrap percentile method over repetitions: runs
+  are resampled with replacement (the flows of one run stay together), for ratios the
+  pairs of runs of the same repetition are resampled together; BOOT_RESAMPLES resamples
+  with a fixed seed, so the report is deterministic. With fewer than 2 repetitions there is
+  no interval; with few repetitions the interval is optimistic (it cannot be wider than the
+  spread of the runs);
+- the paper's figure and ours / paper.
+
+Runs the lab marks invalid (lag bound exceeded) or that failed are left out of every figure
+and counted per experiment and protocol. Rows whose protocol cannot run here say "not run"
+and why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LabError, SpecError
+from .experiments import RUN_OVERHEAD_S, Experiment, Variant, registry
+from .results import percentile
+
+PAPER_TABLE = Path(__file__).parent / "experiments" / "paper.toml"
+BOOT_RESAMPLES = 2000
+BOOT_SEED = 20090422  # fixed: the report of the same runs is always the same
+CI_LEVEL = 0.95
+
+# VoIP MOS (Hop §5.8) from the ITU-T E-model in Cole & Rosenbluth's simplification for
+# G.711 with random loss: R = 94.2 - Id(d) - Ie(e), MOS from R.
+EMODEL_R0 = 94.2
+
+
+# ---- statistics ---------------------------------------------------------------------------------
+
+def jain(xs: list[float]) -> float | None:
+    """Jain's fairness index (sum x)^2 / (n sum x^2); 1.0 when every flow got nothing."""
+    if not xs:
+        return None
+    sq = sum(x * x for x in xs)
+    return (sum(xs) ** 2) / (len(xs) * sq) if sq > 0 else 1.0
+
+
+def jain_hop_weighted(xs: list[float], hops: list[int]) -> float | None:
+    """Hop §5.3.2: JFI = (sum x_i h_i)^2 / (n sum (x_i h_i)^2)."""
+    return jain([x * h for x, h in zip(xs, hops)])
+
+
+def mos(loss: float | None, delay_ms: float | None) -> float | None:
+    if loss is None:
+        return None
+    d = delay_ms or 0.0
+    i_d = 0.024 * d + (0.11 * (d - 177.3) if d > 177.3 else 0.0)
+    i_e = 30.0 * math.log(1.0 + 15.0 * loss)
+    r = max(0.0, min(100.0, EMODEL_R0 - i_d - i_e))
+    return 1.0 + 0.035 * r + 7e-6 * r * (r - 60.0) * (100.0 - r)
+
+
+def measured(run: dict, prefix: str) -> list[dict]:
+    return [f for f in run["flows"] if str(f.get("label", "")).startswith(prefix)]
+
+
+def _pooled(fn):
+    def stat(runs: list[dict], prefix: str) -> float | None:
+        xs = [f["goodput_mbps"] for r in runs for f in measured(r, prefix)]
+        return fn(xs) if xs else None
+    return stat
+
+
+def _per_run(fn):
+    def stat(runs: list[dict], prefix: str) -> float | None:
+        vals = [v for v in (fn(r, measured(r, prefix)) for r in runs) if v is not None]
+        return sum(vals) / len(vals) if vals else None
+    return stat
+
+
+def _delay(runs: list[dict], prefix: str) -> float | None:
+    """Median completion time of the measured flows; a flow that did not complete counts
+    as the time it had (from its start to the end of the run), a lower bound."""
+    xs = []
+    for r in runs:
+        for f in measured(r, prefix):
+            if f.get("completion_s") is not None:
+                xs.append(f["completion_s"])
+            else:
+                xs.append(max(0.0, float(r.get("duration", 0.0)) - float(f.get("start_offset") or 0.0)))
+    return percentile(xs, 50) if xs else None
+
+
+def _voip(key):
+    def per(run, _flows):
+        v = [f for f in run["flows"] if f.get("driver") == "voip"]
+        if not v:
+            return None
+        f = v[0]
+        if key == "mos":
+            return mos(f.get("voip_loss"), f.get("delay_ms_p50"))
+        return f.get("voip_clp")
+    return per
+
+
+STATS = {
+    "median": _pooled(lambda xs: percentile(xs, 50)),
+    "mean": _pooled(lambda xs: sum(xs) / len(xs)),
+    "q1": _pooled(lambda xs: percentile(xs, 25)),
+    "q3": _pooled(lambda xs: percentile(xs, 75)),
+    "total": _per_run(lambda r, fl: sum(f["goodput_mbps"] for f in fl) if fl else None),
+    "jain": _per_run(lambda r, fl: jain([f["goodput_mbps"] for f in fl])),
+    "jain_hw": _per_run(lambda r, fl: jain_hop_weighted([f["goodput_mbps"] for f in fl],
+                                                        [f.get("hops") or 1 for f in fl])),
+    "delay_median": _delay,
+    "clp": _per_run(_voip("clp")),
+    "mos": _per_run(_voip("mos")),
+}
+STAT_UNITS = {"jain": "", "jain_hw": "", "clp": "", "mos": "", "delay_median": "s"}
+
+
+def stat_fn(name: str):
+    if name.startswith("flow:"):
+        label = name[5:]
+        return _per_run(lambda r, fl: next((f["goodput_mbps"] for f in r["flows"] if f["label"] == label), None))
+    if name not in STATS:
+        raise SpecError(f"unknown statistic {name!r}; known: {sorted(STATS)} and flow:<label>")
+    return STATS[name]
+
+
+def _quantile(sorted_xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted values (for the bootstrap percentiles)."""
+    pos = q * (len(sorted_xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    a, b = sorted_xs[lo], sorted_xs[hi]
+    if a == b:  # also keeps inf - inf out
+        return a
+    return a + (b - a) * (pos - lo)
+
+
+def bootstrap_ci(groups: list, fn, resamples: int = BOOT_RESAMPLES, seed: int = BOOT_SEED,
+                 level: float = CI_LEVEL) -> tuple[float, float] | None:
+    """Percentile bootstrap over `groups` (one item per repetition): fn(list of groups) -> value.
+    None with fewer than 2 groups or when no resample gives a value."""
+    if len(groups) < 2:
+        return None
+    rng = random.Random(seed)
+    vals = []
+    for _ in range(resamples):
+        v = fn([groups[rng.randrange(len(groups))] for _ in groups])
+        if v is not None:
+            vals.append(v)
+    if not vals:
+        return None
+    vals.sort()
+    a = (1.0 - level) / 2.0
+    return _quantile(vals, a), _quantile(vals, 1.0 - a)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return None
+    if b == 0:
+        return math.inf if a > 0 else None
+    return a / b
+
+
+# ---- the paper's figures ------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    experiment: str
+    what: str
+    stat: str
+    variant: str
+    ref: str
+    versus: str | None = None
+    point: object = None
+    value: float | None = None
+    range: tuple[float, float] | None = None
+    unit: str = "x"
+
+
+def load_paper(path: Path = PAPER_TABLE) -> list[Row]:
+    try:
+        d = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SpecError(f"{path}: {e}") from e
+    rows = []
+    allowed = {"experiment", "what", "stat", "variant", "versus", "point", "value", "range", "unit", "ref"}
+    for i, r in enumerate(d.get("row", [])):
+        extra = set(r) - allowed
+        missing = {"experiment", "what", "stat", "variant", "ref"} - set(r)
+        if extra or missing:
+            raise SpecError(f"{path}: row {i}: unknown keys {sorted(extra)}, missing {sorted(missing)}")
+        rng = r.get("range")
+        if rng is not None and (len(rng) != 2 or rng[0] > rng[1]):
+            raise SpecError(f"{path}: row {i}: range must be [lo, hi]")
+        if "value" in r and rng is not None:
+            raise SpecError(f"{path}: row {i}: give value or range, not both")
+        stat_fn(r["stat"])
+        unit = r.get("unit", "x" if "versus" in r else STAT_UNITS.get(r["stat"], "Mbit/s"))
+        rows.append(Row(experiment=r["experiment"], what=r["what"], stat=r["stat"], variant=r["variant"],
+                        ref=r["ref"], versus=r.get("versus"), point=r.get("point"),
+                        value=float(r["value"]) if "value" in r else None,
+                        range=(float(rng[0]), float(rng[1])) if rng else None, unit=unit))
+    return rows
+
+
+def check_rows(rows: list[Row], reg: dict[str, Experiment]) -> None:
+    """Every row names a registered experiment, its variants and one of its points."""
+    for r in rows:
+        e = reg.get(r.experiment)
+        if e is None:
+            raise SpecError(f"paper row {r.what!r}: unknown experiment {r.experiment}")
+        for v in filter(None, (r.variant, r.versus)):
+            e.variant(v)
+        if r.point is not None and r.point not in e.full.points:
+            raise SpecError(f"paper row {r.what!r}: point {r.point!r} not among {e.full.points}")
+
+
+# ---- availability -------------------------------------------------------------------------------
+
+def unavailable(v: Variant) -> str | None:
+    """Why this protocol cannot run on this machine (None: it can)."""
+    if v.unsupported:
+        return v.unsupported
+    try:
+        if v.driver == "hop":
+            from .drivers import HopDriver
+
+            HopDriver.binary("hopd")
+            HopDriver.binary("hop")
+        elif v.driver == "dtn":
+            from .dtn import dtnd_binary
+
+            dtnd_binary()
+    except LabError as e:
+        return str(e)
+    return None
+
+
+# ---- aggregation --------------------------------------------------------------------------------
+
+def _key(p) -> str:
+    return "-" if p is None else str(p)
+
+
+def row_result(row: Row, exp: Experiment, runs: list[dict], reasons: dict[str, str]) -> dict:
+    """One report row from the run records of its experiment (records: variant, point, rep,
+    status, and for valid runs the results' flows)."""
+    out = {"experiment": row.experiment, "what": row.what, "ref": row.ref, "stat": row.stat,
+           "variant": row.variant, "versus": row.versus, "point": row.point, "unit": row.unit,
+           "paper": row.value, "paper_range": list(row.range) if row.range else None,
+           "ours": None, "ci": None, "n": 0, "ours_over_paper": None, "status": "ok", "note": None}
+    why = [reasons[v] for v in filter(None, (row.variant, row.versus)) if v in reasons]
+    if why:
+        out.update(status="not run", note="; ".join(why))
+        return out
+    fn = stat_fn(row.stat)
+    sel = [r for r in runs if r["status"] == "valid" and (row.point is None or _key(r["point"]) == _key(row.point))]
+    by_rep: dict[tuple, dict[str, dict]] = {}
+    for r in sel:
+        by_rep.setdefault((_key(r["point"]), r["rep"]), {})[r["variant"]] = r
+    if row.versus is None:
+        groups = [[g[row.variant]] for g in by_rep.values() if row.variant in g]
+
+        def value(gs):
+            return fn([r for g in gs for r in g], exp.measure)
+    else:
+        groups = [[g[row.variant], g[row.versus]] for g in by_rep.values()
+                  if row.variant in g and row.versus in g]
+
+        def value(gs):
+            return ratio(fn([g[0] for g in gs], exp.measure), fn([g[1] for g in gs], exp.measure))
+    out["n"] = len(groups)
+    if not groups:
+        out.update(status="no valid runs", note="no valid run" + (" pair" if row.versus else ""))
+        return out
+    v = value(groups)
+    out["ours"] = v
+    out["ci"] = bootstrap_ci(groups, value)
+    if v is not None and row.value is not None:
+        out["ours_over_paper"] = ratio(v, row.value)
+    if v is not None and row.range is not None:
+        out["note"] = ("within the paper's range" if row.range[0] <= v <= row.range[1]
+                       else ("below" if v < row.range[0] else "above") + " the paper's range")
+    return out
+
+
+def counters_table(runs: list[dict]) -> dict[str, dict]:
+    """Per variant, the medians over valid runs of medium counters that explain a result:
+    failed attempts per frame, receiver PHY drops, frames dropped after the last retry."""
+    out: dict[str, dict] = {}
+    for v in sorted({r["variant"] for r in runs}):
+        rs = [r for r in runs if r["variant"] == v and r["status"] == "valid" and r.get("totals")]
+        if not rs:
+            continue
+        per = {"failed_per_frame": [r["totals"]["retries"] / max(1, r["totals"]["mac_tx"]) for r in rs],
+               "mac_tx": [r["totals"]["mac_tx"] for r in rs],
+               "phy_rx_collision": [r["totals"]["phy_rx_collision"] for r in rs],
+               "final_failures": [r["totals"]["final_failures"] for r in rs],
+               "lag_max_ms": [r.get("lag_max_ms") or 0.0 for r in rs]}
+        out[v] = {k: percentile(x, 50) for k, x in per.items()}
+    return out
+
+
+def run_accounting(runs: list[dict]) -> dict[str, dict]:
+    acc: dict[str, dict] = {}
+    for r in runs:
+        a = acc.setdefault(r["variant"], {"valid": 0, "invalid": 0, "error": 0, "not run": 0})
+        a[r["status"]] = a.get(r["status"], 0) + 1
+    return acc
+
+
+# ---- running ------------------------------------------------------------------------------------
+
+def materialize(d: dict, run_dir: Path) -> dict:
+    """Write an inline topology (`_topology`) as a file the spec points to."""
+    d = json.loads(json.dumps(d))
+    topo = d.pop("_topology", None)
+    if topo is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        p = run_dir / "topology.json"
+        p.write_text(json.dumps(topo))
+        d["topology"] = {"kind": "file", "file": str(p.resolve())}
+    return d
+
+
+def prune_raw(run_dir: Path) -> None:
+    """Delete the bulky transfer files of a finished run (source files and received copies);
+    logs and result JSON stay."""
+    raw = run_dir / "raw"
+    for p in list(raw.glob("hop-send-*.bin")):
+        p.unlink(missing_ok=True)
+    for p in list(raw.glob("hop-recv-*")) + list(raw.glob("hopd-*/store")):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str] | None = None) -> list[tuple]:
+    """(experiment, point, repetition, variant) in running order: for each point and
+    repetition, the compared protocols back to back. `points` keeps only those points
+    (compared as text, e.g. "2" or "16KB")."""
+    out = []
+    for e in exps:
+        sc = e.scale(quick)
+        if sc is None:
+            continue
+        for p in sc.points:
+            if points is not None and _key(p) not in points:
+                continue
+            for rep in range(reps or sc.reps):
+                for v in e.variants:
+                    if sc.variants is None or v.name in sc.variants:
+                        out.append((e, p, rep, v))
+    return out
+
+
+def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, progress=print,
+            points: list[str] | None = None) -> list[dict]:
+    from . import spec as specmod
+    from .cli import run_spec
+
+    records = []
+    reasons = {}
+    todo = plan(exps, quick, reps, points)
+    t_start = time.time()
+    for i, (e, p, rep, v) in enumerate(todo):
+        rec = {"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "status": None}
+        why = reasons.setdefault((e.id, v.name), unavailable(v))
+        if why:
+            rec.update(status="not run", reason=why)
+            records.append(rec)
+            continue
+        run_dir = out / "runs" / e.id / f"p{_key(p)}" / f"r{rep}" / v.name
+        rec["dir"] = str(run_dir.relative_to(out))
+        progress(f"reproduce [{i + 1}/{len(todo)}, {(time.time() - t_start) / 60:.1f} min]: "
+                 f"{e.id} {e.point_name or 'point'}={_key(p)} rep {rep} {v.name}")
+        t0 = time.time()
+        try:
+            d = materialize(e.spec(v, p, rep, quick), run_dir)
+            sp = specmod.from_dict(d, run_dir)
+            res = run_spec(sp, run_dir, progress=lambda s: s.startswith("waiting") and progress("  " + s))
+            rec.update(status="valid" if res["valid"] else "invalid", reason=res.get("invalid_reason"),
+                       flows=res["flows"], totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
+                       duration=sp.duration, steal_s=res.get("host_steal_seconds"))
+        except (LabError, SpecError, ValueError) as ex:
+            rec.update(status="error", reason=str(ex))
+            progress(f"  error: {ex}")
+        rec["wall_s"] = round(time.time() - t0, 1)
+        if rec.get("flows") is not None:
+            gp = [f["goodput_mbps"] for f in measured(rec, e.measure)]
+            progress(f"  {rec['status']} ({rec['wall_s']:.0f} s): {len(gp)} measured flows, goodput median "
+                     f"{percentile(gp, 50) or 0.0:.3f} Mbit/s"
+                     + (f"; {rec['reason']}" if rec["status"] != "valid" else ""))
+        prune_raw(run_dir)
+        records.append(rec)
+        (out / "runs.json").write_text(json.dumps(records, indent=1, default=str))
+    return records
+
+
+# ---- report ---------------------------------------------------------------------------------------
+
+def _fmt(v, unit: str = "") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞"
+    if unit == "Mbit/s" and abs(v) < 0.1:
+        return f"{v * 1000:.1f} kbit/s"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def _json_safe(o):
+    if isinstance(o, float) and (math.isinf(o) or math.isnan(o)):
+        return None
+    if isinstance(o, dict):
+        return {k: _json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_json_safe(v) for v in o]
+    return o
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                cpu = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{socket.gethostname()}: {os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}"
+
+
+def git_commit() -> str:
+    try:
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                           cwd=Path(__file__).resolve().parents[2])
+        return r.stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
+def plot_experiment(e: Experiment, runs: list[dict], out: Path) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    valid = [r for r in runs if r["status"] == "valid"]
+    if not valid:
+        return None
+    variants = [v.name for v in e.variants if any(r["variant"] == v.name for r in valid)]
+    points = sorted({_key(r["point"]) for r in valid}, key=lambda s: (len(s), s))
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    stat = "delay_median" if e.id.startswith("hop-5.6") else "median"
+    fn = stat_fn(stat)
+    if len(points) > 1:
+        for v in variants:
+            xs, ys, lo, hi = [], [], [], []
+            for p in points:
+                groups = [[r] for r in valid if r["variant"] == v and _key(r["point"]) == p]
+                val = fn([g[0] for g in groups], e.measure) if groups else None
+                if val is None:
+                    continue
+                ci = bootstrap_ci(groups, lambda gs: fn([g[0] for g in gs], e.measure))
+                xs.append(p)
+                ys.append(val)
+                lo.append(val - ci[0] if ci else 0.0)
+                hi.append(ci[1] - val if ci else 0.0)
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=v)
+        ax.set_xlabel(e.point_name or "point")
+    else:
+        data = []
+        for v in variants:
+            rs = [r for r in valid if r["variant"] == v]
+            if stat == "delay_median":
+                data.append([f["completion_s"] or 0.0 for r in rs for f in measured(r, e.measure)])
+            else:
+                data.append([f["goodput_mbps"] for r in rs for f in measured(r, e.measure)])
+        ax.boxplot(data, whis=(0, 100))
+        ax.plot(range(1, len(data) + 1), [sum(d) / len(d) if d else 0 for d in data], "o", label="mean")
+        ax.set_xticks(range(1, len(variants) + 1), variants, rotation=15, fontsize=8)
+    ax.set_ylabel("completion time (s), median" if stat == "delay_median" else "goodput (Mbit/s), median over flows"
+                  if len(points) > 1 else "goodput (Mbit/s) per flow")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{e.id}: {e.title}", fontsize=9)
+    fig.tight_layout()
+    name = f"plots/{e.id}.png"
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    return name
+
+
+def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out: Path, meta: dict,
+              plots: bool = True) -> dict:
+    report = {"meta": meta, "ci_method": f"bootstrap percentile over repetitions, {BOOT_RESAMPLES} resamples, "
+              f"{int(CI_LEVEL * 100)} %", "experiments": []}
+    for e in exps:
+        runs = [r for r in records if r["experiment"] == e.id]
+        if not runs:
+            continue
+        reasons = {}
+        for r in runs:
+            if r["status"] == "not run":
+                reasons[r["variant"]] = r.get("reason") or "not run"
+        for v in e.variants:
+            if v.unsupported:
+                reasons[v.name] = v.unsupported
+            elif not any(r["variant"] == v.name for r in runs):
+                reasons[v.name] = "not in this preset"
+        er = {"id": e.id, "title": e.title, "ref": e.ref, "notes": e.notes, "point_name": e.point_name,
+              "variants": {v.name: v.title for v in e.variants},
+              "runs": run_accounting(runs),
+              "invalid": [{"variant": r["variant"], "point": r["point"], "rep": r["rep"], "status": r["status"],
+                           "reason": r.get("reason")} for r in runs if r["status"] in ("invalid", "error")],
+              "counters": counters_table(runs),
+              "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
+              "rows": [row_result(row, e, runs, reasons) for row in rows if row.experiment == e.id]}
+        if plots:
+            er["plot"] = plot_experiment(e, runs, out)
+        report["experiments"].append(er)
+    (out / "report.json").write_text(json.dumps(_json_safe(report), indent=1, default=str))
+    (out / "report.md").write_text(markdown(report))
+    return report
+
+
+def markdown(rep: dict) -> str:
+    m = rep["meta"]
+    lines = [f"# Reproduction of the Hop, HxH and ATP evaluations ({m['preset']})", "",
+             f"Date {m['date']}, machine {m['machine']}, commit {m['commit']}, "
+             f"wall time {m.get('wall_min', 0):.1f} min. Command: `{m['command']}`.", "",
+             "Figures are medians (or the named statistic) over the valid runs, with 95 % confidence "
+             f"intervals ({rep['ci_method']}; no interval with one repetition). Ratios compare runs of the "
+             "same repetition (same topology, flows and seed, run back to back). *ours/paper* is our "
+             "figure divided by the paper's. Runs the lab marked invalid (real-time lag above its bound) "
+             "or that failed are excluded and counted below each table.", ""]
+    tot = {"valid": 0, "invalid": 0, "error": 0, "not run": 0}
+    for e in rep["experiments"]:
+        for a in e["runs"].values():
+            for k in tot:
+                tot[k] += a.get(k, 0)
+    lines += [f"Runs: {tot['valid']} valid, {tot['invalid']} invalid (excluded), {tot['error']} failed "
+              f"(excluded), {tot['not run']} not run.", ""]
+    for e in rep["experiments"]:
+        lines += [f"## {e['id']}: {e['title']}", "", f"Paper: {e['ref']}. Protocols: "
+                  + "; ".join(f"`{k}` = {v}" for k, v in e["variants"].items()) + ".", ""]
+        lines += ["| figure | ref | ours [95 % CI] (n) | paper | ours/paper |", "|---|---|---|---|---|"]
+        for r in e["rows"]:
+            unit = r["unit"]
+            u = "" if unit in ("", "x") else f" {unit}" if unit != "Mbit/s" else ""
+            if r["status"] != "ok":
+                ours = f"{r['status']}: {r['note']}"
+            else:
+                ci = r["ci"]
+                ours = _fmt(r["ours"], unit) + ("×" if unit == "x" else u)
+                ours += f" [{_fmt(ci[0], unit)}, {_fmt(ci[1], unit)}]" if ci else " [no CI]"
+                ours += f" (n={r['n']})"
+            if r["paper"] is not None:
+                paper = _fmt(r["paper"], unit) + ("×" if unit == "x" else u)
+            elif r["paper_range"]:
+                paper = f"{r['paper_range'][0]:g}–{r['paper_range'][1]:g}×"
+            else:
+                paper = "figure only"
+            rel = _fmt(r["ours_over_paper"]) if r["ours_over_paper"] is not None else (
+                r["note"] if r["status"] == "ok" and r["note"] else "—")
+            what = r["what"]
+            if r["point"] is not None and str(r["point"]) not in what:
+                what += f" ({e.get('point_name') or 'point'} {r['point']})"
+            lines.append(f"| {what} | {r['ref']} | {ours} | {paper} | {rel} |")
+        acc = ", ".join(f"{v}: {a['valid']} valid" + (f", {a['invalid']} invalid" if a.get("invalid") else "")
+                        + (f", {a['error']} failed" if a.get("error") else "")
+                        + (f", {a['not run']} not run" if a.get("not run") else "")
+                        for v, a in e["runs"].items())
+        lines += ["", f"Runs ({e['wall_s'] / 60:.1f} min): {acc}."]
+        for inv in e["invalid"]:
+            lines.append(f"- excluded: {inv['variant']} point {inv['point']} rep {inv['rep']}: "
+                         f"{inv['status']} ({inv['reason']})")
+        if e["counters"]:
+            lines += ["", "Medium counters, medians over valid runs (evidence for the figures):", "",
+                      "| protocol | MAC frames | failed attempts / frame | PHY drops while receiving | "
+                      "frames lost after last retry | max lag (ms) |", "|---|---|---|---|---|---|"]
+            for v, c in e["counters"].items():
+                lines.append(f"| {v} | {c['mac_tx']:.0f} | {c['failed_per_frame']:.3f} | {c['phy_rx_collision']:.0f} "
+                             f"| {c['final_failures']:.0f} | {c['lag_max_ms']:.1f} |")
+        for n in e["notes"]:
+            lines.append(f"\n- {n}")
+        if e.get("plot"):
+            lines += ["", f"![{e['id']}]({e['plot']})"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def estimate(exps: list[Experiment], quick: bool, reps: int | None,
+             points: list[str] | None = None) -> tuple[int, float, list[str]]:
+    lines, runs, secs = [], 0, 0.0
+    for e in exps:
+        n, s = e.estimate(quick, reps, points)
+        if n:
+            lines.append(f"  {e.id:<14} {n:3d} runs  ~{s / 60:5.1f} min  {e.title}")
+        runs += n
+        secs += s
+    return runs, secs, lines
+
+
+def main(a) -> int:
+    reg = registry()
+    rows = load_paper()
+    check_rows(rows, reg)
+    quick = bool(a.quick)
+    if a.only:
+        ids = [x.strip() for x in a.only.split(",") if x.strip()]
+        bad = [x for x in ids if x not in reg]
+        if bad:
+            raise SpecError(f"unknown experiment(s) {bad}; known: {sorted(reg)}")
+        exps = [reg[x] for x in ids]
+    else:
+        exps = [e for e in reg.values() if e.scale(quick) is not None]
+    exps = [e for e in exps if e.scale(quick) is not None]
+    if not exps:
+        raise SpecError("no experiment has a " + ("quick" if quick else "full") + " preset in this selection")
+    if a.reps is not None and a.reps < 1:
+        raise SpecError("--reps must be >= 1")
+    points = [x.strip() for x in a.points.split(",")] if getattr(a, "points", None) else None
+    n, secs, lines = estimate(exps, quick, a.reps, points)
+    print(f"hoplab reproduce ({'quick' if quick else 'full'}): {n} runs, estimated {secs / 60:.0f} min "
+          f"(~{RUN_OVERHEAD_S:.0f} s set-up per run plus its flows; invalid runs are not repeated)")
+    print("\n".join(lines))
+    if a.list:
+        return 0
+    out = Path(a.out) if a.out else Path("results") / "reproduce" / (
+        time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "-full"))
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"preset": "quick" if quick else "full", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": machine(), "commit": git_commit(), "command": "hoplab reproduce " + " ".join(sys.argv[2:]),
+            "estimate_min": round(secs / 60, 1)}
+    if a.report_only:
+        records = json.loads((out / "runs.json").read_text())
+        ids = {e.id for e in exps}
+        records = [r for r in records if r["experiment"] in ids]
+        meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
+    else:
+        t0 = time.time()
+        records = run_all(exps, quick, a.reps, out, points=points)
+        meta["wall_min"] = (time.time() - t0) / 60
+    aggregate(records, exps, rows, out, meta)
+    bad = sum(1 for r in records if r["status"] in ("invalid", "error"))
+    failed = sum(1 for r in records if r["status"] == "error")
+    print(f"hoplab reproduce: {len(records)} runs ({bad} invalid or failed, excluded) in "
+          f"{meta['wall_min']:.1f} min -> {out / 'report.md'}, {out / 'report.json'}")
+    # Invalid runs (lag) depend on the machine's load and are reported; a failed run means
+    # the pipeline is broken.
+    return 1 if failed else 0

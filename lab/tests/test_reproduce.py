@@ -1,0 +1,200 @@
+"""`hoplab reproduce` aggregation: statistics, confidence intervals, the paper table, ratios
+and the accounting of invalid runs, on synthetic run records (no emulation)."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from hoplab import reproduce as rp
+from hoplab import spec as specmod
+from hoplab.errors import SpecError
+from hoplab.experiments import Experiment, Scale, Variant, apply_variant, registry
+
+
+def flow(label: str, gp: float, hops: int = 1, completion: float | None = None, **kw) -> dict:
+    return {"label": label, "goodput_mbps": gp, "hops": hops, "completion_s": completion,
+            "start_offset": kw.pop("start", 0.0), "driver": kw.pop("driver", "tcp"), **kw}
+
+
+def rec(variant: str, rep: int, flows: list[dict], status: str = "valid", point=None) -> dict:
+    return {"experiment": "x", "variant": variant, "point": point, "rep": rep, "status": status,
+            "flows": flows, "duration": 30.0, "reason": None if status == "valid" else "max lag 101 ms",
+            "totals": {"retries": 10, "mac_tx": 100, "phy_rx_collision": 3, "final_failures": 1}}
+
+
+def dummy_experiment() -> Experiment:
+    return Experiment("x", "test", "hop", "none", [Variant("a", "A", {"driver": "tcp"}),
+                                                   Variant("b", "B", {"driver": "udp"})],
+                      build=lambda e, v, p, r, params: {}, full=Scale(reps=3, points=[None]))
+
+
+def test_jain_and_hop_weighted_jain():
+    assert rp.jain([1.0, 1.0, 1.0]) == pytest.approx(1.0)
+    assert rp.jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    # Hop §5.3.2: x_i * h_i; a 2-hop flow at half the rate of a 1-hop flow is fair.
+    assert rp.jain_hop_weighted([2.0, 1.0], [1, 2]) == pytest.approx(1.0)
+    assert rp.jain_hop_weighted([1.0, 1.0], [1, 3]) == pytest.approx(16 / 20)
+    assert rp.jain([]) is None
+
+
+def test_mos_bounds_and_monotonic():
+    good = rp.mos(0.0, 20.0)
+    assert 4.3 < good < 4.5  # the E-model's ceiling for G.711 without loss
+    assert rp.mos(0.05, 20.0) < good
+    assert rp.mos(0.0, 400.0) < good
+    assert rp.mos(1.0, 20.0) >= 1.0
+    assert rp.mos(None, 20.0) is None
+
+
+def test_bootstrap_ci_covers_the_mean_of_normal_samples():
+    """95 % CI of a mean from 30 normal samples: about mean +- 1.96 sigma / sqrt(n)."""
+    rng = random.Random(7)
+    xs = [rng.gauss(10.0, 2.0) for _ in range(30)]
+    m = sum(xs) / len(xs)
+    ci = rp.bootstrap_ci([[x] for x in xs], lambda gs: sum(g[0] for g in gs) / len(gs))
+    assert ci is not None and ci[0] < m < ci[1]
+    half = (ci[1] - ci[0]) / 2
+    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+    assert half == pytest.approx(1.96 * sd / len(xs) ** 0.5, rel=0.25)
+
+
+def test_bootstrap_ci_degenerate_cases():
+    assert rp.bootstrap_ci([[1.0]], lambda gs: gs[0][0]) is None
+    assert rp.bootstrap_ci([[2.0], [2.0], [2.0]], lambda gs: sum(g[0] for g in gs) / len(gs)) == (2.0, 2.0)
+    # deterministic: the same input gives the same interval
+    g = [[x] for x in (1.0, 5.0, 2.0, 8.0)]
+    f = lambda gs: sum(x[0] for x in gs) / len(gs)  # noqa: E731
+    assert rp.bootstrap_ci(g, f) == rp.bootstrap_ci(g, f)
+
+
+def test_ratio_handles_zero_denominators():
+    assert rp.ratio(3.0, 1.5) == 2.0
+    assert rp.ratio(1.0, 0.0) == float("inf")
+    assert rp.ratio(0.0, 0.0) is None
+    assert rp.ratio(None, 1.0) is None
+
+
+def test_paper_table_loads_and_matches_the_registry():
+    rows = rp.load_paper()
+    reg = registry()
+    rp.check_rows(rows, reg)
+    by = {(r.experiment, r.what): r for r in rows}
+    # spot checks against the papers' text
+    assert by[("hop-5.5", "median goodput, Hop")].value == pytest.approx(0.652)
+    assert by[("hop-5.3", "hop-weighted Jain index, TCP")].value == pytest.approx(0.12)
+    assert by[("hop-5.2", "median goodput, Hop / TCP")].unit == "x"
+    assert by[("hop-5.7", "goodput, DTN")].unit == "Mbit/s"
+    assert all(r.value is None or r.range is None for r in rows)
+
+
+def test_paper_table_rejects_bad_rows(tmp_path):
+    p = tmp_path / "paper.toml"
+    p.write_text('[[row]]\nexperiment = "x"\nwhat = "w"\nstat = "nope"\nvariant = "a"\nref = "r"\n')
+    with pytest.raises(SpecError):
+        rp.load_paper(p)
+    p.write_text('[[row]]\nexperiment = "x"\nwhat = "w"\nstat = "median"\nvariant = "a"\n')
+    with pytest.raises(SpecError):
+        rp.load_paper(p)
+    p.write_text('[[row]]\nexperiment = "nope"\nwhat = "w"\nstat = "median"\nvariant = "a"\nref = "r"\n')
+    with pytest.raises(SpecError):
+        rp.check_rows(rp.load_paper(p), registry())
+
+
+def test_row_value_ratio_and_invalid_runs_excluded():
+    e = dummy_experiment()
+    runs = [rec("a", 0, [flow("m1", 2.0), flow("m2", 4.0)]), rec("b", 0, [flow("m1", 1.0), flow("m2", 1.0)]),
+            rec("a", 1, [flow("m1", 6.0), flow("m2", 6.0)]), rec("b", 1, [flow("m1", 2.0), flow("m2", 2.0)]),
+            # invalid: would change every figure if it were counted
+            rec("a", 2, [flow("m1", 100.0), flow("m2", 100.0)], status="invalid"),
+            rec("b", 2, [flow("m1", 0.001), flow("m2", 0.001)])]
+    mean_a = rp.row_result(rp.Row("x", "mean a", "mean", "a", "r", value=2.0), e, runs, {})
+    assert mean_a["ours"] == pytest.approx(4.5)  # (2 + 4 + 6 + 6) / 4: the invalid run is left out
+    assert mean_a["n"] == 2
+    assert mean_a["ours_over_paper"] == pytest.approx(2.25)
+    r = rp.row_result(rp.Row("x", "a/b", "mean", "a", "r", versus="b", value=3.0), e, runs, {})
+    # pairs only from repetitions where both ran validly: rep 2 is dropped for both
+    assert r["n"] == 2
+    assert r["ours"] == pytest.approx(4.5 / 1.5)
+    assert r["ci"] is not None and r["ci"][0] <= r["ours"] <= r["ci"][1]
+    acc = rp.run_accounting(runs)
+    assert acc["a"] == {"valid": 2, "invalid": 1, "error": 0, "not run": 0}
+
+
+def test_row_not_run_and_no_valid_runs():
+    e = dummy_experiment()
+    r = rp.row_result(rp.Row("x", "a/b", "median", "a", "r", versus="b", value=1.0), e, [],
+                      {"b": "dtnd not found"})
+    assert r["status"] == "not run" and "dtnd" in r["note"] and r["ours"] is None
+    runs = [rec("a", 0, [flow("m", 1.0)], status="invalid")]
+    r = rp.row_result(rp.Row("x", "a", "median", "a", "r", value=1.0), e, runs, {})
+    assert r["status"] == "no valid runs" and r["ours"] is None
+
+
+def test_range_rows_and_delay_statistic():
+    e = dummy_experiment()
+    runs = [rec("a", 0, [flow("m", 0.1, completion=6.0)]), rec("b", 0, [flow("m", 1.0, completion=1.0)]),
+            rec("a", 1, [flow("m", 0.0, completion=None, start=5.0)]), rec("b", 1, [flow("m", 1.0, completion=2.0)])]
+    r = rp.row_result(rp.Row("x", "delay", "delay_median", "a", "r", versus="b", range=(3.0, 15.0)), e, runs, {})
+    # a: 6 s and an unfinished flow counted as 30 - 5 = 25 s -> nearest-rank median 6; b: median 1
+    assert r["ours"] == pytest.approx(6.0)
+    assert r["note"] == "within the paper's range"
+
+
+def test_points_pool_or_select():
+    e = dummy_experiment()
+    runs = [rec("a", 0, [flow("m", 1.0)], point=2), rec("a", 0, [flow("m", 3.0)], point=5)]
+    assert rp.row_result(rp.Row("x", "p2", "mean", "a", "r", point=2), e, runs, {})["ours"] == 1.0
+    assert rp.row_result(rp.Row("x", "all", "mean", "a", "r"), e, runs, {})["ours"] == 2.0
+
+
+def test_every_experiment_generates_valid_specs_with_shared_seeds():
+    reg = registry()
+    with tempfile.TemporaryDirectory() as td:
+        for quick in (False, True):
+            for e, p, rep, v in rp.plan(list(reg.values()), quick, None):
+                d = rp.materialize(e.spec(v, p, rep, quick), Path(td) / e.id / v.name)
+                sp = specmod.from_dict(d, Path(td))
+                assert sp.seed == 1 + rep
+                if e.measure == "m":
+                    assert any(f.label.startswith("m") for f in sp.flows)
+                    assert all(f.driver == v.driver for f in sp.flows if f.label.startswith("m"))
+    # the compared protocols of one repetition get the same flows (endpoints, sizes, starts)
+    e = reg["hop-5.2"]
+    a, b = (e.spec(v, 3, 0, False) for v in e.variants[:2])
+    strip = [{k: f[k] for k in ("src", "dst", "size")} for f in a["flow"]]
+    assert strip == [{k: f[k] for k in ("src", "dst", "size")} for f in b["flow"]]
+    assert a["topology"] == b["topology"]
+
+
+def test_apply_variant_leaves_background_flows():
+    d = {"name": "n", "flow": [{"label": "m0"}, {"label": "voip", "driver": "voip"}]}
+    out = apply_variant(d, Variant("hop-h100", "H", {"driver": "hop", "options": {"hop": {"backpressure_limit": 100}}}))
+    assert out["flow"][0]["driver"] == "hop" and out["flow"][0]["options"]["hop"]["backpressure_limit"] == 100
+    assert out["flow"][1]["driver"] == "voip" and "options" not in out["flow"][1]
+    assert out["medium"]["retry_limit"] == 18
+
+
+def test_unsupported_variant_is_reported():
+    reg = registry()
+    olsr = reg["hop-5.9"].variant("tcp-olsr")
+    assert "OLSR" in rp.unavailable(olsr)
+
+
+def test_report_markdown_counts_and_not_run(tmp_path):
+    e = dummy_experiment()
+    runs = [rec("a", 0, [flow("m", 2.0)]), rec("a", 1, [flow("m", 4.0)], status="invalid"),
+            {"experiment": "x", "variant": "b", "point": None, "rep": 0, "status": "not run",
+             "reason": "dtnd not found"}]
+    rows = [rp.Row("x", "median a", "median", "a", "r", value=1.0), rp.Row("x", "a/b", "median", "a", "r", versus="b")]
+    meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
+    rep = rp.aggregate(runs, [e], rows, tmp_path, meta, plots=False)
+    md = (tmp_path / "report.md").read_text()
+    assert "1 valid, 1 invalid (excluded)" in md
+    assert "not run: dtnd not found" in md
+    assert "excluded: a point None rep 1: invalid" in md
+    assert rep["experiments"][0]["rows"][0]["ours"] == 2.0
+    assert (tmp_path / "report.json").exists()
