@@ -4,16 +4,28 @@
 //! block's bytes. It is written to a temporary name, fsynced, renamed and the directory
 //! fsynced before the transport acknowledges the block upstream, so a node killed at any
 //! moment either still holds the block or never acknowledged it.
+//!
+//! The same store makes a destination's deliveries durable ([`Spool`]): each block delivered
+//! in order is written at its offset into `incoming/<src>-<flow id>.part`, and the flow's
+//! progress (blocks and bytes delivered, finished) into `incoming/<src>-<flow id>.state`,
+//! both fsynced before the end-to-end BACK that covers the block is sent. A restarted
+//! destination reads the progress back and resumes; the source retransmits the rest.
+//!
+//! Custody blocks, incoming files and the inbox share one disk budget (`max_disk_bytes`). A
+//! block that does not fit is refused: for custody the BACK is withheld, for a delivery the
+//! end-to-end BACK and the flow's next blocks are (backpressure), never dropped.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bytes::Bytes;
-use hop_proto::hop::{CustodyStore, StoreFull, StoredBlock};
+use hop_proto::hop::{CustodyStore, Delivery, DestProgress, StoreFull, StoredBlock};
 use hop_proto::FlowKey;
-use tracing::warn;
+use tracing::{info, warn};
 
 const MAGIC: &[u8; 4] = b"HOPC";
 const HEADER_LEN: usize = 4 + 4 + 4 + 4 + 4 + 8 + 1 + 8;
@@ -26,6 +38,21 @@ pub struct CustodyUsage {
     pub limit: u64,
     pub stored_total: u64,
     pub full_events: u64,
+    /// Bytes of incoming (not yet finished) flows in the spool.
+    pub incoming_bytes: u64,
+    /// Bytes of verified files waiting in the inbox (kept up to date by the daemon).
+    pub inbox_bytes: u64,
+    /// Deliveries refused for lack of room (end-to-end acknowledgement withheld).
+    pub spool_full_events: u64,
+    /// A delivery is being withheld right now.
+    pub spool_full: bool,
+}
+
+impl CustodyUsage {
+    /// Bytes counted against the disk budget.
+    pub fn disk_bytes(&self) -> u64 {
+        self.bytes + self.incoming_bytes + self.inbox_bytes
+    }
 }
 
 /// A [`CustodyStore`] on disk, bounded to `limit` bytes.
@@ -34,6 +61,7 @@ pub struct DiskCustody {
     limit: u64,
     held: HashMap<(FlowKey, u32), (PathBuf, u64)>,
     usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>>,
+    spool: Option<Spool>,
 }
 
 fn file_name(flow: FlowKey, block: u32) -> String {
@@ -121,9 +149,40 @@ impl DiskCustody {
             limit,
             held,
             usage,
+            spool: None,
         };
         store.publish(0, 0);
         Ok((store, blocks))
+    }
+
+    /// Also make the destination's deliveries durable in `incoming`; returns the progress of
+    /// the flows found there (progress older than `max_age` is deleted).
+    pub fn with_spool(
+        mut self,
+        incoming: &Path,
+        max_age: Duration,
+    ) -> std::io::Result<(DiskCustody, Vec<DestProgress>)> {
+        let spool = Spool::new(incoming)?;
+        let progress = spool.load(max_age);
+        if let Ok(mut u) = self.usage.lock() {
+            u.incoming_bytes = progress
+                .iter()
+                .filter(|p| !p.finished)
+                .map(|p| p.bytes)
+                .sum();
+        }
+        self.spool = Some(spool);
+        Ok((self, progress))
+    }
+
+    /// Bytes on disk counted against the limit: custody, incoming and inbox.
+    fn disk_bytes(&self) -> u64 {
+        let shared = self
+            .usage
+            .lock()
+            .map(|u| u.incoming_bytes + u.inbox_bytes)
+            .unwrap_or(0);
+        self.bytes() + shared
     }
 
     fn bytes(&self) -> u64 {
@@ -162,7 +221,7 @@ impl CustodyStore for DiskCustody {
             return Ok(());
         }
         let size = block.data.len() as u64;
-        if self.bytes() + size > self.limit {
+        if self.disk_bytes() + size > self.limit {
             warn!(flow = %block.flow, block = block.block_num, "custody storage full: acknowledgement withheld");
             self.publish(0, 1);
             return Err(StoreFull);
@@ -185,6 +244,269 @@ impl CustodyStore for DiskCustody {
             self.publish(0, 0);
         }
     }
+
+    fn deliver(&mut self, d: &Delivery<'_>) -> Result<(), StoreFull> {
+        if self.spool.is_none() {
+            return Ok(());
+        }
+        let size = d.data.len() as u64;
+        let over = self.disk_bytes() + size > self.limit;
+        let result = if over {
+            Err(None)
+        } else {
+            self.spool
+                .as_mut()
+                .map(|s| s.deliver(d).map_err(Some))
+                .unwrap_or(Ok(()))
+        };
+        let Ok(mut u) = self.usage.lock() else {
+            return result.map_err(|_| StoreFull);
+        };
+        match result {
+            Ok(()) => {
+                if u.spool_full {
+                    info!(flow = %d.flow, "spool has room again: deliveries resume");
+                }
+                u.spool_full = false;
+                u.incoming_bytes += size;
+                if d.fin {
+                    // The finished file moves to the inbox (counted there by the daemon).
+                    let total = d.offset + size;
+                    u.incoming_bytes = u.incoming_bytes.saturating_sub(total);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if !u.spool_full {
+                    match e {
+                        None => warn!(
+                            flow = %d.flow,
+                            block = d.block_num,
+                            used = self.bytes() + u.incoming_bytes + u.inbox_bytes,
+                            limit = self.limit,
+                            "spool full: end-to-end acknowledgement withheld until room is freed"
+                        ),
+                        Some(e) => warn!(
+                            flow = %d.flow,
+                            block = d.block_num,
+                            error = %e,
+                            "spool write failed: end-to-end acknowledgement withheld"
+                        ),
+                    }
+                }
+                u.spool_full = true;
+                u.spool_full_events += 1;
+                Err(StoreFull)
+            }
+        }
+    }
+}
+
+const STATE_MAGIC: &[u8; 4] = b"HOPS";
+/// A progress record: magic, sequence, next block, bytes, finished, BLAKE3 prefix.
+const STATE_LEN: usize = 4 + 8 + 4 + 8 + 1 + 8;
+/// Two record slots, written alternately, so a torn write leaves the previous record intact.
+const STATE_SLOT: u64 = 64;
+
+/// Path of a flow's spool file in `incoming`.
+pub fn part_path(incoming: &Path, flow: FlowKey) -> PathBuf {
+    incoming.join(format!("{}-{:08x}.part", flow.src, flow.id))
+}
+
+/// Path of a flow's progress record in `incoming`.
+pub fn state_path(incoming: &Path, flow: FlowKey) -> PathBuf {
+    incoming.join(format!("{}-{:08x}.state", flow.src, flow.id))
+}
+
+fn encode_state(seq: u64, p: &DestProgress) -> [u8; STATE_LEN] {
+    let mut v = [0u8; STATE_LEN];
+    v[..4].copy_from_slice(STATE_MAGIC);
+    v[4..12].copy_from_slice(&seq.to_be_bytes());
+    v[12..16].copy_from_slice(&p.next_block.to_be_bytes());
+    v[16..24].copy_from_slice(&p.bytes.to_be_bytes());
+    v[24] = u8::from(p.finished);
+    let h = blake3::hash(&v[..25]);
+    v[25..].copy_from_slice(&h.as_bytes()[..8]);
+    v
+}
+
+fn decode_state(flow: FlowKey, v: &[u8]) -> Option<(u64, DestProgress)> {
+    if v.len() < STATE_LEN || &v[..4] != STATE_MAGIC {
+        return None;
+    }
+    if blake3::hash(&v[..25]).as_bytes()[..8] != v[25..STATE_LEN] {
+        return None;
+    }
+    let seq = u64::from_be_bytes(v[4..12].try_into().ok()?);
+    Some((
+        seq,
+        DestProgress {
+            flow,
+            next_block: u32::from_be_bytes(v[12..16].try_into().ok()?),
+            bytes: u64::from_be_bytes(v[16..24].try_into().ok()?),
+            finished: v[24] != 0,
+        },
+    ))
+}
+
+/// The newest valid progress record in a state file.
+pub fn read_state(path: &Path, flow: FlowKey) -> Option<DestProgress> {
+    let v = std::fs::read(path).ok()?;
+    (0..2)
+        .filter_map(|slot| {
+            let at = slot * STATE_SLOT as usize;
+            v.get(at..).and_then(|r| decode_state(flow, r))
+        })
+        .max_by_key(|(seq, _)| *seq)
+        .map(|(_, p)| p)
+}
+
+/// The flow a spool file name (`<src>-<flow id hex>.<ext>`) belongs to.
+pub fn parse_flow_name(stem: &str) -> Option<FlowKey> {
+    let (src, id) = stem.split_once('-')?;
+    Some(FlowKey {
+        src: src.parse().ok()?,
+        id: u32::from_str_radix(id, 16).ok()?,
+    })
+}
+
+struct SpoolFlow {
+    part: File,
+    state: File,
+    seq: u64,
+}
+
+/// A destination's incoming flows on disk: bytes at their offsets, progress beside them.
+pub struct Spool {
+    dir: PathBuf,
+    open: HashMap<FlowKey, SpoolFlow>,
+}
+
+impl Spool {
+    pub fn new(dir: &Path) -> std::io::Result<Spool> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Spool {
+            dir: dir.to_path_buf(),
+            open: HashMap::new(),
+        })
+    }
+
+    /// Progress of every flow in the spool; records (and spool files) not touched for
+    /// `max_age` are deleted.
+    pub fn load(&self, max_age: Duration) -> Vec<DestProgress> {
+        let mut out = Vec::new();
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return out;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("state") {
+                continue;
+            }
+            let Some(flow) = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(parse_flow_name)
+            else {
+                continue;
+            };
+            let age = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .unwrap_or_default();
+            let part = part_path(&self.dir, flow);
+            match read_state(&path, flow) {
+                Some(p) if age < max_age => out.push(p),
+                _ => {
+                    let _ = std::fs::remove_file(&path);
+                    if age >= max_age {
+                        let _ = std::fs::remove_file(&part);
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|p| p.flow);
+        out
+    }
+
+    fn flow(&mut self, flow: FlowKey) -> std::io::Result<&mut SpoolFlow> {
+        if !self.open.contains_key(&flow) {
+            let open = |p: PathBuf| {
+                OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .read(true)
+                    .write(true)
+                    .open(p)
+            };
+            let spath = state_path(&self.dir, flow);
+            let seq = read_state_seq(&spath);
+            let f = SpoolFlow {
+                part: open(part_path(&self.dir, flow))?,
+                state: open(spath)?,
+                seq,
+            };
+            sync_dir(&self.dir);
+            self.open.insert(flow, f);
+        }
+        self.open
+            .get_mut(&flow)
+            .ok_or_else(|| std::io::Error::other("spool flow vanished"))
+    }
+
+    /// Write bytes at their offset (no fsync): for transports without durable delivery.
+    pub fn write(&mut self, flow: FlowKey, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.flow(flow)?.part.write_all_at(data, offset)
+    }
+
+    /// Write a block delivered in order and its progress, both fsynced.
+    pub fn deliver(&mut self, d: &Delivery<'_>) -> std::io::Result<()> {
+        let f = self.flow(d.flow)?;
+        f.part.write_all_at(d.data, d.offset)?;
+        f.part.sync_data()?;
+        f.seq += 1;
+        let rec = encode_state(
+            f.seq,
+            &DestProgress {
+                flow: d.flow,
+                next_block: d.block_num.wrapping_add(1),
+                bytes: d.offset + d.data.len() as u64,
+                finished: d.fin,
+            },
+        );
+        f.state.write_all_at(&rec, (f.seq % 2) * STATE_SLOT)?;
+        f.state.sync_data()?;
+        if d.fin {
+            self.open.remove(&d.flow);
+        }
+        Ok(())
+    }
+
+    /// Close a flow's files (it finished or was abandoned).
+    pub fn close(&mut self, flow: FlowKey) {
+        self.open.remove(&flow);
+    }
+
+    /// Flush every open spool file (at shutdown).
+    pub fn sync_all(&self) {
+        for f in self.open.values() {
+            let _ = f.part.sync_all();
+        }
+    }
+}
+
+fn read_state_seq(path: &Path) -> u64 {
+    let Ok(v) = std::fs::read(path) else {
+        return 0;
+    };
+    (0..2)
+        .filter_map(|slot| v.get(slot * STATE_SLOT as usize..))
+        .filter_map(|r| decode_state(FlowKey { src: 0, id: 0 }, r))
+        .map(|(seq, _)| seq)
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -221,5 +543,78 @@ mod tests {
         let usage = std::sync::Arc::default();
         let (_, restored) = DiskCustody::open(dir.path(), 2500, usage).unwrap();
         assert_eq!(restored, vec![block(1, 1000), block(2, 1000)]);
+    }
+
+    fn delivery(n: u32, data: &[u8], fin: bool) -> Delivery<'_> {
+        Delivery {
+            flow: FlowKey { src: 3, id: 0x1234 },
+            block_num: n,
+            offset: u64::from(n) * 1000,
+            fin,
+            data,
+        }
+    }
+
+    #[test]
+    fn deliveries_are_durable_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let incoming = dir.path().join("incoming");
+        let usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>> = std::sync::Arc::default();
+        let (s, _) = DiskCustody::open(&dir.path().join("custody"), 2500, usage.clone()).unwrap();
+        let (mut s, progress) = s.with_spool(&incoming, Duration::from_secs(60)).unwrap();
+        assert!(progress.is_empty());
+        let (a, b, c) = (vec![1u8; 1000], vec![2u8; 1000], vec![3u8; 1000]);
+        s.deliver(&delivery(0, &a, false)).unwrap();
+        s.deliver(&delivery(1, &b, false)).unwrap();
+        // The third block would exceed the budget: refused and counted, nothing written.
+        assert_eq!(s.deliver(&delivery(2, &c, true)), Err(StoreFull));
+        {
+            let u = usage.lock().unwrap();
+            assert!(u.spool_full);
+            assert_eq!(u.spool_full_events, 1);
+            assert_eq!(u.incoming_bytes, 2000);
+        }
+        // A restart reads the progress back.
+        drop(s);
+        let usage2: std::sync::Arc<std::sync::Mutex<CustodyUsage>> = std::sync::Arc::default();
+        let (s, _) = DiskCustody::open(&dir.path().join("custody"), 3000, usage2.clone()).unwrap();
+        let (mut s, progress) = s.with_spool(&incoming, Duration::from_secs(60)).unwrap();
+        let flow = FlowKey { src: 3, id: 0x1234 };
+        assert_eq!(
+            progress,
+            vec![DestProgress {
+                flow,
+                next_block: 2,
+                bytes: 2000,
+                finished: false
+            }]
+        );
+        assert_eq!(usage2.lock().unwrap().incoming_bytes, 2000);
+        s.deliver(&delivery(2, &c, true)).unwrap();
+        assert_eq!(usage2.lock().unwrap().incoming_bytes, 0);
+        let part = std::fs::read(part_path(&incoming, flow)).unwrap();
+        assert_eq!(part, [a, b, c].concat());
+        let p = read_state(&state_path(&incoming, flow), flow).unwrap();
+        assert!(p.finished);
+        assert_eq!((p.next_block, p.bytes), (3, 3000));
+    }
+
+    #[test]
+    fn torn_state_record_falls_back_to_the_previous_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sp = Spool::new(dir.path()).unwrap();
+        let flow = FlowKey { src: 3, id: 0x1234 };
+        sp.deliver(&delivery(0, &[7u8; 10], false)).unwrap();
+        sp.deliver(&delivery(1, &[8u8; 10], false)).unwrap();
+        drop(sp);
+        // Corrupt the newest slot (seq 2 lives in slot 0).
+        let path = state_path(dir.path(), flow);
+        let mut v = std::fs::read(&path).unwrap();
+        v[14] ^= 0xff;
+        std::fs::write(&path, &v).unwrap();
+        let p = read_state(&path, flow).unwrap();
+        assert_eq!(p.next_block, 1);
+        assert_eq!(Spool::new(dir.path()).unwrap().load(Duration::ZERO), vec![]);
+        assert!(!path.exists(), "expired progress is deleted");
     }
 }

@@ -2,10 +2,9 @@
 //! API and route updates.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,9 +99,8 @@ struct OutFlow {
     finish: bool,
 }
 
+/// An incoming flow being spooled (its bytes are in `incoming/`, see [`crate::custody::Spool`]).
 struct InFlow {
-    file: File,
-    path: PathBuf,
     bytes: u64,
 }
 
@@ -120,6 +118,9 @@ pub struct Daemon {
     counters: Counters,
     out: HashMap<FlowKey, OutFlow>,
     inflows: HashMap<FlowKey, InFlow>,
+    /// Writes delivered bytes for transports whose store does not (HxH, ATP); Hop's custody
+    /// store writes and fsyncs them itself before the end-to-end BACK.
+    spool: crate::custody::Spool,
     inbox: BTreeMap<String, InboxEntry>,
     subscribers: Vec<mpsc::UnboundedSender<InboxEntry>>,
     kernel_routes: BTreeMap<NodeId, NodeId>,
@@ -224,6 +225,8 @@ impl Daemon {
         let mut node = Node::new(cfg.node_id, Box::new(routes), first_counter());
         node.add_transport(transport);
         let auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first_counter(), cfg.max_peers);
+        let spool = crate::custody::Spool::new(&cfg.storage_dir.join("incoming"))
+            .map_err(|e| io_err("opening the spool", e))?;
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             custody: built.custody,
@@ -237,6 +240,7 @@ impl Daemon {
             counters: Counters::default(),
             out: HashMap::new(),
             inflows: HashMap::new(),
+            spool,
             inbox: BTreeMap::new(),
             subscribers: Vec::new(),
             kernel_routes: BTreeMap::new(),
@@ -246,6 +250,8 @@ impl Daemon {
             cfg,
         };
         d.scan_inbox();
+        d.resume_incoming();
+        d.publish_inbox();
         Ok(d)
     }
 
@@ -298,9 +304,7 @@ impl Daemon {
             }
         }
         info!("hopd stopping");
-        for f in self.inflows.values() {
-            let _ = f.file.sync_all();
-        }
+        self.spool.sync_all();
         Ok(())
     }
 
@@ -441,58 +445,87 @@ impl Daemon {
     }
 
     fn deliver(&mut self, flow: FlowKey, offset: u64, data: &[u8]) {
-        if !self.inflows.contains_key(&flow) {
-            let path = self
-                .cfg
-                .storage_dir
-                .join("incoming")
-                .join(format!("{}-{:08x}.part", flow.src, flow.id));
-            match OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .open(&path)
-            {
-                Ok(file) => {
-                    self.inflows.insert(
-                        flow,
-                        InFlow {
-                            file,
-                            path,
-                            bytes: 0,
-                        },
-                    );
-                }
-                Err(e) => {
-                    warn!(%flow, error = %e, "cannot create spool file");
-                    self.counters.storage_errors += 1;
-                    return;
-                }
+        // Hop's store has written (and fsynced) the bytes already; the others' are written
+        // here, at their offset, which makes a repeated delivery harmless.
+        if self.transport_id != TransportId::Hop {
+            if let Err(e) = self.spool.write(flow, offset, data) {
+                warn!(%flow, error = %e, "cannot write spool file");
+                self.counters.storage_errors += 1;
+                return;
             }
         }
-        let Some(f) = self.inflows.get_mut(&flow) else {
-            return;
-        };
-        // Writing at the offset makes a repeated delivery (after a restart) harmless.
-        if let Err(e) = f.file.write_all_at(data, offset) {
-            warn!(%flow, error = %e, "cannot write spool file");
-            self.counters.storage_errors += 1;
-            return;
-        }
+        let f = self.inflows.entry(flow).or_insert(InFlow { bytes: 0 });
         f.bytes = f.bytes.max(offset + data.len() as u64);
         self.counters.delivered_bytes += data.len() as u64;
     }
 
+    /// Incoming flows an earlier run left in the spool: a finished one not yet moved to the
+    /// inbox (stopped in between) is verified now; unfinished ones resume (the transport
+    /// restored their progress) and show in the status.
+    fn resume_incoming(&mut self) {
+        if self.transport_id != TransportId::Hop {
+            return;
+        }
+        let incoming = self.cfg.storage_dir.join("incoming");
+        let Ok(rd) = std::fs::read_dir(&incoming) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("state") {
+                continue;
+            }
+            let Some(flow) = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(crate::custody::parse_flow_name)
+            else {
+                continue;
+            };
+            let Some(p) = crate::custody::read_state(&path, flow) else {
+                continue;
+            };
+            let part = crate::custody::part_path(&incoming, flow);
+            if !part.exists() {
+                continue;
+            }
+            self.inflows.insert(flow, InFlow { bytes: p.bytes });
+            if p.finished {
+                self.finish_incoming(flow, p.bytes);
+            }
+        }
+    }
+
+    /// Tell the custody store how many bytes the inbox holds (they count against the disk
+    /// budget).
+    fn publish_inbox(&self) {
+        let bytes = self
+            .inbox
+            .values()
+            .map(|e| e.size + e.content_offset + HASH_LEN as u64)
+            .sum();
+        if let Ok(mut u) = self.custody.lock() {
+            u.inbox_bytes = bytes;
+        }
+    }
+
     fn finish_incoming(&mut self, flow: FlowKey, bytes: u64) {
         let name = format!("{}-{:08x}", flow.src, flow.id);
-        let Some(mut f) = self.inflows.remove(&flow) else {
+        if self.inflows.remove(&flow).is_none() {
             warn!(%flow, "finished flow without data");
             self.counters.integrity_failures += 1;
             return;
+        }
+        self.spool.close(flow);
+        let part = crate::custody::part_path(&self.cfg.storage_dir.join("incoming"), flow);
+        let checked = match File::open(&part) {
+            Ok(mut file) => {
+                let r = verify_spool(&mut file, bytes);
+                let _ = file.sync_all();
+                r
+            }
+            Err(_) => Err(flowfmt::FlowFormatError::Incomplete),
         };
-        let checked = verify_spool(&mut f.file, bytes);
-        let _ = f.file.sync_all();
         match checked {
             Ok((header, content_offset, hash)) => {
                 let dst = self
@@ -500,7 +533,7 @@ impl Daemon {
                     .storage_dir
                     .join("inbox")
                     .join(format!("{name}.flow"));
-                if let Err(e) = std::fs::rename(&f.path, &dst) {
+                if let Err(e) = std::fs::rename(&part, &dst) {
                     warn!(%flow, error = %e, "cannot move file to inbox");
                     self.counters.storage_errors += 1;
                     return;
@@ -517,13 +550,14 @@ impl Daemon {
                     blake3: hash,
                 };
                 self.inbox.insert(name, entry.clone());
+                self.publish_inbox();
                 self.offer(entry);
             }
             Err(e) => {
                 warn!(%flow, error = %e, "received file failed its integrity check");
                 self.counters.integrity_failures += 1;
                 let _ = std::fs::rename(
-                    &f.path,
+                    &part,
                     self.cfg
                         .storage_dir
                         .join("rejected")
@@ -677,6 +711,7 @@ impl Daemon {
                 if let Some(e) = self.inbox.remove(&flow) {
                     let _ = std::fs::remove_file(&e.path);
                     self.counters.files_handed_over += 1;
+                    self.publish_inbox();
                 }
             }
             Cmd::Status { reply } => {
@@ -743,6 +778,7 @@ impl Daemon {
             "storage_limit_bytes": self.cfg.max_disk_bytes,
             "kernel_routes": self.kernel_routes.len(),
             "custody": self.custody_json(),
+            "spool": self.spool_json(),
             "counters": self.counters,
             "node": stats,
         })
@@ -752,6 +788,13 @@ impl Daemon {
         let u = self.custody.lock().map(|u| *u).unwrap_or_default();
         serde_json::json!({"blocks": u.blocks, "bytes": u.bytes, "limit_bytes": u.limit,
             "stored_total": u.stored_total, "full_total": u.full_events})
+    }
+
+    fn spool_json(&self) -> serde_json::Value {
+        let u = self.custody.lock().map(|u| *u).unwrap_or_default();
+        serde_json::json!({"full": u.spool_full, "full_total": u.spool_full_events,
+            "incoming_bytes": u.incoming_bytes, "inbox_bytes": u.inbox_bytes,
+            "disk_bytes": u.disk_bytes(), "limit_bytes": self.cfg.max_disk_bytes})
     }
 
     fn metrics_text(&self) -> String {

@@ -47,7 +47,7 @@ pub fn render(
     peers: u64,
 ) -> String {
     let mut o = String::new();
-    let counters: [(&str, &str, u64); 20] = [
+    let counters: [(&str, &str, u64); 21] = [
         (
             "rx_datagrams_total",
             "UDP datagrams received",
@@ -131,6 +131,11 @@ pub fn render(
             "custody_full_total",
             "custody writes refused, storage full (ack withheld)",
             custody.full_events,
+        ),
+        (
+            "spool_full_total",
+            "deliveries refused, disk budget full (end-to-end ack withheld)",
+            custody.spool_full_events,
         ),
     ];
     for (n, h, v) in counters {

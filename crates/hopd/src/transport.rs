@@ -101,10 +101,17 @@ pub fn build(cfg: &Config) -> std::io::Result<Built> {
                 cfg.max_disk_bytes,
                 custody.clone(),
             )?;
-            let mut t = HopTransport::with_store(hop_config(cfg), Box::new(store));
+            let hc = hop_config(cfg);
+            let (store, progress) =
+                store.with_spool(&cfg.storage_dir.join("incoming"), hc.flow_idle_timeout)?;
+            let mut t = HopTransport::with_store(hc, Box::new(store));
             if !blocks.is_empty() {
                 info!(blocks = blocks.len(), "restoring blocks in custody");
                 t.restore(Instant::ZERO, cfg.node_id, blocks);
+            }
+            if !progress.is_empty() {
+                info!(flows = progress.len(), "resuming incoming flows");
+                t.restore_destination(Instant::ZERO, cfg.node_id, progress);
             }
             Box::new(t)
         }

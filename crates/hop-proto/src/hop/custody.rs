@@ -40,6 +40,38 @@ pub trait CustodyStore: Send {
     fn persist(&mut self, block: &StoredBlock) -> Result<(), StoreFull>;
     /// The block is no longer in this node's custody.
     fn release(&mut self, flow: FlowKey, block_num: u32);
+    /// Destination: make a block delivered in order durable before the end-to-end BACK that
+    /// covers it is sent. On error the block is not delivered now (the end-to-end BACK and
+    /// new blocks of the flow are withheld) and delivery is retried on the next timer.
+    fn deliver(&mut self, _delivery: &Delivery<'_>) -> Result<(), StoreFull> {
+        Ok(())
+    }
+}
+
+/// A block the destination delivers in order, as handed to [`CustodyStore::deliver`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    pub flow: FlowKey,
+    pub block_num: u32,
+    /// Byte offset of `data` in the flow's stream.
+    pub offset: u64,
+    /// The block is the flow's last.
+    pub fin: bool,
+    pub data: &'a [u8],
+}
+
+/// How far a destination has delivered a flow; persisted by the runtime after each
+/// [`CustodyStore::deliver`] and handed back through
+/// [`HopTransport::restore_destination`](super::HopTransport::restore_destination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DestProgress {
+    pub flow: FlowKey,
+    /// Blocks delivered in order (what the end-to-end BACK acknowledges).
+    pub next_block: u32,
+    /// Bytes delivered.
+    pub bytes: u64,
+    /// The flow's last block was delivered.
+    pub finished: bool,
 }
 
 /// The default: custody is held in memory only.

@@ -33,7 +33,7 @@ use crate::{AppError, Event, FailReason, FlowKey};
 
 pub use bitmap::Bitmap;
 pub use config::*;
-pub use custody::{CustodyStore, MemoryOnly, StoreFull, StoredBlock};
+pub use custody::{CustodyStore, Delivery, DestProgress, MemoryOnly, StoreFull, StoredBlock};
 
 /// Why a BSYN was not answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +165,9 @@ struct DestState {
     next_deliver: u32,
     delivered: u64,
     finished: bool,
+    /// The store refused the next block (no room): its end-to-end BACK and new blocks of
+    /// the flow are withheld until a retry succeeds.
+    blocked: bool,
 }
 
 #[derive(Debug)]
@@ -348,6 +351,28 @@ impl HopTransport {
             self.cache_bytes += u64::from(len);
         }
         self.note_cache();
+        self.refresh_timer(now);
+    }
+
+    /// Resume flows this node is the destination of from progress persisted before a
+    /// restart: blocks below `next_block` are acknowledged end to end again, not delivered
+    /// again, and the source's retransmissions fill in the rest.
+    pub fn restore_destination(&mut self, now: Instant, local: NodeId, flows: Vec<DestProgress>) {
+        for p in flows {
+            if self.flows.contains_key(&p.flow) || self.flows.len() >= self.cfg.max_flows {
+                continue;
+            }
+            let mut f = Flow::new(local, now);
+            f.dest = Some(DestState {
+                next_deliver: p.next_block,
+                delivered: p.bytes,
+                finished: p.finished,
+                blocked: false,
+            });
+            f.finished = p.finished;
+            self.flows.insert(p.flow, f);
+        }
+        self.stats.flows = self.flows.len() as u64;
         self.refresh_timer(now);
     }
 
@@ -878,6 +903,9 @@ impl HopTransport {
             }
         }
         let unblocks_delivery = f.dest.as_ref().is_some_and(|d| d.next_deliver == n);
+        if f.dest.as_ref().is_some_and(|d| d.blocked) && !unblocks_delivery {
+            return Err(Withhold::Backpressure);
+        }
         if self.cfg.backpressure
             && !unblocks_delivery
             && !repair
@@ -1230,6 +1258,23 @@ impl HopTransport {
             let ready = f.blocks.get(&n).is_some_and(|b| b.complete());
             if !ready {
                 return;
+            }
+            if let Some(b) = f.blocks.get(&n) {
+                let delivery = Delivery {
+                    flow: key,
+                    block_num: n,
+                    offset: d.delivered,
+                    fin: b.fin,
+                    data: &b.data,
+                };
+                if self.store.deliver(&delivery).is_err() {
+                    if !d.blocked {
+                        d.blocked = true;
+                        bump(&mut self.stats.extra, "delivery_withheld");
+                    }
+                    return;
+                }
+                d.blocked = false;
             }
             let Some(b) = f.blocks.remove(&n) else {
                 return;
@@ -1941,6 +1986,16 @@ impl Transport for HopTransport {
         if self.housekeeping_at.is_some_and(|h| h <= now) {
             self.housekeeping_at = None;
             self.housekeeping(ctx);
+        }
+        // Deliveries the store refused are retried (room may have been freed).
+        let blocked: Vec<FlowKey> = self
+            .flows
+            .iter()
+            .filter(|(_, f)| f.dest.as_ref().is_some_and(|d| d.blocked))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in blocked {
+            self.deliver(ctx, k);
         }
         let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
         for k in keys {

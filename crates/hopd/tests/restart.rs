@@ -1,0 +1,178 @@
+//! Restarting the destination or the source of a transfer (SIGKILL), with real hopd processes
+//! on a loopback chain source → relay → destination.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn spawn_send(node: &Hopd, file: &Path, to: u32) -> std::process::Child {
+    Command::new(HOP)
+        .arg("--socket")
+        .arg(node.socket())
+        .args(["send", "--quiet"])
+        .arg(file)
+        .args(["--to", &to.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Kills a child process on drop (also when the test fails).
+struct ChildGuard(Option<std::process::Child>);
+
+impl ChildGuard {
+    fn wait(&mut self, limit: Duration) -> std::process::Output {
+        let mut c = self.0.take().unwrap();
+        let deadline = Instant::now() + limit;
+        while c.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Bytes the node has spooled for its incoming flows.
+fn incoming_bytes(node: &Hopd) -> u64 {
+    node.status()["incoming"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f["bytes"].as_u64()).sum())
+        .unwrap_or(0)
+}
+
+/// Restart a killed node and wait until the new process serves (the killed one left its
+/// socket file behind, so its existence proves nothing).
+fn restart(node: &mut Hopd) {
+    let runs = node.log().matches("hopd running").count();
+    node.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while node.log().matches("hopd running").count() <= runs {
+        assert!(
+            Instant::now() < deadline,
+            "node {} did not restart",
+            node.spec.id
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_incoming(node: &Hopd, at_least: u64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while incoming_bytes(node) < at_least {
+        assert!(
+            Instant::now() < deadline,
+            "node {} never spooled {at_least} bytes; log:\n{}",
+            node.spec.id,
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn destination_killed_twice_resumes_and_delivers_exactly_once() {
+    let work = tempfile::tempdir().unwrap();
+    let size = 16 * 1024 * 1024;
+    let file = work.path().join("big.bin");
+    let data = pattern(41, size);
+    std::fs::write(&file, &data).unwrap();
+    let mut nodes = loopback_chain(3, work.path(), "");
+    let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 3)));
+    for fraction in [4, 2] {
+        // Kill the destination once it has a part of the file (a quarter, then half).
+        wait_incoming(
+            &nodes[2],
+            (size / fraction) as u64,
+            Duration::from_secs(120),
+        );
+        nodes[2].kill9();
+        std::thread::sleep(Duration::from_millis(500));
+        restart(&mut nodes[2]);
+        assert!(
+            nodes[2].log().contains("resuming incoming flows"),
+            "destination did not resume; log:\n{}",
+            nodes[2].log()
+        );
+    }
+    let out = sender.wait(Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "send failed: {}\ndestination log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        nodes[2].log()
+    );
+    let dir = work.path().join("out");
+    let r = recv(&nodes[2], &dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let got = std::fs::read(dir.join("big.bin")).unwrap();
+    assert_eq!(got.len(), data.len(), "received file has the wrong length");
+    assert!(got == data, "received file differs");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    let st = nodes[2].status();
+    assert_eq!(st["counters"]["files_received"], 1, "{st}");
+    assert_eq!(st["inbox"], 0, "{st}");
+    assert_eq!(st["counters"]["integrity_failures"], 0, "{st}");
+    // Nothing left half-spooled.
+    let parts = std::fs::read_dir(nodes[2].dir.join("store/incoming"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "part"))
+        .count();
+    assert_eq!(parts, 0);
+}
+
+#[test]
+fn source_killed_fails_the_send_clearly_and_a_new_send_completes() {
+    let work = tempfile::tempdir().unwrap();
+    let size = 16 * 1024 * 1024;
+    let file = work.path().join("s.bin");
+    let data = pattern(42, size);
+    std::fs::write(&file, &data).unwrap();
+    let mut nodes = loopback_chain(3, work.path(), "");
+    let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 3)));
+    wait_incoming(&nodes[2], (size / 4) as u64, Duration::from_secs(120));
+    nodes[0].kill9();
+    let t0 = Instant::now();
+    let out = sender.wait(Duration::from_secs(30));
+    let took = t0.elapsed();
+    // The application learns at once that its daemon is gone (exit 3), it does not hang.
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "hop send: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(took < Duration::from_secs(30), "hop send hung for {took:?}");
+    restart(&mut nodes[0]);
+    // The transfer is sent again as a new flow; the abandoned one is never delivered.
+    let out = send(&nodes[0], &[&file], 3);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = work.path().join("out");
+    let r = recv(&nodes[2], &dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(dir.join("s.bin")).unwrap() == data);
+    let st = nodes[2].status();
+    assert_eq!(st["counters"]["files_received"], 1, "{st}");
+    assert_eq!(st["inbox"], 0, "{st}");
+}

@@ -1,0 +1,183 @@
+//! A destination whose disk budget (`[storage] max_disk_bytes`) is full withholds its
+//! end-to-end acknowledgements and the flow's next blocks (backpressure) instead of dropping
+//! data; once the receiving application drains the inbox the transfer completes.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const MIB: usize = 1024 * 1024;
+
+fn spawn_send(node: &Hopd, file: &Path, to: u32) -> std::process::Child {
+    Command::new(HOP)
+        .arg("--socket")
+        .arg(node.socket())
+        .args(["send", "--quiet"])
+        .arg(file)
+        .args(["--to", &to.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Kills a child process on drop (also when the test fails).
+struct ChildGuard(Option<std::process::Child>);
+
+impl ChildGuard {
+    fn running(&mut self) -> bool {
+        self.0
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    fn wait(&mut self, limit: Duration) -> std::process::Output {
+        let mut c = self.0.take().unwrap();
+        let deadline = Instant::now() + limit;
+        while c.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn metrics(addr: SocketAddr) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("metric {name} missing"))
+}
+
+/// Start a node of a loopback chain with `[storage] max_disk_bytes = limit`.
+fn start_limited(spec: NodeSpec, dir: std::path::PathBuf, limit: usize) -> Hopd {
+    std::fs::create_dir_all(&dir).unwrap();
+    let metrics: SocketAddr = format!("{}:{}", spec.listen.ip(), free_tcp_port())
+        .parse()
+        .unwrap();
+    Hopd::write_config(&spec, &dir, metrics);
+    let path = dir.join("hopd.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("[storage]\n"));
+    let text = text.replace(
+        "[storage]\n",
+        &format!("[storage]\nmax_disk_bytes = {limit}\n"),
+    );
+    std::fs::write(&path, text).unwrap();
+    let mut h = Hopd {
+        spec,
+        dir,
+        child: None,
+        metrics,
+    };
+    h.restart();
+    h
+}
+
+#[test]
+fn full_destination_spool_stalls_without_loss_and_resumes_when_drained() {
+    let work = tempfile::tempdir().unwrap();
+    let limit = 5 * MIB;
+    let (a, b) = (pattern(7, 3 * MIB), pattern(8, 3 * MIB));
+    let (fa, fb) = (work.path().join("a.bin"), work.path().join("b.bin"));
+    std::fs::write(&fa, &a).unwrap();
+    std::fs::write(&fb, &b).unwrap();
+    // Source 1 → relay 2 → destination 3; only the destination's budget is small.
+    let port = free_port();
+    let addr = |i: u32| -> SocketAddr { format!("127.0.0.{i}:{port}").parse().unwrap() };
+    let nodes: Vec<Hopd> = (1..=3)
+        .map(|i| {
+            let spec = chain_spec(3, i, addr(i), &addr, None, "");
+            let dir = work.path().join(format!("n{i}"));
+            if i == 3 {
+                start_limited(spec, dir, limit)
+            } else {
+                Hopd::start(spec, dir)
+            }
+        })
+        .collect();
+    let dst = &nodes[2];
+    // The first file fits and waits in the inbox (no application takes it yet).
+    let out = send(&nodes[0], &[&fa], 3);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The second does not fit beside it: the destination must stall it, not drop it.
+    let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &fb, 3)));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = dst.status();
+        if st["spool"]["full"] == true {
+            break;
+        }
+        assert!(
+            sender.running(),
+            "second file completed although it does not fit: {st}"
+        );
+        assert!(Instant::now() < deadline, "spool never reported full: {st}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Stalled: it stays incomplete while the inbox is full, within the budget.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(sender.running(), "send completed while the spool was full");
+    let st = dst.status();
+    assert_eq!(st["spool"]["full"], true, "{st}");
+    assert!(st["spool"]["full_total"].as_u64().unwrap() >= 1, "{st}");
+    let used = st["spool"]["disk_bytes"].as_u64().unwrap();
+    assert!(used <= limit as u64, "budget exceeded: {st}");
+    assert_eq!(st["counters"]["files_received"], 1, "{st}");
+    assert_eq!(st["inbox"], 1, "{st}");
+    let m = metrics(dst.metrics);
+    assert!(metric(&m, "hopd_spool_full_total") >= 1, "{m}");
+    assert!(dst.log().contains("spool full"), "{}", dst.log());
+    // The application drains the inbox; the stalled transfer then completes intact.
+    let dir = work.path().join("out");
+    let r = recv(dst, &dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(dir.join("a.bin")).unwrap() == a);
+    let out = sender.wait(Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "stalled send did not complete: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        dst.log()
+    );
+    let r = recv(dst, &dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        std::fs::read(dir.join("b.bin")).unwrap() == b,
+        "file differs"
+    );
+    let st = dst.status();
+    assert_eq!(st["spool"]["full"], false, "{st}");
+    assert_eq!(st["counters"]["files_received"], 2, "{st}");
+    assert_eq!(st["counters"]["integrity_failures"], 0, "{st}");
+    assert_eq!(st["counters"]["storage_errors"], 0, "{st}");
+}
