@@ -290,7 +290,8 @@ def row_result(row: Row, exp: Experiment, runs: list[dict], reasons: dict[str, s
             return ratio(fn([g[0] for g in gs], exp.measure), fn([g[1] for g in gs], exp.measure))
     out["n"] = len(groups)
     if not groups:
-        out.update(status="no valid runs", note="no valid run" + (" pair" if row.versus else ""))
+        out.update(status="no valid runs", note="every run excluded" if sel or any(
+            r["variant"] in (row.variant, row.versus) for r in runs) else "none in this selection")
         return out
     v = value(groups)
     out["ours"] = v
@@ -329,6 +330,23 @@ def run_accounting(runs: list[dict]) -> dict[str, dict]:
 
 
 # ---- running ------------------------------------------------------------------------------------
+
+def cut_off_goodput(flows: list[dict], wall_s: float | None, timed_out: bool) -> list[dict]:
+    """Goodput of the transfers the run's end cut off: bytes over the time the flow had (its
+    start to the end of the run), as for the papers' long-lived flows measured at a point in
+    time (Hop §5.3: "goodputs of flows half an hour into the experiment"). The lab's own
+    figure (bytes / time to the last byte, Hop §5.1.1) would credit a flow that starved after
+    its first packets with its early rate; it is kept as goodput_last_byte_mbps."""
+    out = []
+    for f in flows:
+        f = dict(f)
+        if timed_out and wall_s and not f.get("complete") and f.get("size") is not None:
+            f["goodput_last_byte_mbps"] = f["goodput_mbps"]
+            f["goodput_mbps"] = f["bytes"] * 8 / 1e6 / max(1e-3, wall_s - float(f.get("start_offset") or 0.0))
+            f["cut_off"] = True
+        out.append(f)
+    return out
+
 
 def materialize(d: dict, run_dir: Path) -> dict:
     """Write an inline topology (`_topology`) as a file the spec points to."""
@@ -397,7 +415,8 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
             sp = specmod.from_dict(d, run_dir)
             res = run_spec(sp, run_dir, progress=lambda s: s.startswith("waiting") and progress("  " + s))
             rec.update(status="valid" if res["valid"] else "invalid", reason=res.get("invalid_reason"),
-                       flows=res["flows"], totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
+                       flows=cut_off_goodput(res["flows"], res.get("wall_seconds"), bool(res.get("timed_out"))),
+                       totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
                        duration=sp.duration, steal_s=res.get("host_steal_seconds"))
         except (LabError, SpecError, ValueError) as ex:
             rec.update(status="error", reason=str(ex))

@@ -198,3 +198,16 @@ def test_report_markdown_counts_and_not_run(tmp_path):
     assert "excluded: a point None rep 1: invalid" in md
     assert rep["experiments"][0]["rows"][0]["ours"] == 2.0
     assert (tmp_path / "report.json").exists()
+
+
+def test_cut_off_goodput_uses_the_time_the_flow_had():
+    flows = [flow("m1", 0.889, bytes=7240, size=10**7, complete=False, start=0.0),  # starved after 0.1 s
+             flow("m2", 1.5, bytes=11_250_000, size=10**7 * 2, complete=False, start=0.0),
+             flow("m3", 2.0, bytes=10**6, size=10**6, complete=True, start=10.0)]
+    out = rp.cut_off_goodput(flows, 60.0, True)
+    assert out[0]["goodput_mbps"] == pytest.approx(7240 * 8 / 1e6 / 60.0)
+    assert out[0]["goodput_last_byte_mbps"] == 0.889
+    assert out[1]["goodput_mbps"] == pytest.approx(1.5)
+    assert out[2]["goodput_mbps"] == 2.0 and "cut_off" not in out[2]  # finished: lab's figure
+    # a run that ended because every flow finished cuts nothing off
+    assert rp.cut_off_goodput(flows, 60.0, False)[0]["goodput_mbps"] == 0.889
