@@ -62,6 +62,22 @@ impl Bitmap {
         }
     }
 
+    /// Clear bit `i`; returns true if it was set. Out-of-range bits are ignored.
+    pub fn unset(&mut self, i: u32) -> bool {
+        if i >= self.len {
+            return false;
+        }
+        let w = &mut self.words[(i / 64) as usize];
+        let m = 1u64 << (i % 64);
+        if *w & m != 0 {
+            *w &= !m;
+            self.ones -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
     pub fn clear(&mut self) {
         self.words.iter_mut().for_each(|w| *w = 0);
         self.ones = 0;

@@ -50,6 +50,20 @@ pub const DEFAULT_BSYN_MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Not in the paper.
 pub const DEFAULT_BACK_QUIET: Duration = Duration::from_millis(10);
 
+/// Data packets a node hands to its link and does not yet know to have left the link's
+/// queue (reported by a BACK, or judged lost), summed over all its transfers. Not in the
+/// paper: there Hop sits on the MAC and the driver's queue pushes back (§4.1, the Click/
+/// MadWifi implementation); a user-space daemon writing datagrams into a socket or tap
+/// cannot see that queue, and an 802.11 MAC queue (ns-3's WifiMacQueue: 500 frames per
+/// access category, 500 ms delay limit) silently drops what overflows while the BSYN, sent
+/// on the voice queue (§3.6), overtakes up to the whole queue of data. The bound must cover
+/// the control round trip (one BSYN and one BACK on the voice queue, a few ms) at the link's
+/// rate so the link does not idle between rounds, and keep the queue far below such a
+/// queue's capacity and delay limit: 32 packets are about 5 txops of §4.1 (44 KB, ~80 ms
+/// of a single 802.11b hop's ~5 Mb/s), so queue overflow needs a link slower than 64
+/// packets per second.
+pub const DEFAULT_LINK_WINDOW_PACKETS: usize = 32;
+
 /// Ack withholding releases a receiver from its current sender after this long without hearing
 /// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
 pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
@@ -114,6 +128,15 @@ pub struct HopConfig {
     pub bsyn_max_backoff: Duration,
     /// BACK deferral while data for the block is still arriving.
     pub back_quiet: Duration,
+    /// Packets missing in a BACK are retransmitted only when probably lost, not when
+    /// probably still queued at this node: lost when a packet handed to the link after them
+    /// arrived (the link's data queue is FIFO), or when they are older than the delivery
+    /// delay last measured plus a quarter (time-based loss detection as in RACK, RFC 8985
+    /// §6.2). Off: every packet a BACK reports missing is sent again (the paper, §3.1).
+    pub queue_aware: bool,
+    /// Bound on data packets handed to the link and not yet known to have left it (see
+    /// [`DEFAULT_LINK_WINDOW_PACKETS`]); 0 = unbounded (the paper).
+    pub link_window_packets: usize,
     /// Bytes of blocks kept on a node.
     pub cache_limit_bytes: u64,
     /// Flows with state on a node.
@@ -147,6 +170,8 @@ impl Default for HopConfig {
             bsyn_timeout: DEFAULT_BSYN_TIMEOUT,
             bsyn_max_backoff: DEFAULT_BSYN_MAX_BACKOFF,
             back_quiet: DEFAULT_BACK_QUIET,
+            queue_aware: true,
+            link_window_packets: DEFAULT_LINK_WINDOW_PACKETS,
             cache_limit_bytes: DEFAULT_CACHE_LIMIT_BYTES,
             max_flows: DEFAULT_MAX_FLOWS,
             flow_idle_timeout: DEFAULT_FLOW_IDLE_TIMEOUT,

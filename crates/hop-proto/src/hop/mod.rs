@@ -65,6 +65,15 @@ struct OutXfer {
     sent_round: Bitmap,
     /// Packets ever sent on this hop (retransmission accounting).
     ever_sent: Bitmap,
+    /// Per packet: position in this node's stream of data handed to the link (0 = never)
+    /// and when, of its latest transmission (loss inference, `queue_aware`).
+    sent_seq: Vec<u64>,
+    sent_at: Vec<Instant>,
+    /// No BSYN before this: the last BACK showed no progress and the packets still in
+    /// flight are probably queued here.
+    not_before: Option<Instant>,
+    /// When the latest BSYN was sent.
+    bsyn_at: Instant,
     vtx: bool,
     ttl: u8,
     micro: bool,
@@ -258,6 +267,13 @@ pub struct HopTransport {
     housekeeping_at: Option<Instant>,
     /// Source flows with new application bytes or a finish to cut into blocks when polled.
     to_form: Vec<FlowKey>,
+    /// Data packets handed to the link so far (sequence of the latest).
+    link_seq: u64,
+    /// Every data packet up to this sequence has left the link's queue: a packet with this
+    /// sequence was reported by a BACK (the data queue is FIFO) or judged lost.
+    left_seq: u64,
+    /// Smoothed time from handing a packet to the link to the BACK that reports it.
+    delivery_delay: Option<Duration>,
 }
 
 fn bump(map: &mut BTreeMap<&'static str, u64>, k: &'static str) {
@@ -307,6 +323,9 @@ impl HopTransport {
             timer: None,
             housekeeping_at: None,
             to_form: Vec::new(),
+            link_seq: 0,
+            left_seq: 0,
+            delivery_delay: None,
         }
     }
 
@@ -388,6 +407,32 @@ impl HopTransport {
             let n = f.held_unmoved() as u64;
             self.stats.buffered_blocks_peak = self.stats.buffered_blocks_peak.max(n);
         }
+    }
+
+    /// Data packets handed to the link and not yet known to have left it, over all
+    /// transfers (the quantity `link_window_packets` bounds).
+    fn in_flight_total(&self) -> usize {
+        let none = Bitmap::new(0);
+        self.flows
+            .values()
+            .flat_map(|f| f.outs.values())
+            .filter(|x| !x.micro)
+            .map(|x| x.sent_round.count_in_not(&x.peer, &none) as usize)
+            .sum()
+    }
+
+    /// Age after which a packet in flight is judged lost: the delivery delay plus a quarter
+    /// of it (RACK's reordering window, RFC 8985 §6.2); the BSYN timer before any sample.
+    fn loss_age(&self) -> Duration {
+        match self.delivery_delay {
+            Some(d) => d + d / 4,
+            None => self.cfg.bsyn_timeout,
+        }
+    }
+
+    fn window_full(&self) -> bool {
+        let w = self.cfg.link_window_packets;
+        w > 0 && self.in_flight_total() >= w
     }
 
     fn extra(&mut self, k: &'static str) {
@@ -601,6 +646,10 @@ impl HopTransport {
             peer: Bitmap::new(n),
             sent_round: Bitmap::new(n),
             ever_sent: Bitmap::new(n),
+            sent_seq: vec![0; n as usize],
+            sent_at: vec![Instant::ZERO; n as usize],
+            not_before: None,
+            bsyn_at: Instant::ZERO,
             vtx,
             ttl,
             micro,
@@ -658,6 +707,12 @@ impl HopTransport {
     /// Send a BSYN (or micro-block BSYNs) for a transfer that needs one.
     fn drive_xfer(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32) {
         let now = ctx.now;
+        let sending = self
+            .flows
+            .get(&key)
+            .and_then(|f| f.outs.get(&n))
+            .is_some_and(|x| x.state == OutState::Sending && !x.micro);
+        let window_full = sending && self.window_full();
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -676,7 +731,11 @@ impl HopTransport {
                     if left > 0 && !self.rr.contains(&key) {
                         self.rr.push_back(key);
                     }
-                    left == 0 && b.complete()
+                    // Ask when everything was handed to the link, or when the link window
+                    // is full and this transfer has packets in it (the BACK opens it).
+                    let in_flight = x.sent_round.count_in_not(&x.peer, &Bitmap::new(0));
+                    let due = x.not_before.map_or(true, |t| t <= now);
+                    due && ((left == 0 && b.complete()) || (window_full && in_flight > 0))
                 }
             }
         };
@@ -705,6 +764,8 @@ impl HopTransport {
             deadline: now + wait,
         };
         x.attempts = x.attempts.saturating_add(1);
+        x.not_before = None;
+        x.bsyn_at = now;
         let mut msgs: Vec<Vec<u8>> = Vec::new();
         let mut retx = 0u64;
         if x.micro {
@@ -1474,6 +1535,40 @@ impl HopTransport {
             x.peer.union_bytes(bitmap);
         }
         x.attempts = 0;
+        // The newest of our packets the next hop now holds: every data packet handed to the
+        // link before it has left the link's FIFO queue; its age is a delivery-delay sample.
+        let mut newest: Option<(u64, Instant)> = None;
+        for p in 0..x.sent_seq.len() as u32 {
+            if x.sent_round.get(p) && x.peer.get(p) {
+                let sq = x.sent_seq[p as usize];
+                if sq > 0 && newest.map_or(true, |(q, _)| sq > q) {
+                    newest = Some((sq, x.sent_at[p as usize]));
+                }
+            }
+        }
+        if self.cfg.queue_aware {
+            // Arrived packets are no longer in flight (a late BACK counts too).
+            for p in 0..x.sent_seq.len() as u32 {
+                if x.peer.get(p) {
+                    x.sent_round.unset(p);
+                }
+            }
+        }
+        if let Some((sq, at)) = newest {
+            self.left_seq = self.left_seq.max(sq);
+            // A delay sample only when the BSYN followed the packet at once: the next hop
+            // then answered when the packet arrived, not whenever it was asked.
+            if x.bsyn_at.saturating_duration_since(at) <= self.cfg.back_quiet {
+                let sample = now.saturating_duration_since(at);
+                // Rises at once, decays slowly: a packet is not judged lost while packets
+                // sent as long ago are still being delivered.
+                self.delivery_delay = Some(match self.delivery_delay {
+                    Some(d) if d > sample => (d * 7 + sample) / 8,
+                    _ => sample,
+                });
+            }
+        }
+        let progress = newest.is_some();
         if x.peer.is_full() {
             // The next hop holds the whole block: custody moves downstream (§3.1, §3.3).
             f.outs.remove(&n);
@@ -1490,8 +1585,40 @@ impl HopTransport {
         }
         if matches!(x.state, OutState::AwaitBack { .. }) {
             x.state = OutState::Sending;
-            x.sent_round.clear();
             x.cursor = 0;
+            x.not_before = None;
+            if self.cfg.queue_aware {
+                // Missing packets handed to the link before one that arrived are lost (the
+                // queue is FIFO), and so are those older than the loss age; the rest are
+                // probably still queued here and are not sent again yet (RACK, RFC 8985
+                // §6.2, applied to the local link).
+                let age = match self.delivery_delay {
+                    Some(d) => d + d / 4,
+                    None => self.cfg.bsyn_timeout,
+                };
+                let left = self.left_seq;
+                let mut lost_upto = 0u64;
+                for p in 0..x.sent_seq.len() as u32 {
+                    if !x.sent_round.get(p) {
+                        continue;
+                    }
+                    let (sq, at) = (x.sent_seq[p as usize], x.sent_at[p as usize]);
+                    if x.peer.get(p) {
+                        x.sent_round.unset(p);
+                    } else if sq < left || now >= at + age {
+                        x.sent_round.unset(p);
+                        lost_upto = lost_upto.max(sq);
+                    } else if !progress {
+                        // Nothing arrived since the last BACK: ask again when the oldest
+                        // packet in flight is due, not at once.
+                        let t = at + age;
+                        x.not_before = Some(x.not_before.map_or(t, |u| u.min(t)));
+                    }
+                }
+                self.left_seq = self.left_seq.max(lost_upto);
+            } else {
+                x.sent_round.clear();
+            }
         }
         self.pump_flow(ctx, key);
     }
@@ -1708,7 +1835,11 @@ impl HopTransport {
                 match x.state {
                     OutState::AwaitBack { deadline } => min(deadline),
                     OutState::NeedBsyn => min(now + self.cfg.bsyn_timeout),
-                    OutState::Sending => {}
+                    OutState::Sending => {
+                        if let Some(t) = x.not_before.filter(|t| *t > now) {
+                            min(t);
+                        }
+                    }
                 }
             }
             for (_, due, _) in f.deferred.values() {
@@ -1739,6 +1870,9 @@ impl HopTransport {
 
     /// Next data packet to send: round robin over flows, one txop per flow per turn (§3.6).
     fn next_data(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        if self.window_full() {
+            return None;
+        }
         let mut tries = self.rr.len();
         while tries > 0 {
             let &key = self.rr.front()?;
@@ -1771,6 +1905,9 @@ impl HopTransport {
                     };
                     x.cursor = p + 1;
                     x.sent_round.set(p);
+                    self.link_seq += 1;
+                    x.sent_seq[p as usize] = self.link_seq;
+                    x.sent_at[p as usize] = ctx.now;
                     if !x.ever_sent.set(p) {
                         self.stats.data_retransmissions += 1;
                     }
@@ -1813,6 +1950,14 @@ impl HopTransport {
                 if exhausted {
                     // The round is over: the next BSYN asks what is still missing.
                     self.pump_flow(ctx, key);
+                    self.refresh_timer(ctx.now);
+                }
+                if self.window_full() {
+                    // The transfers with packets in the window ask for BACKs to open it.
+                    let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
+                    for k in keys {
+                        self.pump_flow(ctx, k);
+                    }
                     self.refresh_timer(ctx.now);
                 }
                 return Some(out);
@@ -1971,13 +2116,25 @@ impl Transport for HopTransport {
 
     fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
+        let aware = self.cfg.queue_aware;
+        let age = self.loss_age();
         // BSYN retransmissions (§3.1): an unanswered BSYN is sent again with backoff.
         for f in self.flows.values_mut() {
             for x in f.outs.values_mut() {
                 if let OutState::AwaitBack { deadline } = x.state {
                     if deadline <= now {
                         x.state = OutState::NeedBsyn;
-                        x.sent_round.clear();
+                        if aware {
+                            // Packets that had time to arrive are lost; younger ones may
+                            // still be queued here.
+                            for p in 0..x.sent_seq.len() as u32 {
+                                if x.sent_round.get(p) && now >= x.sent_at[p as usize] + age {
+                                    x.sent_round.unset(p);
+                                }
+                            }
+                        } else {
+                            x.sent_round.clear();
+                        }
                         x.cursor = 0;
                     }
                 }
