@@ -551,6 +551,13 @@ impl Daemon {
                 };
                 self.inbox.insert(name, entry.clone());
                 self.publish_inbox();
+                if self.transport_id == TransportId::Hop {
+                    // Progress records are kept after the finish (a restarted destination
+                    // answers late retransmissions with the end-to-end BACK) until the
+                    // transport would have forgotten the flow anyway.
+                    let idle = crate::transport::hop_config(&self.cfg).flow_idle_timeout;
+                    let _ = self.spool.load(idle);
+                }
                 self.offer(entry);
             }
             Err(e) => {
@@ -777,6 +784,11 @@ impl Daemon {
             "storage_bytes": self.storage_bytes(),
             "storage_limit_bytes": self.cfg.max_disk_bytes,
             "kernel_routes": self.kernel_routes.len(),
+            "kernel_next_hops": self
+                .kernel_routes
+                .iter()
+                .map(|(d, n)| (d.to_string(), serde_json::json!(n)))
+                .collect::<serde_json::Map<_, _>>(),
             "custody": self.custody_json(),
             "spool": self.spool_json(),
             "counters": self.counters,
