@@ -137,6 +137,8 @@ def main(argv=None) -> int:
     rp.add_argument("--reps", type=int, help="repetitions per point (default: the preset's)")
     rp.add_argument("--points", help="comma-separated points to run, e.g. 2,3 (hop counts) or 16KB")
     rp.add_argument("--out", help="output directory (default results/reproduce/<time>-<preset>)")
+    rp.add_argument("--retry-invalid", type=int,
+                    help="repeat a run the lab marks invalid (lag) up to N times (default: 1 full, 0 quick)")
     rp.add_argument("--list", action="store_true", help="list the experiments and the time estimate; run nothing")
     rp.add_argument("--report-only", action="store_true",
                     help="rebuild report.md/report.json from the runs already in --out")

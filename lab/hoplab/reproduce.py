@@ -390,47 +390,58 @@ def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str
 
 
 def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, progress=print,
-            points: list[str] | None = None) -> list[dict]:
-    from . import spec as specmod
-    from .cli import run_spec
-
+            points: list[str] | None = None, retry_invalid: int = 0) -> list[dict]:
+    """Run the plan; a run the lab marks invalid is repeated up to `retry_invalid` times
+    (every attempt is recorded; the invalid ones are excluded and counted in the report)."""
     records = []
-    reasons = {}
+    reasons: dict = {}
     todo = plan(exps, quick, reps, points)
     t_start = time.time()
     for i, (e, p, rep, v) in enumerate(todo):
-        rec = {"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "status": None}
         why = reasons.setdefault((e.id, v.name), unavailable(v))
         if why:
-            rec.update(status="not run", reason=why)
-            records.append(rec)
+            records.append({"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": 0,
+                            "status": "not run", "reason": why})
             continue
-        run_dir = out / "runs" / e.id / f"p{_key(p)}" / f"r{rep}" / v.name
-        rec["dir"] = str(run_dir.relative_to(out))
-        progress(f"reproduce [{i + 1}/{len(todo)}, {(time.time() - t_start) / 60:.1f} min]: "
-                 f"{e.id} {e.point_name or 'point'}={_key(p)} rep {rep} {v.name}")
-        t0 = time.time()
-        try:
-            d = materialize(e.spec(v, p, rep, quick), run_dir)
-            sp = specmod.from_dict(d, run_dir)
-            res = run_spec(sp, run_dir, progress=lambda s: s.startswith("waiting") and progress("  " + s))
-            rec.update(status="valid" if res["valid"] else "invalid", reason=res.get("invalid_reason"),
-                       flows=cut_off_goodput(res["flows"], res.get("wall_seconds"), bool(res.get("timed_out"))),
-                       totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
-                       duration=sp.duration, steal_s=res.get("host_steal_seconds"))
-        except (LabError, SpecError, ValueError) as ex:
-            rec.update(status="error", reason=str(ex))
-            progress(f"  error: {ex}")
-        rec["wall_s"] = round(time.time() - t0, 1)
-        if rec.get("flows") is not None:
-            gp = [f["goodput_mbps"] for f in measured(rec, e.measure)]
-            progress(f"  {rec['status']} ({rec['wall_s']:.0f} s): {len(gp)} measured flows, goodput median "
-                     f"{percentile(gp, 50) or 0.0:.3f} Mbit/s"
-                     + (f"; {rec['reason']}" if rec["status"] != "valid" else ""))
-        prune_raw(run_dir)
-        records.append(rec)
-        (out / "runs.json").write_text(json.dumps(records, indent=1, default=str))
+        for attempt in range(retry_invalid + 1):
+            progress(f"reproduce [{i + 1}/{len(todo)}, {(time.time() - t_start) / 60:.1f} min]: "
+                     f"{e.id} {e.point_name or 'point'}={_key(p)} rep {rep} {v.name}"
+                     + (f" (repeat {attempt}: the previous attempt was invalid)" if attempt else ""))
+            rec = run_one(e, v, p, rep, attempt, quick, out, progress)
+            records.append(rec)
+            (out / "runs.json").write_text(json.dumps(records, indent=1, default=str))
+            if rec["status"] != "invalid":
+                break
     return records
+
+
+def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, out: Path, progress) -> dict:
+    from . import spec as specmod
+    from .cli import run_spec
+
+    rec = {"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt, "status": None}
+    run_dir = out / "runs" / e.id / f"p{_key(p)}" / f"r{rep}" / (v.name + (f"-repeat{attempt}" if attempt else ""))
+    rec["dir"] = str(run_dir.relative_to(out))
+    t0 = time.time()
+    try:
+        d = materialize(e.spec(v, p, rep, quick), run_dir)
+        sp = specmod.from_dict(d, run_dir)
+        res = run_spec(sp, run_dir, progress=lambda s: s.startswith("waiting") and progress("  " + s))
+        rec.update(status="valid" if res["valid"] else "invalid", reason=res.get("invalid_reason"),
+                   flows=cut_off_goodput(res["flows"], res.get("wall_seconds"), bool(res.get("timed_out"))),
+                   totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
+                   duration=sp.duration, steal_s=res.get("host_steal_seconds"))
+    except (LabError, SpecError, ValueError) as ex:
+        rec.update(status="error", reason=str(ex))
+        progress(f"  error: {ex}")
+    rec["wall_s"] = round(time.time() - t0, 1)
+    if rec.get("flows") is not None:
+        gp = [f["goodput_mbps"] for f in measured(rec, e.measure)]
+        progress(f"  {rec['status']} ({rec['wall_s']:.0f} s): {len(gp)} measured flows, goodput median "
+                 f"{percentile(gp, 50) or 0.0:.3f} Mbit/s"
+                 + (f"; {rec['reason']}" if rec["status"] != "valid" else ""))
+    prune_raw(run_dir)
+    return rec
 
 
 # ---- report ---------------------------------------------------------------------------------------
@@ -552,8 +563,9 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
         er = {"id": e.id, "title": e.title, "ref": e.ref, "notes": e.notes, "point_name": e.point_name,
               "variants": {v.name: v.title for v in e.variants},
               "runs": run_accounting(runs),
-              "invalid": [{"variant": r["variant"], "point": r["point"], "rep": r["rep"], "status": r["status"],
-                           "reason": r.get("reason")} for r in runs if r["status"] in ("invalid", "error")],
+              "invalid": [{"variant": r["variant"], "point": r["point"], "rep": r["rep"],
+                           "attempt": r.get("attempt", 0), "status": r["status"], "reason": r.get("reason")}
+                          for r in runs if r["status"] in ("invalid", "error")],
               "counters": counters_table(runs),
               "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
               "rows": [row_result(row, e, runs, reasons) for row in rows if row.experiment == e.id]}
@@ -574,7 +586,9 @@ def markdown(rep: dict) -> str:
              f"intervals ({rep['ci_method']}; no interval with one repetition). Ratios compare runs of the "
              "same repetition (same topology, flows and seed, run back to back). *ours/paper* is our "
              "figure divided by the paper's. Runs the lab marked invalid (real-time lag above its bound) "
-             "or that failed are excluded and counted below each table.", ""]
+             "or that failed are excluded and counted below each table"
+             + (f"; an invalid run was repeated up to {m['retry_invalid']} time(s), every attempt counted"
+                if m.get("retry_invalid") else "") + ".", ""]
     tot = {"valid": 0, "invalid": 0, "error": 0, "not run": 0}
     for e in rep["experiments"]:
         for a in e["runs"].values():
@@ -614,8 +628,8 @@ def markdown(rep: dict) -> str:
                         for v, a in e["runs"].items())
         lines += ["", f"Runs ({e['wall_s'] / 60:.1f} min): {acc}."]
         for inv in e["invalid"]:
-            lines.append(f"- excluded: {inv['variant']} point {inv['point']} rep {inv['rep']}: "
-                         f"{inv['status']} ({inv['reason']})")
+            lines.append(f"- excluded: {inv['variant']} point {inv['point']} rep {inv['rep']} attempt "
+                         f"{inv['attempt']}: {inv['status']} ({inv['reason']})")
         if e["counters"]:
             lines += ["", "Medium counters, medians over valid runs (evidence for the figures):", "",
                       "| protocol | MAC frames | failed attempts / frame | PHY drops while receiving | "
@@ -661,10 +675,12 @@ def main(a) -> int:
         raise SpecError("no experiment has a " + ("quick" if quick else "full") + " preset in this selection")
     if a.reps is not None and a.reps < 1:
         raise SpecError("--reps must be >= 1")
+    if a.retry_invalid is not None and a.retry_invalid < 0:
+        raise SpecError("--retry-invalid must be >= 0")
     points = [x.strip() for x in a.points.split(",")] if getattr(a, "points", None) else None
     n, secs, lines = estimate(exps, quick, a.reps, points)
     print(f"hoplab reproduce ({'quick' if quick else 'full'}): {n} runs, estimated {secs / 60:.0f} min "
-          f"(~{RUN_OVERHEAD_S:.0f} s set-up per run plus its flows; invalid runs are not repeated)")
+          f"(~{RUN_OVERHEAD_S:.0f} s set-up per run plus its flows; each repeat of an invalid run adds one run)")
     print("\n".join(lines))
     if a.list:
         return 0
@@ -681,7 +697,9 @@ def main(a) -> int:
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
     else:
         t0 = time.time()
-        records = run_all(exps, quick, a.reps, out, points=points)
+        retry = a.retry_invalid if a.retry_invalid is not None else (0 if quick else 1)
+        meta["retry_invalid"] = retry
+        records = run_all(exps, quick, a.reps, out, points=points, retry_invalid=retry)
         meta["wall_min"] = (time.time() - t0) / 60
     aggregate(records, exps, rows, out, meta)
     bad = sum(1 for r in records if r["status"] in ("invalid", "error"))

@@ -195,7 +195,7 @@ def test_report_markdown_counts_and_not_run(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "1 valid, 1 invalid (excluded)" in md
     assert "not run: dtnd not found" in md
-    assert "excluded: a point None rep 1: invalid" in md
+    assert "excluded: a point None rep 1 attempt 0: invalid" in md
     assert rep["experiments"][0]["rows"][0]["ours"] == 2.0
     assert (tmp_path / "report.json").exists()
 
@@ -211,3 +211,24 @@ def test_cut_off_goodput_uses_the_time_the_flow_had():
     assert out[2]["goodput_mbps"] == 2.0 and "cut_off" not in out[2]  # finished: lab's figure
     # a run that ended because every flow finished cuts nothing off
     assert rp.cut_off_goodput(flows, 60.0, False)[0]["goodput_mbps"] == 0.889
+
+
+def test_run_all_repeats_invalid_runs_and_records_every_attempt(tmp_path, monkeypatch):
+    e = dummy_experiment()
+    e.full = Scale(reps=2, points=[None])
+    statuses = iter(["invalid", "valid", "invalid", "invalid", "valid", "error"])
+    calls = []
+
+    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress):
+        calls.append((v.name, rep, attempt))
+        return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
+                "status": next(statuses), "flows": []}
+
+    monkeypatch.setattr(rp, "run_one", fake_run_one)
+    monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
+    recs = rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=1)
+    # a: rep 0 invalid then valid; rep 1 invalid twice (gives up after one repeat); b never runs
+    assert calls == [("a", 0, 0), ("a", 0, 1), ("a", 1, 0), ("a", 1, 1)]
+    assert [r["status"] for r in recs if r["variant"] == "a"] == ["invalid", "valid", "invalid", "invalid"]
+    assert [r["status"] for r in recs if r["variant"] == "b"] == ["not run", "not run"]
+    assert rp.run_accounting(recs)["a"]["invalid"] == 3
