@@ -290,8 +290,9 @@ def row_result(row: Row, exp: Experiment, runs: list[dict], reasons: dict[str, s
             return ratio(fn([g[0] for g in gs], exp.measure), fn([g[1] for g in gs], exp.measure))
     out["n"] = len(groups)
     if not groups:
-        out.update(status="no valid runs", note="every run excluded" if sel or any(
-            r["variant"] in (row.variant, row.versus) for r in runs) else "none in this selection")
+        here = [r for r in runs if r["variant"] in (row.variant, row.versus)
+                and (row.point is None or _key(r["point"]) == _key(row.point))]
+        out.update(status="no valid runs", note="every run excluded" if here else "none in this selection")
         return out
     v = value(groups)
     out["ours"] = v
