@@ -45,6 +45,11 @@ pub struct HxhConfig {
     pub hop_retry_limit: u32,
     /// Destination: resend a NACK if the gap is still open after this long (§3.3.1 timer).
     pub nack_timeout: Duration,
+    /// Destination: NACK a gap only once it has stayed open longer than packets reordered
+    /// by per-hop retransmissions usually take to fill it (EWMA + `hop_rto_multiplier` x
+    /// mean deviation of that delay, bounded by `hop_rto_min` .. `hop_rto_max`). `false`
+    /// NACKs every gap at once, as §3.3.1 does over a MAC that delivers each hop in order.
+    pub nack_holdoff: bool,
     /// Destination: at most one explicit ACK per flow per interval (§3.3.2 rate limit).
     pub explicit_ack_interval: Duration,
     /// Source: with nothing left to send and data unacknowledged, resend the first
@@ -75,6 +80,7 @@ impl Default for HxhConfig {
             hop_rto_max: Duration::from_secs(1),
             hop_retry_limit: HOP_RETRY_LIMIT,
             nack_timeout: Duration::from_millis(200),
+            nack_holdoff: true,
             explicit_ack_interval: Duration::from_millis(10),
             source_rto: Duration::from_millis(500),
             give_up: Duration::from_secs(30),

@@ -52,6 +52,9 @@ const HOP_BACKOFF_MAX_EXP: u32 = 2;
 /// Sequence numbers a relay remembers having forwarded, to drop duplicates.
 const SEEN_MAX: usize = 4096;
 
+/// Open gaps a destination tracks per flow before forgetting the oldest.
+const GAPS_MAX: usize = 4096;
+
 #[derive(Debug, Clone)]
 struct Pkt {
     seq: u32,
@@ -173,10 +176,109 @@ struct Dst {
     reasm: Reassembly,
     upstream: NodeId,
     last_activity: Instant,
+    /// Gaps not yet NACKed, oldest first: `(hi, t)` says that packets below `hi` still
+    /// missing were first seen missing at `t` (the earliest entry with `hi` above them).
+    gaps: VecDeque<(u32, Instant)>,
+    /// Every missing packet below this was NACKed at least once.
+    nacked_upto: u32,
+    /// When the NACK of packets below `nacked_upto` still missing is sent again.
     nack_at: Option<Instant>,
     nack_backoff: u32,
-    nacked_upto: Option<u32>,
+    /// Time a reordered packet takes to fill its gap (EWMA and mean deviation, seconds).
+    reorder_delay: f64,
+    reorder_var: f64,
     last_explicit_ack: Option<Instant>,
+}
+
+impl Dst {
+    /// How long a gap may stay open before it is NACKed: per-hop retransmissions reorder
+    /// packets (deviation 3), so a gap is a loss only once it outlives the usual reordering.
+    fn nack_holdoff(&self, cfg: &HxhConfig) -> Duration {
+        if !cfg.nack_holdoff {
+            return Duration::ZERO;
+        }
+        secs(self.reorder_delay + self.reorder_var * f64::from(cfg.hop_rto_multiplier))
+            .clamp(cfg.hop_rto_min, cfg.hop_rto_max)
+    }
+
+    /// When the oldest gap not yet NACKed is due.
+    fn first_nack_due(&self, cfg: &HxhConfig) -> Option<Instant> {
+        self.gaps.front().map(|&(_, t)| t + self.nack_holdoff(cfg))
+    }
+
+    /// Missing runs within `[lo, hi)`.
+    fn missing_within(&self, lo: u32, hi: u32) -> Vec<(u32, u32)> {
+        self.reasm
+            .missing(usize::MAX)
+            .into_iter()
+            .filter_map(|(a, b)| {
+                let (a, b) = (a.max(lo), b.min(hi));
+                (a < b).then_some((a, b))
+            })
+            .take(wire::MAX_NACK_RANGES)
+            .collect()
+    }
+
+    /// §3.3.1: NACK the gaps that stayed open past the hold-off (each once; the NACK
+    /// timer repeats them) and arm the timer. Returns the runs to NACK, if any.
+    fn due_nack(&mut self, cfg: &HxhConfig, now: Instant) -> Option<Vec<(u32, u32)>> {
+        let cum = self.reasm.cum();
+        while self
+            .gaps
+            .front()
+            .is_some_and(|&(hi, _)| hi <= cum.max(self.nacked_upto))
+        {
+            self.gaps.pop_front();
+        }
+        let hold = self.nack_holdoff(cfg);
+        let mut upto = None;
+        while let Some(&(hi, t)) = self.gaps.front() {
+            if t + hold > now {
+                break;
+            }
+            upto = Some(hi);
+            self.gaps.pop_front();
+        }
+        let hi = upto?;
+        let lo = self.nacked_upto.max(cum);
+        self.nacked_upto = hi;
+        let ranges = self.missing_within(lo, hi);
+        if ranges.is_empty() {
+            return None;
+        }
+        if self.nack_at.is_none() {
+            self.nack_backoff = 1;
+            self.nack_at = Some(now + cfg.nack_timeout);
+        }
+        Some(ranges)
+    }
+
+    /// A packet arrives: note a new gap it opens, or the reordering delay of a gap it fills.
+    fn note_arrival(&mut self, cfg: &HxhConfig, now: Instant, seq: u32, retx: bool) {
+        let cum = self.reasm.cum();
+        if self.reasm.has(seq) || seq.wrapping_sub(cum) >= reassembly::MAX_AHEAD {
+            return;
+        }
+        let next_expected = self.reasm.highest().map_or(cum, |h| h + 1);
+        if seq > next_expected {
+            self.gaps.push_back((seq, now));
+            while self.gaps.len() > GAPS_MAX {
+                // Forgetting the oldest gap only delays its NACK to the next gap's time.
+                self.gaps.pop_front();
+            }
+        } else if seq < next_expected && !retx {
+            // The original copy filled a gap: a reordering sample.
+            let opened = self.gaps.iter().find(|&&(hi, _)| hi > seq).map(|&(_, t)| t);
+            if let Some(t) = opened {
+                let sample = (now - t).as_secs_f64();
+                let g = cfg.hop_delay_gain;
+                let dev = (sample - self.reorder_delay).abs();
+                self.reorder_var =
+                    (1.0 - HOP_DELAY_VAR_GAIN) * self.reorder_var + HOP_DELAY_VAR_GAIN * dev;
+                self.reorder_delay = (1.0 - g) * self.reorder_delay + g * sample;
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -485,9 +587,12 @@ impl HxhTransport {
                         reasm: Reassembly::default(),
                         upstream: from,
                         last_activity: now,
+                        gaps: VecDeque::new(),
+                        nacked_upto: 0,
                         nack_at: None,
                         nack_backoff: 0,
-                        nacked_upto: None,
+                        reorder_delay: self.cfg.hop_delay_initial.as_secs_f64(),
+                        reorder_var: self.cfg.hop_delay_initial.as_secs_f64() / 2.0,
                         last_explicit_ack: None,
                     })),
                 },
@@ -504,6 +609,7 @@ impl HxhTransport {
         dst.upstream = from;
         dst.last_activity = now;
         let fin = d.flags & wire::DATA_FIN != 0;
+        dst.note_arrival(&cfg, now, d.seq, d.flags & wire::DATA_RETX != 0);
         let fresh = dst.reasm.insert(
             key,
             d.seq,
@@ -546,21 +652,14 @@ impl HxhTransport {
                 }
             }
         } else {
-            // §3.3.1: a gap triggers an immediate NACK and arms the NACK timer.
-            let highest = dst.reasm.highest();
-            if highest.is_some() && highest > dst.nacked_upto {
-                let ranges = dst.reasm.missing(wire::MAX_NACK_RANGES);
-                if !ranges.is_empty() {
-                    dst.nacked_upto = highest;
-                    dst.nack_at = Some(now + cfg.nack_timeout);
-                    dst.nack_backoff = 1;
-                    out.push(Message::Nack(wire::Nack {
-                        src: key.src,
-                        id: key.id,
-                        cum,
-                        ranges,
-                    }));
-                }
+            // §3.3.1: a gap is NACKed (once the hold-off passed) and arms the NACK timer.
+            if let Some(ranges) = dst.due_nack(&cfg, now) {
+                out.push(Message::Nack(wire::Nack {
+                    src: key.src,
+                    id: key.id,
+                    cum,
+                    ranges,
+                }));
             }
             // §3.3.2: explicit ACK on request, rate limited.
             if d.flags & wire::DATA_ACK_REQ != 0
@@ -844,6 +943,9 @@ impl HxhTransport {
                 if let Some(n) = d.nack_at {
                     at(n);
                 }
+                if let Some(n) = d.first_nack_due(cfg) {
+                    at(n);
+                }
                 at(d.last_activity + cfg.give_up);
             }
             Role::Source(s) => {
@@ -1010,11 +1112,27 @@ impl Transport for HxhTransport {
                 Role::Dest(d) => {
                     if d.last_activity + cfg.give_up <= now {
                         remove.push((key, None));
-                    } else if d.nack_at.is_some_and(|t| t <= now) {
-                        let ranges = d.reasm.missing(wire::MAX_NACK_RANGES);
-                        if ranges.is_empty() {
-                            d.nack_at = None;
+                    } else {
+                        if let Some(ranges) = d.due_nack(&cfg, now) {
+                            control.push((
+                                d.upstream,
+                                Message::Nack(wire::Nack {
+                                    src: key.src,
+                                    id: key.id,
+                                    cum: d.reasm.cum(),
+                                    ranges,
+                                }),
+                            ));
+                        }
+                        let renack = d.nack_at.is_some_and(|t| t <= now);
+                        let ranges = if renack {
+                            d.missing_within(d.reasm.cum(), d.nacked_upto)
                         } else {
+                            Vec::new()
+                        };
+                        if renack && ranges.is_empty() {
+                            d.nack_at = None;
+                        } else if renack {
                             d.nack_backoff = (d.nack_backoff * 2).clamp(1, NACK_BACKOFF_MAX);
                             d.nack_at = Some(now + cfg.nack_timeout.saturating_mul(d.nack_backoff));
                             control.push((
@@ -1404,34 +1522,88 @@ mod tests {
         assert_eq!(t.stats().extra.get("sync_replies"), Some(&1));
     }
 
+    fn nacks(t: &HxhTransport) -> Vec<wire::Nack> {
+        t.control
+            .iter()
+            .filter_map(|o| match wire::parse(&o.body) {
+                Ok(Message::Nack(n)) => Some(n),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
-    fn destination_nacks_gaps_and_answers_ack_requests() {
-        let mut t = HxhTransport::new(HxhConfig::default());
+    fn destination_nacks_gaps_at_once_without_holdoff_and_answers_ack_requests() {
+        let cfg = HxhConfig {
+            nack_holdoff: false,
+            ..HxhConfig::default()
+        };
+        let mut t = HxhTransport::new(cfg);
         let mut env = Env::new(&[(1, 5)], 1);
         let b = data(0, 0);
         t.handle(&mut env.ctx(ms(0), 9), rx(5, 9, &b)).unwrap();
         let b = data(3, wire::DATA_ACK_REQ);
         t.handle(&mut env.ctx(ms(1), 9), rx(5, 9, &b)).unwrap();
-        let msgs: Vec<Message<'_>> = t
-            .control
-            .iter()
-            .map(|o| wire::parse(&o.body).unwrap())
-            .collect();
-        assert!(msgs.iter().any(|m| matches!(m,
-            Message::Nack(n) if n.ranges == vec![(1, 3)] && n.cum == 1)));
-        assert!(msgs
-            .iter()
-            .any(|m| matches!(m, Message::Ack(a) if a.cum == 1)));
-        assert_eq!(t.poll_event(), Some(Event::FlowOpened { flow: F }));
-        // The NACK timer resends while the gap stays open.
-        t.control.clear();
-        let due = t.poll_timeout().unwrap();
-        assert_eq!(due, ms(1) + HxhConfig::default().nack_timeout);
-        t.handle_timeout(&mut env.ctx(due, 9));
+        let n = nacks(&t);
+        assert_eq!(n.len(), 1);
+        assert_eq!((n[0].ranges.clone(), n[0].cum), (vec![(1, 3)], 1));
         assert!(t
             .control
             .iter()
-            .any(|o| matches!(wire::parse(&o.body), Ok(Message::Nack(_)))));
+            .any(|o| matches!(wire::parse(&o.body), Ok(Message::Ack(a)) if a.cum == 1)));
+        assert_eq!(t.poll_event(), Some(Event::FlowOpened { flow: F }));
+        // A later packet does not NACK the same gap again ...
+        t.control.clear();
+        let b = data(4, 0);
+        t.handle(&mut env.ctx(ms(2), 9), rx(5, 9, &b)).unwrap();
+        assert!(nacks(&t).is_empty());
+        // ... the NACK timer does, while the gap stays open.
+        let due = t.poll_timeout().unwrap();
+        assert_eq!(due, ms(1) + HxhConfig::default().nack_timeout);
+        t.handle_timeout(&mut env.ctx(due, 9));
+        let n = nacks(&t);
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].ranges, vec![(1, 3)]);
+    }
+
+    #[test]
+    fn destination_holds_off_nacks_for_reordered_packets() {
+        let mut t = HxhTransport::new(HxhConfig::default());
+        let mut env = Env::new(&[(1, 5)], 1);
+        for (at, seq) in [(0, 0), (1, 3)] {
+            let b = data(seq, 0);
+            t.handle(&mut env.ctx(ms(at), 9), rx(5, 9, &b)).unwrap();
+        }
+        // The gap 1..3 is not NACKed at once: per-hop retries reorder packets.
+        assert!(nacks(&t).is_empty());
+        let due = t.poll_timeout().unwrap();
+        assert!(due > ms(1) && due < ms(1) + HxhConfig::default().nack_timeout);
+        // Packet 1 arrives late (reordered) before the hold-off ends: only 2 is NACKed.
+        let b = data(1, 0);
+        t.handle(&mut env.ctx(ms(5), 9), rx(5, 9, &b)).unwrap();
+        assert!(nacks(&t).is_empty());
+        let due = t.poll_timeout().unwrap();
+        t.handle_timeout(&mut env.ctx(due, 9));
+        let n = nacks(&t);
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert_eq!((n[0].ranges.clone(), n[0].cum), (vec![(2, 3)], 2));
+        // The deadline handled is not reported again; the NACK timer repeats the NACK.
+        t.control.clear();
+        let next = t.poll_timeout().unwrap();
+        assert_eq!(next, due + HxhConfig::default().nack_timeout);
+        t.handle_timeout(&mut env.ctx(next, 9));
+        assert_eq!(nacks(&t).len(), 1);
+        // Once filled, no more NACKs.
+        t.control.clear();
+        let b = data(2, wire::DATA_RETX);
+        t.handle(
+            &mut env.ctx(next + Duration::from_millis(1), 9),
+            rx(5, 9, &b),
+        )
+        .unwrap();
+        let later = t.poll_timeout().unwrap();
+        t.handle_timeout(&mut env.ctx(later, 9));
+        assert!(nacks(&t).is_empty());
     }
 
     #[test]
