@@ -74,21 +74,23 @@ fn metric(text: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("metric {name} missing"))
 }
 
-/// Start a node of a loopback chain with `[storage] max_disk_bytes = limit`.
-fn start_limited(spec: NodeSpec, dir: std::path::PathBuf, limit: usize) -> Hopd {
+/// Start a node of a loopback chain, with `[storage] max_disk_bytes = limit` if given.
+fn start_limited(spec: NodeSpec, dir: std::path::PathBuf, limit: Option<usize>) -> Hopd {
     std::fs::create_dir_all(&dir).unwrap();
     let metrics: SocketAddr = format!("{}:{}", spec.listen.ip(), free_tcp_port())
         .parse()
         .unwrap();
     Hopd::write_config(&spec, &dir, metrics);
-    let path = dir.join("hopd.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.contains("[storage]\n"));
-    let text = text.replace(
-        "[storage]\n",
-        &format!("[storage]\nmax_disk_bytes = {limit}\n"),
-    );
-    std::fs::write(&path, text).unwrap();
+    if let Some(limit) = limit {
+        let path = dir.join("hopd.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("[storage]\n"));
+        let text = text.replace(
+            "[storage]\n",
+            &format!("[storage]\nmax_disk_bytes = {limit}\n"),
+        );
+        std::fs::write(&path, text).unwrap();
+    }
     let mut h = Hopd {
         spec,
         dir,
@@ -99,37 +101,69 @@ fn start_limited(spec: NodeSpec, dir: std::path::PathBuf, limit: usize) -> Hopd 
     h
 }
 
-#[test]
-fn full_destination_spool_stalls_without_loss_and_resumes_when_drained() {
+/// A small tmpfs mounted on a directory; unmounted on drop (also when the test fails).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, bytes: usize) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// How the destination runs out of room.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// `max_disk_bytes` of this many bytes.
+    Budget(usize),
+    /// A file system of this many bytes (writes fail with ENOSPC); default budget.
+    FileSystem(usize),
+}
+
+/// Source 1 → relay 2 → destination 3, where only the destination is short of room: a first
+/// file fits and waits in the inbox; a second must stall without loss, and completes once the
+/// application drains the inbox.
+fn stall_and_drain(room: Room) {
     let work = tempfile::tempdir().unwrap();
-    let limit = 5 * MIB;
     let (a, b) = (pattern(7, 3 * MIB), pattern(8, 3 * MIB));
     let (fa, fb) = (work.path().join("a.bin"), work.path().join("b.bin"));
     std::fs::write(&fa, &a).unwrap();
     std::fs::write(&fb, &b).unwrap();
-    // Source 1 → relay 2 → destination 3; only the destination's budget is small.
+    let _tmpfs = match room {
+        Room::FileSystem(bytes) => Some(Tmpfs::mount(&work.path().join("n3/store"), bytes)),
+        Room::Budget(_) => None,
+    };
     let port = free_port();
     let addr = |i: u32| -> SocketAddr { format!("127.0.0.{i}:{port}").parse().unwrap() };
     let nodes: Vec<Hopd> = (1..=3)
         .map(|i| {
             let spec = chain_spec(3, i, addr(i), &addr, None, "");
             let dir = work.path().join(format!("n{i}"));
-            if i == 3 {
-                start_limited(spec, dir, limit)
-            } else {
-                Hopd::start(spec, dir)
+            match (i, room) {
+                (3, Room::Budget(limit)) => start_limited(spec, dir, Some(limit)),
+                _ => start_limited(spec, dir, None),
             }
         })
         .collect();
     let dst = &nodes[2];
-    // The first file fits and waits in the inbox (no application takes it yet).
     let out = send(&nodes[0], &[&fa], 3);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The second does not fit beside it: the destination must stall it, not drop it.
     let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &fb, 3)));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -144,19 +178,25 @@ fn full_destination_spool_stalls_without_loss_and_resumes_when_drained() {
         assert!(Instant::now() < deadline, "spool never reported full: {st}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Stalled: it stays incomplete while the inbox is full, within the budget.
+    // Stalled: it stays incomplete while the inbox is full.
     std::thread::sleep(Duration::from_secs(3));
     assert!(sender.running(), "send completed while the spool was full");
     let st = dst.status();
     assert_eq!(st["spool"]["full"], true, "{st}");
     assert!(st["spool"]["full_total"].as_u64().unwrap() >= 1, "{st}");
-    let used = st["spool"]["disk_bytes"].as_u64().unwrap();
-    assert!(used <= limit as u64, "budget exceeded: {st}");
+    if let Room::Budget(limit) = room {
+        let used = st["spool"]["disk_bytes"].as_u64().unwrap();
+        assert!(used <= limit as u64, "budget exceeded: {st}");
+    }
     assert_eq!(st["counters"]["files_received"], 1, "{st}");
     assert_eq!(st["inbox"], 1, "{st}");
     let m = metrics(dst.metrics);
     assert!(metric(&m, "hopd_spool_full_total") >= 1, "{m}");
-    assert!(dst.log().contains("spool full"), "{}", dst.log());
+    let expect_log = match room {
+        Room::Budget(_) => "spool full",
+        Room::FileSystem(_) => "spool write failed",
+    };
+    assert!(dst.log().contains(expect_log), "{}", dst.log());
     // The application drains the inbox; the stalled transfer then completes intact.
     let dir = work.path().join("out");
     let r = recv(dst, &dir, 1);
@@ -179,5 +219,21 @@ fn full_destination_spool_stalls_without_loss_and_resumes_when_drained() {
     assert_eq!(st["spool"]["full"], false, "{st}");
     assert_eq!(st["counters"]["files_received"], 2, "{st}");
     assert_eq!(st["counters"]["integrity_failures"], 0, "{st}");
-    assert_eq!(st["counters"]["storage_errors"], 0, "{st}");
+    assert!(dst.log().contains("spool has room again"), "{}", dst.log());
+}
+
+#[test]
+fn full_disk_budget_stalls_without_loss_and_resumes_when_drained() {
+    stall_and_drain(Room::Budget(5 * MIB));
+}
+
+/// The same with a file system that runs out (ENOSPC) before the budget does. Needs root
+/// (mount); not skipped as root.
+#[test]
+fn full_file_system_stalls_without_loss_and_resumes_when_drained() {
+    if !is_root() {
+        eprintln!("skipped: needs root to mount a tmpfs");
+        return;
+    }
+    stall_and_drain(Room::FileSystem(5 * MIB));
 }
