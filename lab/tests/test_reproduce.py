@@ -232,3 +232,15 @@ def test_run_all_repeats_invalid_runs_and_records_every_attempt(tmp_path, monkey
     assert [r["status"] for r in recs if r["variant"] == "a"] == ["invalid", "valid", "invalid", "invalid"]
     assert [r["status"] for r in recs if r["variant"] == "b"] == ["not run", "not run"]
     assert rp.run_accounting(recs)["a"]["invalid"] == 3
+
+
+def test_plots_for_points_and_for_single_point(tmp_path):
+    e = dummy_experiment()
+    e.point_name = "loss"
+    runs = [rec(v, r, [flow("m", g * (1 - p))], point=p) for v, g in (("a", 5.0), ("b", 3.0))
+            for p in (0.0, 0.2, 0.4) for r in range(2)]
+    assert rp.plot_experiment(e, runs, tmp_path) == "plots/x.png"
+    assert (tmp_path / "plots" / "x.png").stat().st_size > 1000
+    single = [rec("a", 0, [flow("m", 1.0)]), rec("b", 0, [flow("m", 2.0)])]
+    assert rp.plot_experiment(e, single, tmp_path / "s") == "plots/x.png"
+    assert rp.plot_experiment(e, [rec("a", 0, [], status="invalid")], tmp_path / "n") is None
