@@ -372,7 +372,8 @@ pub fn parse_flow_name(stem: &str) -> Option<FlowKey> {
 
 struct SpoolFlow {
     part: File,
-    state: File,
+    /// Opened by the first durable delivery (transports without one have no record).
+    state: Option<File>,
     seq: u64,
 }
 
@@ -433,20 +434,10 @@ impl Spool {
 
     fn flow(&mut self, flow: FlowKey) -> std::io::Result<&mut SpoolFlow> {
         if !self.open.contains_key(&flow) {
-            let open = |p: PathBuf| {
-                OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .read(true)
-                    .write(true)
-                    .open(p)
-            };
-            let spath = state_path(&self.dir, flow);
-            let seq = read_state_seq(&spath);
             let f = SpoolFlow {
-                part: open(part_path(&self.dir, flow))?,
-                state: open(spath)?,
-                seq,
+                part: open_rw(&part_path(&self.dir, flow))?,
+                state: None,
+                seq: 0,
             };
             sync_dir(&self.dir);
             self.open.insert(flow, f);
@@ -463,9 +454,19 @@ impl Spool {
 
     /// Write a block delivered in order and its progress, both fsynced.
     pub fn deliver(&mut self, d: &Delivery<'_>) -> std::io::Result<()> {
+        let dir = self.dir.clone();
         let f = self.flow(d.flow)?;
         f.part.write_all_at(d.data, d.offset)?;
         f.part.sync_data()?;
+        if f.state.is_none() {
+            let spath = state_path(&dir, d.flow);
+            f.seq = read_state_seq(&spath);
+            f.state = Some(open_rw(&spath)?);
+            sync_dir(&dir);
+        }
+        let Some(state) = f.state.as_ref() else {
+            return Err(std::io::Error::other("progress record not open"));
+        };
         f.seq += 1;
         let rec = encode_state(
             f.seq,
@@ -476,8 +477,8 @@ impl Spool {
                 finished: d.fin,
             },
         );
-        f.state.write_all_at(&rec, (f.seq % 2) * STATE_SLOT)?;
-        f.state.sync_data()?;
+        state.write_all_at(&rec, (f.seq % 2) * STATE_SLOT)?;
+        state.sync_data()?;
         if d.fin {
             self.open.remove(&d.flow);
         }
@@ -495,6 +496,15 @@ impl Spool {
             let _ = f.part.sync_all();
         }
     }
+}
+
+fn open_rw(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
 }
 
 fn read_state_seq(path: &Path) -> u64 {
