@@ -680,19 +680,24 @@ def main(a) -> int:
         raise SpecError("--retry-invalid must be >= 0")
     points = [x.strip() for x in a.points.split(",")] if getattr(a, "points", None) else None
     n, secs, lines = estimate(exps, quick, a.reps, points)
-    print(f"hoplab reproduce ({'quick' if quick else 'full'}): {n} runs, estimated {secs / 60:.0f} min "
-          f"(~{RUN_OVERHEAD_S:.0f} s set-up per run plus its flows; each repeat of an invalid run adds one run)")
-    print("\n".join(lines))
+    if not a.report_only:
+        print(f"hoplab reproduce ({'quick' if quick else 'full'}): {n} runs, estimated {secs / 60:.0f} min "
+              f"(~{RUN_OVERHEAD_S:.0f} s set-up per run plus its flows; each repeat of an invalid run adds one run)")
+        print("\n".join(lines))
     if a.list:
         return 0
     out = Path(a.out) if a.out else Path("results") / "reproduce" / (
         time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "-full"))
-    out.mkdir(parents=True, exist_ok=True)
+    if not a.report_only:
+        out.mkdir(parents=True, exist_ok=True)
     meta = {"preset": "quick" if quick else "full", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": machine(), "commit": git_commit(), "command": "hoplab reproduce " + " ".join(sys.argv[2:]),
             "estimate_min": round(secs / 60, 1)}
     if a.report_only:
-        records = json.loads((out / "runs.json").read_text())
+        try:
+            records = json.loads((out / "runs.json").read_text())
+        except (OSError, ValueError) as e:
+            raise LabError(f"cannot read {out / 'runs.json'}: {e}") from e
         ids = {e.id for e in exps}
         records = [r for r in records if r["experiment"] in ids]
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
