@@ -268,7 +268,20 @@ generator = "none"
 }
 
 fn check_bottleneck(label: &str, text: &str, flows: usize, relays: &[usize]) {
-    let r = run(text);
+    check_bottleneck_seed(label, text, None, flows, relays);
+}
+
+fn check_bottleneck_seed(
+    label: &str,
+    text: &str,
+    seed: Option<u64>,
+    flows: usize,
+    relays: &[usize],
+) {
+    let sc = Scenario::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let r = Simulation::with_seed(sc, Registry::builtin(), seed)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .run();
     print_goodputs(label, &r);
     assert_complete(label, &r, flows);
     let total: u64 = r.flows.iter().map(|f| f.size).sum();
@@ -352,10 +365,15 @@ generator = "none"
 }
 
 /// Jain's index of the per-flow goodputs in the ATP paper's Table II (stack experiment):
-/// default 0.81, aggressive 0.88, adaptive 0.88; the stack tests use the same bound.
+/// default 0.81, aggressive 0.88, adaptive 0.88; the stack tests use the same bound, on
+/// several seeds. (Adaptive at seed 3 gave 0.745 while idle-channel observations left `T_t`
+/// at its last busy value: the middle flow kept η times the delay of a contention that had
+/// ended, 0.45 Mbit/s for 9 s after the outer flows finished.)
 fn check_stack(transport: &str) {
-    let label = format!("3-flow stack, {transport}");
-    check_bottleneck(&label, &stack(transport), 3, &[]);
+    for seed in 1..=5 {
+        let label = format!("3-flow stack, {transport}, seed {seed}");
+        check_bottleneck_seed(&label, &stack(transport), Some(seed), 3, &[]);
+    }
 }
 
 #[test]
@@ -369,9 +387,6 @@ fn atp_aggressive_three_flow_stack() {
 }
 
 #[test]
-#[ignore = "atp-adaptive starves the middle flow of the stack at seed 3: goodputs 3.72 / 0.45 / \
-            3.19 Mbit/s, Jain 0.745; the middle flow stays near 0.45 Mbit/s for ~9 s after the \
-            outer flows finish (seeds 1, 2, 4, 5: Jain 0.82-0.93)"]
 fn atp_adaptive_three_flow_stack() {
     check_stack("atp-adaptive");
 }

@@ -69,6 +69,10 @@ pub struct AtpConfig {
     /// Adaptive: scale the quick-start delay by η(h) = η + 0.5·(h−1) (§V-A3).
     pub hop_scaled_eta: bool,
     pub eta_per_hop: f64,
+    /// Idle-channel observations update `T_t` with their zero transmission sample, as every
+    /// packet updates the EWMAs (§II-A); `false` leaves `T_t` unchanged on them (the earlier
+    /// behaviour, which can hold a flow at the rate of a contention that has ended).
+    pub idle_updates_t: bool,
     /// Data packets a node's output queue holds before dropping (drop tail).
     pub queue_limit_packets: usize,
     /// Floor of any delay used as a rate (keeps 1/D finite).
@@ -103,6 +107,7 @@ impl AtpConfig {
             adaptive_drops: ADAPTIVE_DROPS,
             hop_scaled_eta: false,
             eta_per_hop: ETA_PER_HOP,
+            idle_updates_t: true,
             queue_limit_packets: 50,
             min_delay: Duration::from_micros(100),
             max_delay: Duration::from_secs(1),

@@ -507,8 +507,14 @@ impl AtpTransport {
             self.t_t = a * self.t_t + (1.0 - a) * t;
             self.q_t + self.t_t
         } else {
-            // Idle observation (§II-A): the link took the packet at once.
+            // Idle observation (§II-A): the link took the packet at once. The EWMAs are
+            // updated for every packet (§II-A), this one with the zero wait it measured, so
+            // T_t relaxes once contention ends instead of keeping (and η tripling) the delay
+            // of the last busy period for ever.
             self.bump("idle_observations", 1);
+            if self.cfg.idle_updates_t {
+                self.t_t *= a;
+            }
             self.cfg.eta * (self.q_t + self.t_t)
         }
     }
@@ -1061,6 +1067,62 @@ mod tests {
         };
         assert_eq!(d.seq, 2);
         assert_eq!(t.stats().data_retransmissions, 1);
+    }
+
+    /// §II-A: the EWMAs are updated for every packet. After a busy period, packets that find
+    /// the link free pull `T_t` down, so the stamped delay follows the end of contention;
+    /// with `idle_updates_t = false` (the earlier behaviour) it stays at η times the delay
+    /// of the busy period however long the channel stays idle.
+    #[test]
+    fn idle_observations_relax_the_transmission_delay() {
+        for idle_updates_t in [true, false] {
+            let cfg = AtpConfig {
+                idle_updates_t,
+                ..AtpConfig::default()
+            };
+            let mut t = AtpTransport::new(cfg);
+            let mut env = Env::new(&[(9, 6)], 2);
+            let body = Message::Data(wire::Data {
+                flags: 0,
+                hops: 1,
+                src: F.src,
+                id: F.id,
+                dst: 9,
+                seq: 0,
+                d_max_us: 0,
+                d_s_us: 0,
+                payload: b"x",
+            })
+            .to_vec();
+            // Busy: ten packets queued at once, the link takes one per 5 ms.
+            for _ in 0..10 {
+                t.handle(&mut env.ctx(ms(0.0), 5), rx(4, &body)).unwrap();
+            }
+            for i in 1..=10 {
+                t.poll_transmit(&mut env.ctx(ms(5.0 * f64::from(i)), 5))
+                    .unwrap();
+            }
+            let busy_t = t.t_t;
+            assert!(busy_t > 0.004, "{busy_t}");
+            // Idle: twenty packets, each taken by the link the moment it arrives.
+            let mut last = 0;
+            for i in 0..20 {
+                let now = ms(100.0 + 10.0 * f64::from(i));
+                t.handle(&mut env.ctx(now, 5), rx(4, &body)).unwrap();
+                let o = t.poll_transmit(&mut env.ctx(now, 5)).unwrap();
+                let Ok(Message::Data(d)) = wire::parse(&o.body) else {
+                    panic!()
+                };
+                last = d.d_max_us;
+            }
+            if idle_updates_t {
+                assert!(t.t_t < busy_t / 100.0, "{} vs {busy_t}", t.t_t);
+                assert!(f64::from(last) < 0.05 * 3.0 * busy_t * 1e6, "{last}");
+            } else {
+                assert_eq!(t.t_t, busy_t);
+                assert!(f64::from(last) >= 0.99 * 3.0 * busy_t * 1e6, "{last}");
+            }
+        }
     }
 
     #[test]
