@@ -267,19 +267,32 @@ class HopDriver(Driver):
         # went on (`progress`, every 2 s), and when it was first seen.
         self.held: tuple[int, float | None] = (0, None)
 
+    @staticmethod
+    def received(lab, flow, idx) -> tuple[dict, float | None]:
+        """This flow's file as one of the `hop recv` clients at its destination reported it,
+        and when that client finished. Flows to one destination share its clients (each
+        takes whichever file completes next), so the file is found by its name, which
+        carries the sending flow's index (`start_sender`)."""
+        want = f"hop-send-{idx}.bin"
+        for j, g in enumerate(lab.spec.flows):
+            if g.driver != flow.driver or g.dst != flow.dst:
+                continue
+            r = _load(lab.flow_file(j, "recv"))
+            for line in (r.get("stdout") or "").splitlines():
+                try:
+                    v = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(v, dict) and v.get("ok") and "bytes" in v and Path(str(v.get("file"))).name == want:
+                    return v, r.get("end")
+        return {}, None
+
     def result(self, lab, flow, idx):
         r, s = _load(lab.flow_file(idx, "recv")), _load(lab.flow_file(idx, "send"))
-        got = {}
-        for line in (r.get("stdout") or "").splitlines():
-            try:
-                v = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(v, dict) and v.get("ok") and "bytes" in v:
-                got = v
+        got, end = self.received(lab, flow, idx)
         nbytes = int(got.get("bytes", 0))
         out = {"bytes": nbytes, "start": s.get("start"), "first": None,
-               "last": r.get("end") if got else None,
+               "last": end if got else None,
                "complete": bool(got) and flow.size is not None and nbytes >= flow.size,
                "sender_rc": s.get("rc"), "receiver_rc": r.get("rc")}
         if not got and self.held[1] is not None:

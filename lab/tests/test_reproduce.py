@@ -244,3 +244,23 @@ def test_plots_for_points_and_for_single_point(tmp_path):
     single = [rec("a", 0, [flow("m", 1.0)]), rec("b", 0, [flow("m", 2.0)])]
     assert rp.plot_experiment(e, single, tmp_path / "s") == "plots/x.png"
     assert rp.plot_experiment(e, [rec("a", 0, [], status="invalid")], tmp_path / "n") is None
+
+
+def test_hop_driver_finds_its_file_among_shared_receivers(tmp_path):
+    """Flows to one destination share its `hop recv` clients: the small file of flow 2 may be
+    taken by flow 0's client; the driver must credit it to flow 2 by the file's name."""
+    import json as _json
+    from types import SimpleNamespace
+
+    from hoplab.drivers import HopDriver
+
+    flows = [specmod.Flow(driver="hop", src=s, dst=0, size=sz) for s, sz in ((1, 10**7), (2, 10**7), (3, 4000))]
+    lab = SimpleNamespace(spec=SimpleNamespace(flows=flows),
+                          flow_file=lambda j, role: tmp_path / f"flow{j}-{role}.json")
+    line = _json.dumps({"ok": True, "bytes": 4000, "file": "/x/hop-recv-0/hop-send-2.bin", "from": 4})
+    (tmp_path / "flow0-recv.json").write_text(_json.dumps({"end": 105.0, "rc": 0, "stdout": line + "\n"}))
+    (tmp_path / "flow2-send.json").write_text(_json.dumps({"start": 100.0, "rc": 0}))
+    r2 = HopDriver().result(lab, flows[2], 2)
+    assert r2["complete"] and r2["bytes"] == 4000 and r2["last"] == 105.0 and r2["start"] == 100.0
+    r0 = HopDriver().result(lab, flows[0], 0)
+    assert not r0["complete"] and r0["bytes"] == 0
