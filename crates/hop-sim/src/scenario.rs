@@ -148,6 +148,11 @@ pub struct MediumSpec {
     /// Push model: frames older than this are dropped at the head of the queue (0 = never).
     #[serde(default = "d_mac_queue_delay")]
     pub mac_queue_max_delay_ms: f64,
+    /// Unicast `Class::Data` frames get an 802.11 ACK and up to `retry_limit` retries, like
+    /// control frames (as any unicast frame in ns-3 or a stock driver); off: no ARQ for data
+    /// (Hop §4.1).
+    #[serde(default)]
+    pub data_arq: bool,
     /// Send Class::Data datagrams as link-layer broadcast (all neighbours hear either way).
     #[serde(default)]
     pub data_broadcast: bool,
@@ -215,6 +220,7 @@ impl Default for MediumSpec {
             queue_mode: QueueMode::Pull,
             mac_queue_frames: DEFAULT_MAC_QUEUE_FRAMES,
             mac_queue_max_delay_ms: DEFAULT_MAC_QUEUE_MAX_DELAY_MS,
+            data_arq: false,
             data_broadcast: false,
         }
     }

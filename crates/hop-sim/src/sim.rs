@@ -1114,7 +1114,8 @@ impl Simulation {
             return;
         };
         let air = self.airtime(n, p.next_hop, p.payload.len());
-        let need_ack = p.class == Class::Control && p.next_hop != BROADCAST_NODE;
+        let need_ack =
+            (p.class == Class::Control || self.sc.medium.data_arq) && p.next_hop != BROADCAST_NODE;
         let frame = self.new_frame(Frame {
             sender: n,
             dst: p.next_hop,

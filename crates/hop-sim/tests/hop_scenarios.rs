@@ -134,17 +134,26 @@ size = "3MB"
 #[test]
 fn relay_crash_recovered_by_virtual_retransmission_from_caches() {
     let ppb = packets(DEFAULT_MAX_BLOCK_BYTES as u64);
-    // Find the first moment relay 3 holds a complete block (so that node 2 has handed it
-    // over and the crash destroys the only copy downstream of node 2).
+    // Find the first moment relay 3 holds a complete block in custody (so that node 2 has
+    // handed it over and the crash destroys the only copy downstream of node 2): coarse
+    // steps, then fine ones, since relay 3 forwards the block while receiving it.
+    let holds = |t: f64| run(&crash_chain("", t)).nodes[3].buffered_blocks_peak >= 1;
     let mut t = 0.25;
-    let crash_at = loop {
-        let r = run(&crash_chain("", t));
-        if received(&r.nodes[3], "data") >= ppb {
-            break t;
-        }
+    while !holds(t) {
         t += 0.25;
         assert!(t < 60.0, "relay 3 never received a complete block");
-    };
+    }
+    let mut crash_at = t - 0.25;
+    while !holds(crash_at) {
+        crash_at += 0.01;
+    }
+    // The premise: the destination still lacks part of that block.
+    let before = run(&crash_chain("", crash_at));
+    assert!(
+        received(&before.nodes[4], "data") < ppb,
+        "{:?}",
+        before.nodes[4]
+    );
     let base = run(&crash_chain("", 600.0));
     assert_complete(&base);
     let events = format!(
@@ -411,4 +420,77 @@ fn cli_output_is_reproducible_across_processes() {
     }
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(outs[0], outs[1]);
+}
+
+/// The paper's sender: every packet a BACK reports missing is sent again, and nothing bounds
+/// what is handed to the link (Hop §3.1).
+const PAPER_SENDER: &str = "\n[transports.hop]\nqueue_aware = false\nlink_window_packets = 0\n";
+
+#[test]
+fn deep_queue_chain_paper_sender_storms_and_queue_aware_sender_does_not() {
+    let text = include_str!("../../../examples/scenarios/deep-queue-chain.toml");
+    let paper = run(&format!("{text}{PAPER_SENDER}"));
+    assert_complete(&paper);
+    let pk = packets(paper.flows[0].size);
+    // A runtime that cannot see its link queue overflows it: the BSYN overtakes the queued
+    // data, the BACK reports it missing and the source sends it again into the full queue.
+    assert!(paper.medium.queue_drops > 0, "{:?}", paper.medium);
+    assert!(
+        paper.nodes[0].data_retransmissions > 10 * pk,
+        "{} retransmissions for {pk} packets",
+        paper.nodes[0].data_retransmissions
+    );
+    for seed in [1, 2] {
+        let r = run(&text.replace("seed = 1", &format!("seed = {seed}")));
+        assert_complete(&r);
+        // The link window keeps every node's share of its queue far below the queue size.
+        assert_eq!(r.medium.queue_drops, 0, "seed {seed}: {:?}", r.medium);
+        for n in &r.nodes {
+            assert!(
+                n.data_retransmissions < pk / 2,
+                "seed {seed}: node {} retransmitted {} of {pk} packets",
+                n.id,
+                n.data_retransmissions
+            );
+        }
+    }
+}
+
+#[test]
+fn push_queues_drop_tail_and_expire_while_pull_queues_never_drop() {
+    let base = r#"
+seed = 3
+duration = 120.0
+[medium]
+queue_mode = "MODE"
+mac_queue_frames = FRAMES
+mac_queue_max_delay_ms = DELAY
+[topology]
+nodes = 3
+generator = "chain"
+[[flows]]
+src = 0
+dst = 2
+size = "600KB"
+"#;
+    let sc = |mode: &str, frames: u32, delay: f64| {
+        base.replace("MODE", mode)
+            .replace("FRAMES", &frames.to_string())
+            .replace("DELAY", &delay.to_string())
+            + PAPER_SENDER
+    };
+    // A small queue overflows; the delay limit is not reached.
+    let r = run(&sc("push", 20, 0.0));
+    assert_complete(&r);
+    assert!(r.medium.queue_drops > 0 && r.medium.queue_expired == 0);
+    let dropped: u64 = r.nodes.iter().map(|n| n.mac.queue_drops).sum();
+    assert_eq!(dropped, r.medium.queue_drops);
+    // A deep queue with a short delay limit expires frames instead.
+    let r = run(&sc("push", 100_000, 5.0));
+    assert_complete(&r);
+    assert!(r.medium.queue_drops == 0 && r.medium.queue_expired > 0);
+    // The pull model never overfills the interface queue.
+    let r = run(&sc("pull", 20, 0.0));
+    assert_complete(&r);
+    assert_eq!(r.medium.queue_drops + r.medium.queue_expired, 0);
 }

@@ -130,9 +130,10 @@ pub struct HopConfig {
     pub back_quiet: Duration,
     /// Packets missing in a BACK are retransmitted only when probably lost, not when
     /// probably still queued at this node: lost when a packet handed to the link after them
-    /// arrived (the link's data queue is FIFO), or when they are older than the delivery
-    /// delay last measured plus a quarter (time-based loss detection as in RACK, RFC 8985
-    /// §6.2). Off: every packet a BACK reports missing is sent again (the paper, §3.1).
+    /// arrived (the link's data queue is FIFO; RACK, RFC 8985 §6.2), or, when a BACK shows
+    /// nothing new, when they are older than twice the measured delivery delay (the tail
+    /// loss probe timeout, RFC 8985 §7.2). Off: every packet a BACK reports missing is sent
+    /// again (the paper, §3.1).
     pub queue_aware: bool,
     /// Bound on data packets handed to the link and not yet known to have left it (see
     /// [`DEFAULT_LINK_WINDOW_PACKETS`]); 0 = unbounded (the paper).

@@ -292,6 +292,14 @@ fn name_of(t: MsgType, flags: u8) -> &'static str {
     }
 }
 
+/// See [`HopTransport::loss_age`].
+fn tail_age(delivery_delay: Option<Duration>, bsyn_timeout: Duration) -> Duration {
+    match delivery_delay {
+        Some(d) => d * 2,
+        None => bsyn_timeout,
+    }
+}
+
 fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
     base.saturating_mul(1u32 << attempts.min(16))
         .min(max.max(base))
@@ -421,13 +429,11 @@ impl HopTransport {
             .sum()
     }
 
-    /// Age after which a packet in flight is judged lost: the delivery delay plus a quarter
-    /// of it (RACK's reordering window, RFC 8985 §6.2); the BSYN timer before any sample.
+    /// Age after which a packet in flight is judged lost when nothing newer arrived: twice
+    /// the delivery delay (the tail loss probe timeout of RACK-TLP, RFC 8985 §7.2); the BSYN
+    /// timer before any sample.
     fn loss_age(&self) -> Duration {
-        match self.delivery_delay {
-            Some(d) => d + d / 4,
-            None => self.cfg.bsyn_timeout,
-        }
+        tail_age(self.delivery_delay, self.cfg.bsyn_timeout)
     }
 
     fn window_full(&self) -> bool {
@@ -1588,16 +1594,15 @@ impl HopTransport {
             x.cursor = 0;
             x.not_before = None;
             if self.cfg.queue_aware {
-                // Missing packets handed to the link before one that arrived are lost (the
-                // queue is FIFO), and so are those older than the loss age; the rest are
-                // probably still queued here and are not sent again yet (RACK, RFC 8985
-                // §6.2, applied to the local link).
-                let age = match self.delivery_delay {
-                    Some(d) => d + d / 4,
-                    None => self.cfg.bsyn_timeout,
-                };
+                // Missing packets handed to the link before one that arrived are lost: the
+                // link's data queue is FIFO (RACK, RFC 8985 §6.2, with the send order in
+                // place of time). The rest are probably still queued here and are not sent
+                // again; only when nothing arrived since the last BACK are those older than
+                // the loss age given up (the tail, RFC 8985 §7).
+                let age = tail_age(self.delivery_delay, self.cfg.bsyn_timeout);
                 let left = self.left_seq;
                 let mut lost_upto = 0u64;
+                let (mut fifo, mut tail, mut kept) = (0u64, 0u64, 0u64);
                 for p in 0..x.sent_seq.len() as u32 {
                     if !x.sent_round.get(p) {
                         continue;
@@ -1605,10 +1610,20 @@ impl HopTransport {
                     let (sq, at) = (x.sent_seq[p as usize], x.sent_at[p as usize]);
                     if x.peer.get(p) {
                         x.sent_round.unset(p);
-                    } else if sq < left || now >= at + age {
+                        continue;
+                    }
+                    if sq < left || (!progress && now >= at + age) {
                         x.sent_round.unset(p);
                         lost_upto = lost_upto.max(sq);
-                    } else if !progress {
+                        if sq < left {
+                            fifo += 1;
+                        } else {
+                            tail += 1;
+                        }
+                        continue;
+                    }
+                    kept += 1;
+                    if !progress {
                         // Nothing arrived since the last BACK: ask again when the oldest
                         // packet in flight is due, not at once.
                         let t = at + age;
@@ -1616,6 +1631,15 @@ impl HopTransport {
                     }
                 }
                 self.left_seq = self.left_seq.max(lost_upto);
+                for (k, v) in [
+                    ("lost_after_newer", fifo),
+                    ("lost_tail", tail),
+                    ("kept_in_flight", kept),
+                ] {
+                    if v > 0 {
+                        *self.stats.extra.entry(k).or_insert(0) += v;
+                    }
+                }
             } else {
                 x.sent_round.clear();
             }
@@ -2118,6 +2142,7 @@ impl Transport for HopTransport {
         let now = ctx.now;
         let aware = self.cfg.queue_aware;
         let age = self.loss_age();
+        let mut timed_out = 0u64;
         // BSYN retransmissions (§3.1): an unanswered BSYN is sent again with backoff.
         for f in self.flows.values_mut() {
             for x in f.outs.values_mut() {
@@ -2130,6 +2155,7 @@ impl Transport for HopTransport {
                             for p in 0..x.sent_seq.len() as u32 {
                                 if x.sent_round.get(p) && now >= x.sent_at[p as usize] + age {
                                     x.sent_round.unset(p);
+                                    timed_out += 1;
                                 }
                             }
                         } else {
@@ -2139,6 +2165,9 @@ impl Transport for HopTransport {
                     }
                 }
             }
+        }
+        if timed_out > 0 {
+            *self.stats.extra.entry("lost_unanswered").or_insert(0) += timed_out;
         }
         if self.housekeeping_at.is_some_and(|h| h <= now) {
             self.housekeeping_at = None;

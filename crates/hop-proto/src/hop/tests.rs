@@ -676,15 +676,107 @@ fn final_bsyn_announces_the_packets_sent() {
     let out = h.drain();
     assert_eq!(out.iter().filter(|o| o.class == Class::Data).count(), 10);
     assert_eq!(expects(&out), vec![10]);
-    // Eight held, two lost: the two go again and the BSYN still announces ten.
+    // Eight held, the last two missing: they were handed to the link after the newest
+    // packet that arrived, so they are probably still queued here. Nothing is sent again and
+    // the BSYN still announces ten.
+    h.recv(2, &back(&[0xff, 0]));
+    let out = h.drain();
+    assert_eq!(out.iter().filter(|o| o.class == Class::Data).count(), 0);
+    assert_eq!(expects(&out), vec![10]);
+    // The next BACK shows nothing new long after: the two are lost and go again.
+    h.now += Duration::from_secs(1);
     h.recv(2, &back(&[0xff, 0]));
     let out = h.drain();
     assert_eq!(out.iter().filter(|o| o.class == Class::Data).count(), 2);
     assert_eq!(expects(&out), vec![10]);
 }
 
+/// A source (node 1, next hop 2) with one 1000-byte block of ten packets, after the first
+/// BACK; returns the harness and the datagrams of the first round.
+fn source_round(cfg: HopConfig) -> (Harness, Vec<Outgoing>) {
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 4 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
+        .unwrap();
+    h.drain();
+    h.recv(2, &source_back(&[0, 0]));
+    let out = h.drain();
+    (h, out)
+}
+
+fn source_back(bitmap: &[u8]) -> HopMessage<'_> {
+    HopMessage {
+        header: HopHeader {
+            src: 1,
+            flow_id: 4,
+            ..hdr(0, 0)
+        },
+        body: HopBody::Back {
+            block_len: 1000,
+            packets: 10,
+            bitmap,
+        },
+    }
+}
+
+fn data_nums(out: &[Outgoing]) -> Vec<u16> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+            HopBody::Data { packet_num, .. } => Some(packet_num),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn packets_sent_before_one_that_arrived_are_lost_at_once() {
+    let (mut h, out) = source_round(small_cfg());
+    assert_eq!(data_nums(&out).len(), 10);
+    // Packets 0 and 4 missing, 9 held: the link's data queue is FIFO, so both are lost.
+    h.recv(2, &source_back(&[0xee, 0x03]));
+    assert_eq!(data_nums(&h.drain()), vec![0, 4]);
+    assert_eq!(h.t.stats().data_retransmissions, 2);
+}
+
+#[test]
+fn paper_mode_resends_everything_a_back_reports_missing() {
+    let cfg = HopConfig {
+        queue_aware: false,
+        link_window_packets: 0,
+        ..small_cfg()
+    };
+    let (mut h, out) = source_round(cfg);
+    assert_eq!(data_nums(&out).len(), 10);
+    h.recv(2, &source_back(&[0xff, 0]));
+    assert_eq!(data_nums(&h.drain()), vec![8, 9]);
+}
+
+#[test]
+fn link_window_bounds_packets_not_known_to_have_left() {
+    let cfg = HopConfig {
+        link_window_packets: 4,
+        ..small_cfg()
+    };
+    let (mut h, out) = source_round(cfg);
+    // Four packets fill the window; the BSYN announces them and its BACK opens the window.
+    assert_eq!(data_nums(&out), vec![0, 1, 2, 3]);
+    assert_eq!(bsyn_blocks(&out), vec![0]);
+    assert!(h.drain().is_empty());
+    h.recv(2, &source_back(&[0x0f, 0]));
+    let out = h.drain();
+    assert_eq!(data_nums(&out), vec![4, 5, 6, 7]);
+    assert_eq!(bsyn_blocks(&out), vec![0]);
+    // Two of them arrived (6 and 7 did not yet): two more packets may go.
+    h.recv(2, &source_back(&[0x3f, 0]));
+    assert_eq!(data_nums(&h.drain()), vec![8, 9]);
+}
+
+/// Whether deliveries are refused, and the (block, offset, length) of each one accepted.
+type DeliveryLog = (bool, Vec<(u32, u64, usize)>);
+
 /// A store whose deliveries can be refused (a destination short of disk room).
-struct Deliveries(Arc<Mutex<(bool, Vec<(u32, u64, usize)>)>>);
+struct Deliveries(Arc<Mutex<DeliveryLog>>);
 
 impl CustodyStore for Deliveries {
     fn persist(&mut self, _b: &StoredBlock) -> Result<(), StoreFull> {
