@@ -109,6 +109,8 @@ struct Receiver {
     hops: u8,
     epoch_at: Instant,
     last_data: Instant,
+    /// Last data packet or quick-start probe of the flow: the source is still there.
+    last_heard: Instant,
     missing_known: u32,
     new_drops: u32,
     above_run: u32,
@@ -320,7 +322,11 @@ impl AtpTransport {
             return;
         }
         if d.is_probe() {
-            // Quick-start: answer at once with the raw path delay (§II-C).
+            // Quick-start: answer at once with the raw path delay (§II-C). A source that
+            // probes is alive: its receiver state is kept however long data takes.
+            if let Some(r) = self.receivers.get_mut(&key) {
+                r.last_heard = now;
+            }
             let r = self.receivers.get(&key);
             let mut msg = self.feedback(key, wire::FLAG_SACK_REQ, r, d.d_max_us);
             if let Message::Feedback(f) = &mut msg {
@@ -343,6 +349,7 @@ impl AtpTransport {
                     hops: d.hops,
                     epoch_at: now + self.cfg.epoch,
                     last_data: now,
+                    last_heard: now,
                     missing_known: 0,
                     new_drops: 0,
                     above_run: 0,
@@ -356,6 +363,7 @@ impl AtpTransport {
             return;
         };
         r.last_data = now;
+        r.last_heard = now;
         r.hops = d.hops;
         let dmax = d.d_max_us as f64 / 1e6;
         r.d_avg = Some(match r.d_avg {
@@ -832,7 +840,7 @@ impl Transport for AtpTransport {
             let Some(r) = self.receivers.get(&k) else {
                 continue;
             };
-            if now >= r.last_data + cfg.give_up {
+            if now >= r.last_heard + cfg.give_up {
                 self.receivers.remove(&k);
                 self.abandoned.insert(k, (), cfg.finished_memory);
                 self.bump("receivers_expired", 1);
@@ -897,7 +905,7 @@ impl Transport for AtpTransport {
         }
         for r in self.receivers.values() {
             at(r.epoch_at);
-            at(r.last_data + self.cfg.give_up);
+            at(r.last_heard + self.cfg.give_up);
         }
         t
     }
@@ -1216,6 +1224,42 @@ mod tests {
         };
         assert_eq!(run(AtpVariant::Adaptive), 1);
         assert_eq!(run(AtpVariant::Aggressive), 0);
+    }
+
+    /// A receiver whose source still sends quick-start probes keeps the flow, however long
+    /// data takes; a receiver that hears nothing for `give_up` drops it.
+    #[test]
+    fn probes_keep_the_receiver_of_a_live_source() {
+        for probing in [true, false] {
+            let mut t = AtpTransport::new(AtpConfig::default());
+            let mut env = Env::new(&[(1, 4)], 2);
+            let pkt = |flags: u8, payload: &'static [u8]| {
+                Message::Data(wire::Data {
+                    flags,
+                    hops: 2,
+                    src: F.src,
+                    id: F.id,
+                    dst: 9,
+                    seq: 0,
+                    d_max_us: 1_000,
+                    d_s_us: 1_000,
+                    payload,
+                })
+                .to_vec()
+            };
+            let b = pkt(0, b"x");
+            t.handle(&mut env.ctx(ms(0.0), 9), rx(4, &b)).unwrap();
+            for s in 1..=8u32 {
+                let now = ms(5_000.0 * f64::from(s));
+                if probing {
+                    let b = pkt(wire::FLAG_SACK_REQ, b"");
+                    t.handle(&mut env.ctx(now, 9), rx(4, &b)).unwrap();
+                }
+                t.handle_timeout(&mut env.ctx(now, 9));
+            }
+            assert_eq!(t.receivers.contains_key(&F), probing);
+            assert_eq!(t.abandoned.get(&F).is_some(), !probing);
+        }
     }
 
     #[test]
