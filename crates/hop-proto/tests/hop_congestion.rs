@@ -61,8 +61,12 @@ fn hidden_senders(ack_withholding: bool, seed: u64, limit: f64) -> Net {
     let spec = LinkSpec::default();
     net.link(1, 2, spec);
     net.link(3, 2, spec);
+    // The paper's sender (no link window, every missing packet resent): the window alone
+    // already paces hidden senders; this isolates ack withholding (§3.5).
     let cfg = HopConfig {
         ack_withholding,
+        queue_aware: false,
+        link_window_packets: 0,
         ..HopConfig::default()
     };
     net.add_node(1, vec![(2, 2), (3, 2)], cfg.clone());

@@ -69,11 +69,16 @@ struct OutXfer {
     /// and when, of its latest transmission (loss inference, `queue_aware`).
     sent_seq: Vec<u64>,
     sent_at: Vec<Instant>,
+    /// Packets handed to the link more than once on this hop: their arrival does not tell
+    /// which copy arrived, so they say nothing about the queue (Karn's rule).
+    resent: Bitmap,
     /// No BSYN before this: the last BACK showed no progress and the packets still in
     /// flight are probably queued here.
     not_before: Option<Instant>,
     /// When the latest BSYN was sent.
     bsyn_at: Instant,
+    /// When a BACK last showed new packets of this transfer (or it started).
+    progress_at: Instant,
     vtx: bool,
     ttl: u8,
     micro: bool,
@@ -654,8 +659,10 @@ impl HopTransport {
             ever_sent: Bitmap::new(n),
             sent_seq: vec![0; n as usize],
             sent_at: vec![Instant::ZERO; n as usize],
+            resent: Bitmap::new(n),
             not_before: None,
             bsyn_at: Instant::ZERO,
+            progress_at: Instant::ZERO,
             vtx,
             ttl,
             micro,
@@ -1543,14 +1550,20 @@ impl HopTransport {
         x.attempts = 0;
         // The newest of our packets the next hop now holds: every data packet handed to the
         // link before it has left the link's FIFO queue; its age is a delivery-delay sample.
+        // Packets sent more than once are left out: the copy that arrived may be an old one.
         let mut newest: Option<(u64, Instant)> = None;
+        let mut progress = false;
         for p in 0..x.sent_seq.len() as u32 {
-            if x.sent_round.get(p) && x.peer.get(p) {
+            progress |= x.sent_round.get(p) && x.peer.get(p);
+            if x.sent_round.get(p) && x.peer.get(p) && !x.resent.get(p) {
                 let sq = x.sent_seq[p as usize];
                 if sq > 0 && newest.map_or(true, |(q, _)| sq > q) {
                     newest = Some((sq, x.sent_at[p as usize]));
                 }
             }
+        }
+        if progress || x.progress_at == Instant::ZERO {
+            x.progress_at = now;
         }
         if self.cfg.queue_aware {
             // Arrived packets are no longer in flight (a late BACK counts too).
@@ -1574,7 +1587,6 @@ impl HopTransport {
                 });
             }
         }
-        let progress = newest.is_some();
         if x.peer.is_full() {
             // The next hop holds the whole block: custody moves downstream (§3.1, §3.3).
             f.outs.remove(&n);
@@ -1599,7 +1611,10 @@ impl HopTransport {
                 // place of time). The rest are probably still queued here and are not sent
                 // again; only when nothing arrived since the last BACK are those older than
                 // the loss age given up (the tail, RFC 8985 §7).
+                // The tail also needs the transfer to have stalled that long: while the queue
+                // drains, a BACK without news only means the next hop heard a pause.
                 let age = tail_age(self.delivery_delay, self.cfg.bsyn_timeout);
+                let stalled = now >= x.progress_at + age;
                 let left = self.left_seq;
                 let mut lost_upto = 0u64;
                 let (mut fifo, mut tail, mut kept) = (0u64, 0u64, 0u64);
@@ -1612,7 +1627,7 @@ impl HopTransport {
                         x.sent_round.unset(p);
                         continue;
                     }
-                    if sq < left || (!progress && now >= at + age) {
+                    if sq < left || (!progress && stalled && now >= at + age) {
                         x.sent_round.unset(p);
                         lost_upto = lost_upto.max(sq);
                         if sq < left {
@@ -1626,7 +1641,7 @@ impl HopTransport {
                     if !progress {
                         // Nothing arrived since the last BACK: ask again when the oldest
                         // packet in flight is due, not at once.
-                        let t = at + age;
+                        let t = (at + age).max(x.progress_at + age);
                         x.not_before = Some(x.not_before.map_or(t, |u| u.min(t)));
                     }
                 }
@@ -1934,6 +1949,7 @@ impl HopTransport {
                     x.sent_at[p as usize] = ctx.now;
                     if !x.ever_sent.set(p) {
                         self.stats.data_retransmissions += 1;
+                        x.resent.set(p);
                     }
                     let mut flags = if b.fin { FLAG_FIN } else { 0 };
                     if x.vtx {
@@ -2153,7 +2169,10 @@ impl Transport for HopTransport {
                             // Packets that had time to arrive are lost; younger ones may
                             // still be queued here.
                             for p in 0..x.sent_seq.len() as u32 {
-                                if x.sent_round.get(p) && now >= x.sent_at[p as usize] + age {
+                                if x.sent_round.get(p)
+                                    && now >= x.sent_at[p as usize] + age
+                                    && now >= x.progress_at + age
+                                {
                                     x.sent_round.unset(p);
                                     timed_out += 1;
                                 }
