@@ -30,9 +30,14 @@ trap cleanup EXIT
 [ "$(id -u)" = 0 ] || { echo "run as root (network namespaces)" >&2; exit 1; }
 command -v iperf3 >/dev/null || { echo "iperf3 is missing: apt-get install iperf3" >&2; exit 1; }
 
-(cd "$ROOT" && cargo build --release -p hopd >&2)
-HOPD="$ROOT/target/release/hopd"
-HOP="$ROOT/target/release/hop"
+if [ -n "${HOPD_BIN_DIR:-}" ]; then
+    BIN="$HOPD_BIN_DIR"
+else
+    (cd "$ROOT" && cargo build --release -p hopd >&2)
+    BIN="$ROOT/target/release"
+fi
+HOPD="$BIN/hopd"
+HOP="$BIN/hop"
 KEY=$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 # chain NODES: namespaces ${PREFIX}c${NODES}n0.. joined by veths; IP forwarding and routes so
@@ -102,14 +107,18 @@ head -c $((SIZE_MB * 1024 * 1024)) /dev/urandom >"$FILE"
 HZ=$(getconf CLK_TCK)
 ROWS=()
 
-for HOPS in 1 3; do
+for HOPS in ${BENCH_HOPS:-1 3}; do
     N=$((HOPS + 1)); C="${PREFIX}c$N"
     make_chain "$N"
     first=${#PIDS[@]}
     for ((i = 1; i <= N; i++)); do start_hopd "$N" "$i"; done
     HP=("${PIDS[@]:$first}")
     t0=$(cpu_ticks "${HP[@]}"); s0=$(date +%s.%N)
-    "$HOP" --socket "$WORK/c$N/n1/hopd.sock" send --quiet "$FILE" --to "$N"
+    if [ -n "${PERF_DATA:-}" ]; then
+        perf record -q -g -a -o "$PERF_DATA.$HOPS" -- "$HOP" --socket "$WORK/c$N/n1/hopd.sock" send --quiet "$FILE" --to "$N" 2>/dev/null
+    else
+        "$HOP" --socket "$WORK/c$N/n1/hopd.sock" send --quiet "$FILE" --to "$N"
+    fi
     s1=$(date +%s.%N); t1=$(cpu_ticks "${HP[@]}")
     "$HOP" --socket "$WORK/c$N/n$N/hopd.sock" recv --dir "$WORK/c$N/out" --count 1 >/dev/null
     cmp -s "$FILE" "$WORK/c$N/out/payload.bin" || { echo "hopd delivered a different file" >&2; exit 1; }

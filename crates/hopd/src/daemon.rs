@@ -33,8 +33,6 @@ const SOCKET_BUFFER: usize = 8 * 1024 * 1024;
 const RX_BATCH: usize = 256;
 /// Datagrams sent per loop iteration before receiving again (the daemon's link queue).
 const TX_BATCH: usize = 128;
-/// Largest datagram accepted.
-const MAX_DATAGRAM: usize = 65536;
 
 /// An update about a local outgoing flow, for the API client that opened it.
 #[derive(Debug)]
@@ -125,8 +123,10 @@ pub struct Daemon {
     subscribers: Vec<mpsc::UnboundedSender<InboxEntry>>,
     kernel_routes: BTreeMap<NodeId, NodeId>,
     last_heard: HashMap<NodeId, std::time::Instant>,
-    stalled: Option<(SocketAddr, bool, Vec<u8>)>,
-    rxbuf: Vec<u8>,
+    /// Receive buffers; taken out while their datagrams are handled.
+    rx: Option<Box<crate::io::RxBatch>>,
+    /// Sealed datagrams not yet taken by the kernel (the socket was full).
+    txq: crate::io::TxQueue,
 }
 
 fn io_err(context: &str, e: std::io::Error) -> std::io::Error {
@@ -219,6 +219,11 @@ impl Daemon {
             }
         };
         let ctrl = make_socket(&cfg, recv_bind, TOS_CONTROL, true)?;
+        let gro = {
+            use std::os::fd::AsRawFd;
+            crate::io::enable_gro(ctrl.as_raw_fd())
+        };
+        debug!(gro, "receive socket ready");
         let data = make_socket(&cfg, SocketAddr::new(cfg.listen.ip(), 0), TOS_DATA, false)?;
         let routes = merged_routes(&cfg, &BTreeMap::new());
         let transport_id = transport.id();
@@ -245,8 +250,8 @@ impl Daemon {
             subscribers: Vec::new(),
             kernel_routes: BTreeMap::new(),
             last_heard: HashMap::new(),
-            stalled: None,
-            rxbuf: vec![0u8; MAX_DATAGRAM],
+            rx: Some(Box::new(crate::io::RxBatch::new())),
+            txq: crate::io::TxQueue::new(true),
             cfg,
         };
         d.scan_inbox();
@@ -278,10 +283,11 @@ impl Daemon {
             self.flush_tx();
             self.drain_events();
             let deadline = self.node.poll_timeout().map(|t| self.to_instant(t));
-            let more_tx = self.stalled.is_none() && self.counters.tx_budget_exhausted;
+            let blocked = self.txq.blocked();
+            let more_tx = blocked.is_none() && self.counters.tx_budget_exhausted;
             let ctrl = self.ctrl.clone();
-            let wsock = match &self.stalled {
-                Some((_, true, _)) => self.data.clone(),
+            let wsock = match blocked {
+                Some(true) => self.data.clone(),
                 _ => self.ctrl.clone(),
             };
             tokio::select! {
@@ -292,9 +298,9 @@ impl Daemon {
                     self.receive_batch();
                 }
                 Some(cmd) = cmds.recv() => self.handle_cmd(cmd),
-                r = wsock.writable(), if self.stalled.is_some() => {
+                r = wsock.writable(), if blocked.is_some() => {
                     r?;
-                    self.retry_stalled();
+                    self.send_queued();
                 }
                 _ = async {}, if more_tx => {}
                 _ = sleep_opt(deadline) => {
@@ -309,40 +315,65 @@ impl Daemon {
     }
 
     fn receive_batch(&mut self) {
-        for _ in 0..RX_BATCH {
-            let (n, from) = match self.ctrl.try_recv_from(&mut self.rxbuf) {
-                Ok(x) => x,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+        use std::os::fd::AsRawFd;
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let fd = self.ctrl.as_raw_fd();
+        let mut budget = RX_BATCH;
+        while budget > 0 {
+            let n = match self
+                .ctrl
+                .try_io(tokio::io::Interest::READABLE, || rx.recv(fd))
+            {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     warn!(error = %e, "receive failed");
-                    return;
+                    break;
                 }
             };
-            self.counters.rx_datagrams += 1;
-            self.counters.rx_bytes += n as u64;
-            let dg = &self.rxbuf[..n];
-            // Our own broadcasts come back to us: drop them before authentication.
-            if n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
-                continue;
+            for i in 0..n {
+                let (from, segments) = rx.datagrams(i);
+                if rx.truncated(i) {
+                    self.counters.auth_malformed += 1;
+                    debug!(?from, "datagram larger than the receive buffer; dropped");
+                    continue;
+                }
+                for dg in segments {
+                    budget = budget.saturating_sub(1);
+                    self.receive_one(from, dg);
+                }
             }
-            match self.auth.open(dg) {
-                Ok(src) => {
-                    self.last_heard.insert(src, std::time::Instant::now());
-                    let now = Instant::from_nanos(self.clock.elapsed().as_nanos() as u64);
-                    if let Err(e) = self.node.handle_datagram(now, &self.rxbuf[..n]) {
-                        self.counters.rx_rejected += 1;
-                        debug!(%from, error = %e, "datagram rejected by the core");
-                    }
+        }
+        self.rx = Some(rx);
+    }
+
+    fn receive_one(&mut self, from: Option<SocketAddr>, dg: &[u8]) {
+        let n = dg.len();
+        self.counters.rx_datagrams += 1;
+        self.counters.rx_bytes += n as u64;
+        // Our own broadcasts come back to us: drop them before authentication.
+        if n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
+            return;
+        }
+        match self.auth.open(dg) {
+            Ok(src) => {
+                self.last_heard.insert(src, std::time::Instant::now());
+                let now = Instant::from_nanos(self.clock.elapsed().as_nanos() as u64);
+                if let Err(e) = self.node.handle_datagram(now, dg) {
+                    self.counters.rx_rejected += 1;
+                    debug!(?from, error = %e, "datagram rejected by the core");
                 }
-                Err(e) => {
-                    match e {
-                        AuthError::Replay(_) => self.counters.auth_replays += 1,
-                        AuthError::TooManyPeers(_) => self.counters.auth_peer_limit += 1,
-                        AuthError::Malformed(_) => self.counters.auth_malformed += 1,
-                        _ => self.counters.auth_failures += 1,
-                    }
-                    debug!(%from, error = %e, "datagram dropped");
+            }
+            Err(e) => {
+                match e {
+                    AuthError::Replay(_) => self.counters.auth_replays += 1,
+                    AuthError::TooManyPeers(_) => self.counters.auth_peer_limit += 1,
+                    AuthError::Malformed(_) => self.counters.auth_malformed += 1,
+                    _ => self.counters.auth_failures += 1,
                 }
+                debug!(?from, error = %e, "datagram dropped");
             }
         }
     }
@@ -354,17 +385,22 @@ impl Daemon {
         self.addrs.get(&next_hop).copied()
     }
 
+    /// Move up to [`TX_BATCH`] datagrams from the core to the sockets. The core is polled only
+    /// while the previous ones have all been taken by the kernel (the pull model: a full
+    /// socket is a full link queue).
     fn flush_tx(&mut self) {
         self.counters.tx_budget_exhausted = false;
-        if self.stalled.is_some() {
+        if !self.send_queued() {
             return;
         }
-        for _ in 0..TX_BATCH {
+        let mut polled = 0;
+        while polled < TX_BATCH {
             let now = self.now();
             let Some(t) = self.node.poll_transmit(now) else {
                 tracing::trace!(stats = ?self.node.stats(), timeout = ?self.node.poll_timeout(), now = ?now, "nothing to transmit");
-                return;
+                break;
             };
+            polled += 1;
             tracing::trace!(next_hop = t.next_hop, class = ?t.class, len = t.payload.len(), "transmit");
             let Some(addr) = self.dest_addr(t.next_hop, t.class) else {
                 self.counters.tx_no_address += 1;
@@ -380,39 +416,38 @@ impl Daemon {
                 self.counters.tx_errors += 1;
                 continue;
             }
-            let is_data = t.class == Class::Data;
-            if !self.send_one(addr, is_data, payload) {
-                return;
-            }
+            self.txq.push(crate::io::Datagram {
+                dest: addr,
+                data: t.class == Class::Data,
+                payload,
+            });
         }
-        self.counters.tx_budget_exhausted = true;
-    }
-
-    /// Send a datagram; false if the socket is full (then it is kept for later).
-    fn send_one(&mut self, addr: SocketAddr, is_data: bool, payload: Vec<u8>) -> bool {
-        let sock = if is_data { &self.data } else { &self.ctrl };
-        match sock.try_send_to(&payload, addr) {
-            Ok(_) => {
-                self.counters.tx_datagrams += 1;
-                self.counters.tx_bytes += payload.len() as u64;
-                true
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                self.stalled = Some((addr, is_data, payload));
-                false
-            }
-            Err(e) => {
-                self.counters.tx_errors += 1;
-                debug!(%addr, error = %e, "send failed");
-                true
-            }
+        if self.send_queued() && polled == TX_BATCH {
+            self.counters.tx_budget_exhausted = true;
         }
     }
 
-    fn retry_stalled(&mut self) {
-        if let Some((addr, is_data, payload)) = self.stalled.take() {
-            self.send_one(addr, is_data, payload);
+    /// Send the queued datagrams in batches; false if a socket is full (the rest stays
+    /// queued until it is writable).
+    fn send_queued(&mut self) -> bool {
+        use std::os::fd::AsRawFd;
+        if self.txq.is_empty() {
+            return true;
         }
+        let mut sender = TokioSender {
+            ctrl: &self.ctrl,
+            data: &self.data,
+            inner: crate::io::MmsgSender {
+                ctrl: self.ctrl.as_raw_fd(),
+                data: self.data.as_raw_fd(),
+            },
+        };
+        let mut st = crate::io::TxStats::default();
+        let r = self.txq.flush(&mut sender, &mut st);
+        self.counters.tx_datagrams += st.datagrams;
+        self.counters.tx_bytes += st.bytes;
+        self.counters.tx_errors += st.errors;
+        r == crate::io::Flush::Done
     }
 
     fn drain_events(&mut self) {
@@ -820,6 +855,29 @@ impl Daemon {
             self.storage_bytes(),
             self.auth.peers() as u64,
         )
+    }
+}
+
+/// Batched sends through the tokio sockets, so a full socket clears tokio's write readiness
+/// and the daemon waits for it to become writable again.
+struct TokioSender<'a> {
+    ctrl: &'a UdpSocket,
+    data: &'a UdpSocket,
+    inner: crate::io::MmsgSender,
+}
+
+impl crate::io::BatchSend for TokioSender<'_> {
+    fn send_batch(
+        &mut self,
+        data: bool,
+        items: &[crate::io::Datagram],
+        spans: &[crate::io::Span],
+    ) -> std::io::Result<usize> {
+        let sock = if data { self.data } else { self.ctrl };
+        let inner = &mut self.inner;
+        sock.try_io(tokio::io::Interest::WRITABLE, || {
+            inner.send_batch(data, items, spans)
+        })
     }
 }
 

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod config;
 pub mod daemon;
 pub mod flowfmt;
+pub mod io;
 pub mod metrics;
 pub mod netlink;
 pub mod server;
