@@ -809,6 +809,72 @@ mod tests {
         round_trip(false, false);
     }
 
+    /// Receive one datagram with its IP TOS byte (`IP_RECVTOS`).
+    fn recv_with_tos(sock: &std::net::UdpSocket) -> Option<(usize, u8)> {
+        let mut buf = [0u8; 2048];
+        let mut cbuf = [0u64; 8];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: test-only recvmsg into local buffers that outlive the call.
+        unsafe {
+            let mut h: libc::msghdr = std::mem::zeroed();
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+            let n = libc::recvmsg(sock.as_raw_fd(), &mut h, libc::MSG_DONTWAIT);
+            if n < 0 {
+                return None;
+            }
+            let mut c = libc::CMSG_FIRSTHDR(&h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
+                    return Some((n as usize, *libc::CMSG_DATA(c)));
+                }
+                c = libc::CMSG_NXTHDR(&h, c);
+            }
+            Some((n as usize, 0))
+        }
+    }
+
+    #[test]
+    fn gso_segments_keep_the_sockets_dscp() {
+        let (ctrl, data, recv) = (udp(), udp(), udp());
+        let set =
+            |s: &std::net::UdpSocket, tos: u32| socket2::SockRef::from(s).set_tos(tos).unwrap();
+        set(&ctrl, 0xb8);
+        set(&data, 0x20);
+        socket2::SockRef::from(&recv).set_recv_tos(true).unwrap();
+        let port = recv.local_addr().unwrap().port();
+        let mut q = TxQueue::new(true);
+        for i in 0..20u16 {
+            q.push(dg(i, 1200, i != 10, port));
+        }
+        let mut sender = MmsgSender {
+            ctrl: ctrl.as_raw_fd(),
+            data: data.as_raw_fd(),
+        };
+        let mut st = TxStats::default();
+        assert_eq!(q.flush(&mut sender, &mut st), Flush::Done);
+        assert!(q.gso());
+        assert!(st.calls <= 3, "{} calls", st.calls);
+        let mut seen = Vec::new();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while seen.len() < 20 && std::time::Instant::now() < until {
+            match recv_with_tos(&recv) {
+                Some(x) => seen.push(x),
+                None => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        assert_eq!(seen.len(), 20);
+        assert!(seen.iter().all(|(n, _)| *n == 1200));
+        let ef = seen.iter().filter(|(_, t)| *t == 0xb8).count();
+        let cs1 = seen.iter().filter(|(_, t)| *t == 0x20).count();
+        assert_eq!((ef, cs1), (1, 19));
+    }
+
     #[test]
     fn segments_split_a_coalesced_message() {
         let data: Vec<u8> = (0..10u8).collect();
