@@ -8,6 +8,11 @@
 # (1400-byte datagrams, unlimited rate) receiver goodput; iperf3 TCP goodput. Then the memory
 # of a hopd holding 200 idle flows. Needs root, iproute2, iperf3, python3; builds hopd in
 # release mode. Every namespace is deleted on exit.
+#
+# Environment: HOPD_BIN_DIR=dir uses prebuilt hopd and hop from dir (no build; to compare
+# builds back to back); BENCH_HOPS="3" runs only the listed chain lengths (default "1 3");
+# PERF_DATA=file records a system-wide perf profile of each hopd transfer to file.<hops>
+# (needs perf).
 set -euo pipefail
 
 SIZE_MB=${1:-200}
