@@ -215,6 +215,7 @@ pub fn hxh_config(table: &toml::Table) -> Result<hop_proto::hxh::HxhConfig, Stri
     o.secs("hop_rto_max", &mut c.hop_rto_max)?;
     o.uint("hop_retry_limit", &mut c.hop_retry_limit)?;
     o.secs("nack_timeout", &mut c.nack_timeout)?;
+    o.bool("nack_holdoff", &mut c.nack_holdoff)?;
     o.secs("explicit_ack_interval", &mut c.explicit_ack_interval)?;
     o.secs("source_rto", &mut c.source_rto)?;
     o.secs("give_up", &mut c.give_up)?;
@@ -246,6 +247,7 @@ pub fn atp_config(
     o.uint("adaptive_run", &mut c.adaptive_run)?;
     o.uint("adaptive_drops", &mut c.adaptive_drops)?;
     o.bool("hop_scaled_eta", &mut c.hop_scaled_eta)?;
+    o.bool("idle_updates_t", &mut c.idle_updates_t)?;
     o.float("eta_per_hop", &mut c.eta_per_hop)?;
     o.uint("queue_limit_packets", &mut c.queue_limit_packets)?;
     o.secs("min_delay", &mut c.min_delay)?;
