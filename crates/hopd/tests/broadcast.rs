@@ -6,33 +6,8 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 
 use common::*;
-
-fn run_ok(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// Namespaces deleted on drop (with every interface in them), also when the test fails.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip")
-                .args(["netns", "del", n])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
 
 /// Transfer a file 1 → 2 → 3 over one bridge with `link_mode = mode`; returns the datagrams
 /// nodes 1 and 3 overheard.
@@ -45,23 +20,23 @@ fn transfer_on_one_bridge(mode: &str) -> (u64, u64) {
     all.extend(node_ns.iter().cloned());
     let _guard = Namespaces(all.clone());
     for n in &all {
-        run_ok(&["netns", "add", n]);
-        run_ok(&["-n", n, "link", "set", "lo", "up"]);
+        ip_ok(&["netns", "add", n]);
+        ip_ok(&["-n", n, "link", "set", "lo", "up"]);
     }
-    run_ok(&["-n", &bridge_ns, "link", "add", "hb0", "type", "bridge"]);
-    run_ok(&["-n", &bridge_ns, "link", "set", "hb0", "up"]);
+    ip_ok(&["-n", &bridge_ns, "link", "add", "hb0", "type", "bridge"]);
+    ip_ok(&["-n", &bridge_ns, "link", "set", "hb0", "up"]);
     for (i, ns) in node_ns.iter().enumerate() {
         let port_if = format!("hbp{i}");
-        run_ok(&[
+        ip_ok(&[
             "link", "add", &port_if, "netns", &bridge_ns, "type", "veth", "peer", "name", "eth0",
             "netns", ns,
         ]);
-        run_ok(&[
+        ip_ok(&[
             "-n", &bridge_ns, "link", "set", &port_if, "master", "hb0", "up",
         ]);
         let addr = format!("10.{tag}.0.{}/24", i + 1);
-        run_ok(&["-n", ns, "addr", "add", &addr, "dev", "eth0"]);
-        run_ok(&["-n", ns, "link", "set", "eth0", "up"]);
+        ip_ok(&["-n", ns, "addr", "add", &addr, "dev", "eth0"]);
+        ip_ok(&["-n", ns, "link", "set", "eth0", "up"]);
     }
     let port = 7470;
     let addr = |i: u32| -> SocketAddr { format!("10.{tag}.0.{i}:{port}").parse().unwrap() };

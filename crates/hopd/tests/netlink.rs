@@ -8,81 +8,10 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-fn run_ok(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// Namespaces deleted on drop (with every interface in them), also when the test fails.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip")
-                .args(["netns", "del", n])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-/// Kills a child process on drop (also when the test fails).
-struct ChildGuard(Option<std::process::Child>);
-
-impl ChildGuard {
-    fn running(&mut self) -> bool {
-        self.0
-            .as_mut()
-            .is_some_and(|c| c.try_wait().unwrap().is_none())
-    }
-
-    fn wait(&mut self, limit: Duration) -> std::process::Output {
-        let mut c = self.0.take().unwrap();
-        let deadline = Instant::now() + limit;
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        c.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn spawn_send(node: &Hopd, file: &Path, to: u32) -> std::process::Child {
-    Command::new(HOP)
-        .arg("--socket")
-        .arg(node.socket())
-        .args(["send", "--quiet"])
-        .arg(file)
-        .args(["--to", &to.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
 
 /// The kernel-learned next hop of `node` towards `dst`, from its status.
 fn kernel_next_hop(node: &Hopd, dst: u32) -> Option<u64> {
@@ -103,13 +32,6 @@ fn wait_next_hop(node: &Hopd, dst: u32, want: u64) {
     }
 }
 
-fn incoming_bytes(node: &Hopd) -> u64 {
-    node.status()["incoming"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|f| f["bytes"].as_u64()).sum())
-        .unwrap_or(0)
-}
-
 #[test]
 fn kernel_route_change_is_followed_mid_transfer() {
     if !is_root() {
@@ -121,8 +43,8 @@ fn kernel_route_change_is_followed_mid_transfer() {
     let ns: Vec<String> = (1..=4).map(|i| format!("{base}n{i}")).collect();
     let _guard = Namespaces(ns.clone());
     for n in &ns {
-        run_ok(&["netns", "add", n]);
-        run_ok(&["-n", n, "link", "set", "lo", "up"]);
+        ip_ok(&["netns", "add", n]);
+        ip_ok(&["-n", n, "link", "set", "lo", "up"]);
     }
     let name = |i: u32| ns[i as usize - 1].as_str();
     // Link a — b: subnet 10.<tag>.<ab>.0/24, interface "l<b>" in a's namespace and "l<a>"
@@ -130,7 +52,7 @@ fn kernel_route_change_is_followed_mid_transfer() {
     let ip_on = |a: u32, b: u32| format!("10.{tag}.{}{}.{a}", a.min(b), a.max(b));
     for (a, b) in [(1u32, 2u32), (1, 3), (2, 4), (3, 4)] {
         let (ia, ib) = (format!("l{b}"), format!("l{a}"));
-        run_ok(&[
+        ip_ok(&[
             "link",
             "add",
             &ia,
@@ -144,7 +66,7 @@ fn kernel_route_change_is_followed_mid_transfer() {
             "netns",
             name(b),
         ]);
-        run_ok(&[
+        ip_ok(&[
             "-n",
             name(a),
             "addr",
@@ -153,7 +75,7 @@ fn kernel_route_change_is_followed_mid_transfer() {
             "dev",
             &ia,
         ]);
-        run_ok(&[
+        ip_ok(&[
             "-n",
             name(b),
             "addr",
@@ -162,13 +84,13 @@ fn kernel_route_change_is_followed_mid_transfer() {
             "dev",
             &ib,
         ]);
-        run_ok(&["-n", name(a), "link", "set", &ia, "up"]);
-        run_ok(&["-n", name(b), "link", "set", &ib, "up"]);
+        ip_ok(&["-n", name(a), "link", "set", &ia, "up"]);
+        ip_ok(&["-n", name(b), "link", "set", &ib, "up"]);
     }
     // End nodes' own addresses, reachable only through the routes below.
     let host = |i: u32| format!("10.{tag}.100.{i}");
     for i in [1u32, 4] {
-        run_ok(&[
+        ip_ok(&[
             "-n",
             name(i),
             "addr",
@@ -179,7 +101,7 @@ fn kernel_route_change_is_followed_mid_transfer() {
         ]);
     }
     let route = |verb: &str, i: u32, to: u32, via: u32| {
-        run_ok(&[
+        ip_ok(&[
             "-n",
             name(i),
             "route",
@@ -275,7 +197,7 @@ fn kernel_route_change_is_followed_mid_transfer() {
     wait_next_hop(&nodes[0], 4, 3);
     wait_next_hop(&nodes[3], 1, 3);
     // The old path is gone: only relay 3 can carry the rest.
-    run_ok(&["-n", name(1), "link", "set", "l2", "down"]);
+    ip_ok(&["-n", name(1), "link", "set", "l2", "down"]);
     let out = sender.wait(Duration::from_secs(180));
     assert!(
         out.status.success(),

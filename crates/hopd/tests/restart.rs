@@ -3,59 +3,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-fn spawn_send(node: &Hopd, file: &Path, to: u32) -> std::process::Child {
-    Command::new(HOP)
-        .arg("--socket")
-        .arg(node.socket())
-        .args(["send", "--quiet"])
-        .arg(file)
-        .args(["--to", &to.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Kills a child process on drop (also when the test fails).
-struct ChildGuard(Option<std::process::Child>);
-
-impl ChildGuard {
-    fn wait(&mut self, limit: Duration) -> std::process::Output {
-        let mut c = self.0.take().unwrap();
-        let deadline = Instant::now() + limit;
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        c.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Bytes the node has spooled for its incoming flows.
-fn incoming_bytes(node: &Hopd) -> u64 {
-    node.status()["incoming"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|f| f["bytes"].as_u64()).sum())
-        .unwrap_or(0)
-}
 
 /// Restart a killed node and wait until the new process serves (the killed one left its
 /// socket file behind, so its existence proves nothing).

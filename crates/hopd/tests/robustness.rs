@@ -2,69 +2,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::UdpSocket;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use hop_wire::{EnvelopeRepr, TransportId};
 use hopd::auth::{Authenticator, Stream};
-
-fn metrics(node: &Hopd) -> String {
-    let mut s = std::net::TcpStream::connect(node.metrics).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.0 200"), "{out}");
-    out
-}
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-}
-
-fn spawn_send(node: &Hopd, file: &std::path::Path, to: u32) -> std::process::Child {
-    Command::new(HOP)
-        .arg("--socket")
-        .arg(node.socket())
-        .args(["send", "--quiet"])
-        .arg(file)
-        .args(["--to", &to.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Kills a child process on drop (also when the test fails).
-struct ChildGuard(Option<std::process::Child>);
-
-impl ChildGuard {
-    fn wait(&mut self, limit: Duration) -> std::process::Output {
-        let mut c = self.0.take().unwrap();
-        let deadline = Instant::now() + limit;
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        c.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 #[test]
 fn relay_killed_and_restarted_mid_transfer() {
@@ -177,7 +120,7 @@ fn hostile_datagrams_are_rejected_and_counted() {
         std::fs::read(dir.join("f.bin")).unwrap() == data,
         "file differs"
     );
-    let m = metrics(&nodes[1]);
+    let m = metrics(nodes[1].metrics);
     assert!(metric(&m, "hopd_auth_failures_total") >= 400, "{m}");
     assert!(metric(&m, "hopd_auth_replays_total") >= 400, "{m}");
     assert!(metric(&m, "hopd_auth_malformed_total") >= 400, "{m}");

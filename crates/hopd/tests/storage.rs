@@ -4,75 +4,14 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 
 const MIB: usize = 1024 * 1024;
-
-fn spawn_send(node: &Hopd, file: &Path, to: u32) -> std::process::Child {
-    Command::new(HOP)
-        .arg("--socket")
-        .arg(node.socket())
-        .args(["send", "--quiet"])
-        .arg(file)
-        .args(["--to", &to.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Kills a child process on drop (also when the test fails).
-struct ChildGuard(Option<std::process::Child>);
-
-impl ChildGuard {
-    fn running(&mut self) -> bool {
-        self.0
-            .as_mut()
-            .is_some_and(|c| c.try_wait().unwrap().is_none())
-    }
-
-    fn wait(&mut self, limit: Duration) -> std::process::Output {
-        let mut c = self.0.take().unwrap();
-        let deadline = Instant::now() + limit;
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        c.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn metrics(addr: SocketAddr) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-}
 
 /// Start a node of a loopback chain, with `[storage] max_disk_bytes = limit` if given.
 fn start_limited(spec: NodeSpec, dir: std::path::PathBuf, limit: Option<usize>) -> Hopd {

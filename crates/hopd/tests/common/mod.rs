@@ -415,3 +415,102 @@ pub fn netns_nodes(chain: &NetnsChain, n: u32, port: u16, root: &Path, extra: &s
         })
         .collect()
 }
+
+/// Run `ip ARGS`; panics with its stderr if it fails.
+pub fn ip_ok(args: &[&str]) {
+    let o = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        o.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Namespaces deleted on drop (with every interface in them), also when the test fails.
+pub struct Namespaces(pub Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = Command::new("ip")
+                .args(["netns", "del", n])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Kills a child process on drop (also when the test fails).
+pub struct ChildGuard(pub Option<Child>);
+
+impl ChildGuard {
+    pub fn running(&mut self) -> bool {
+        self.0
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    /// Wait up to `limit` for the child (killed after that) and collect its output.
+    pub fn wait(&mut self, limit: Duration) -> Output {
+        let mut c = self.0.take().unwrap();
+        let deadline = Instant::now() + limit;
+        while c.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `hop send --quiet FILE --to TO` through `node`, in the background.
+pub fn spawn_send(node: &Hopd, file: &Path, to: u32) -> Child {
+    Command::new(HOP)
+        .arg("--socket")
+        .arg(node.socket())
+        .args(["send", "--quiet"])
+        .arg(file)
+        .args(["--to", &to.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Bytes the node has spooled for its incoming flows.
+pub fn incoming_bytes(node: &Hopd) -> u64 {
+    node.status()["incoming"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f["bytes"].as_u64()).sum())
+        .unwrap_or(0)
+}
+
+/// The Prometheus text a node's metrics endpoint serves.
+pub fn metrics(addr: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.0 200"), "{out}");
+    out
+}
+
+/// The value of metric `name` (a line `name VALUE`) in a metrics text.
+pub fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("metric {name} missing"))
+}
