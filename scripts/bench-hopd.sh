@@ -12,7 +12,8 @@
 # Environment: HOPD_BIN_DIR=dir uses prebuilt hopd and hop from dir (no build; to compare
 # builds back to back); BENCH_HOPS="3" runs only the listed chain lengths (default "1 3");
 # PERF_DATA=file records a system-wide perf profile of each hopd transfer to file.<hops>
-# (needs perf).
+# (needs perf); HOP_PARAMS='key = value' adds lines to every node's [hop] section (e.g.
+# HOP_PARAMS='link_window_packets = 0' for the paper's unbounded sender).
 set -euo pipefail
 
 SIZE_MB=${1:-200}
@@ -95,6 +96,7 @@ start_hopd() {
             if ((dst < i - 1)); then printf '[[routes]]\ndestination = %s\nnext_hop = %s\n' "$dst" $((i - 1)); fi
         done
         printf '[storage]\ndir = "%s/store"\n[security]\nmesh_key = "%s"\n' "$d" "$KEY"
+        if [[ -n "${HOP_PARAMS:-}" ]]; then printf '[hop]\n%s\n' "$HOP_PARAMS"; fi
     } >"$d/hopd.toml"
     ip netns exec "${c}n$((i - 1))" "$HOPD" --config "$d/hopd.toml" 2>"$d/log" &
     PIDS+=($!)

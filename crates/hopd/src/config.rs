@@ -147,6 +147,8 @@ pub struct HopParams {
     pub ack_withholding: Option<bool>,
     pub vtx_initial_timeout_ms: Option<u64>,
     pub vtx_ttl: Option<u8>,
+    pub queue_aware: Option<bool>,
+    pub link_window_packets: Option<usize>,
 }
 
 /// A neighbour: node id and UDP address.

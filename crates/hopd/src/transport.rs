@@ -48,6 +48,12 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.vtx_ttl {
         h.vtx_ttl = v;
     }
+    if let Some(v) = p.queue_aware {
+        h.queue_aware = v;
+    }
+    if let Some(v) = p.link_window_packets {
+        h.link_window_packets = v;
+    }
     h.cache_limit_bytes = cfg.max_memory_bytes;
     h.max_flows = cfg.max_incoming_flows;
     h
