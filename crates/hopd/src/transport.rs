@@ -139,6 +139,23 @@ mod tests {
     }
 
     #[test]
+    fn hop_section_sets_the_sender_knobs() {
+        let d = hop_config(&config("hop"));
+        assert!(d.queue_aware);
+        assert_eq!(
+            d.link_window_packets,
+            HopConfig::default().link_window_packets
+        );
+        let text = format!(
+            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nlink_window_packets = 0\n",
+            "ab".repeat(32)
+        );
+        let h = hop_config(&Config::parse("t.toml", &text, Path::new("/")).unwrap());
+        assert!(!h.queue_aware);
+        assert_eq!(h.link_window_packets, 0);
+    }
+
+    #[test]
     fn atp_names_select_their_variant() {
         for (name, variant) in [
             ("atp", AtpVariant::Default),
