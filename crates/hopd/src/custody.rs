@@ -362,6 +362,33 @@ pub fn read_state(path: &Path, flow: FlowKey) -> Option<DestProgress> {
 }
 
 /// The flow a spool file name (`<src>-<flow id hex>.<ext>`) belongs to.
+/// The progress records (`<src>-<id>.state`) in the spool directory `incoming`: each with its
+/// flow, path and the time since it was last written (zero if unknown).
+pub fn state_records(incoming: &Path) -> Vec<(FlowKey, PathBuf, Duration)> {
+    let Ok(rd) = std::fs::read_dir(incoming) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("state") {
+                return None;
+            }
+            let flow = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(parse_flow_name)?;
+            let age = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .unwrap_or_default();
+            Some((flow, path, age))
+        })
+        .collect()
+}
+
 pub fn parse_flow_name(stem: &str) -> Option<FlowKey> {
     let (src, id) = stem.split_once('-')?;
     Some(FlowKey {
@@ -396,39 +423,17 @@ impl Spool {
     /// `max_age` are deleted.
     pub fn load(&self, max_age: Duration) -> Vec<DestProgress> {
         let mut out = Vec::new();
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return out;
-        };
-        for e in rd.flatten() {
-            let path = e.path();
-            if path.extension().and_then(|x| x.to_str()) != Some("state") {
-                continue;
-            }
-            let Some(flow) = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(parse_flow_name)
-            else {
-                continue;
-            };
-            let age = e
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .unwrap_or_default();
-            let part = part_path(&self.dir, flow);
+        for (flow, path, age) in state_records(&self.dir) {
             match read_state(&path, flow) {
                 Some(p) if age < max_age => out.push(p),
                 _ => {
                     let _ = std::fs::remove_file(&path);
                     if age >= max_age {
-                        let _ = std::fs::remove_file(&part);
+                        let _ = std::fs::remove_file(part_path(&self.dir, flow));
                     }
                 }
             }
         }
-        out.sort_by_key(|p| p.flow);
         out
     }
 

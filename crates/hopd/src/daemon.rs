@@ -502,21 +502,7 @@ impl Daemon {
             return;
         }
         let incoming = self.cfg.storage_dir.join("incoming");
-        let Ok(rd) = std::fs::read_dir(&incoming) else {
-            return;
-        };
-        for e in rd.flatten() {
-            let path = e.path();
-            if path.extension().and_then(|x| x.to_str()) != Some("state") {
-                continue;
-            }
-            let Some(flow) = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(crate::custody::parse_flow_name)
-            else {
-                continue;
-            };
+        for (flow, path, _) in crate::custody::state_records(&incoming) {
             let Some(p) = crate::custody::read_state(&path, flow) else {
                 continue;
             };
