@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import routes, tapcreator
+from . import mediumserver, routes, tapcreator
 from .drivers import DRIVERS
 from .errors import LabError
 from .spec import Spec
@@ -148,7 +148,7 @@ class Lab:
         self.work = self.out / "raw"
         self.progress = progress
         self.procs: list[subprocess.Popen] = []
-        self.medium: subprocess.Popen | None = None
+        self.medium: subprocess.Popen | mediumserver.ForkedMedium | None = None
         self.lock_fd: int | None = None
         self.table = routes.next_hops(spec.topology, spec.routing)
         self.t0: float | None = None
@@ -279,13 +279,14 @@ class Lab:
             "max_seconds": spec.duration + 600,
         }
         (self.work / "medium-config.json").write_text(json.dumps(cfg, indent=1))
-        cmd = [sys.executable, "-m", "hoplab.medium", str(self.work / "medium-config.json")]
-        if Path("/usr/bin/chrt").exists() or Path("/bin/chrt").exists():
-            cmd = ["chrt", "-f", "10"] + cmd  # SCHED_FIFO: keep real time under CPU load
-        log = open(self.work / "medium.log", "w")
-        self.medium = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        log.close()
+        self.medium = mediumserver.fork_medium(self.work / "medium-config.json", self.work / "medium.log")
+        if self.medium is None:
+            cmd = mediumserver.rt_prefix() + [sys.executable, "-m", "hoplab.medium",
+                                              str(self.work / "medium-config.json")]
+            log = open(self.work / "medium.log", "w")
+            self.medium = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
+            log.close()
         MEDIUM_PID.write_text(str(self.medium.pid))
         self.progress(f"medium: starting ns-3 ({t.n} nodes, 802.11{spec.medium.standard}"
                       f" {'auto-rate' if spec.medium.auto_rate else f'{spec.medium.rate_mbps:g} Mbit/s'})")
@@ -428,6 +429,7 @@ class Lab:
             results.append(flow_summary(f, r, routes.hop_count(self.table, f.src, f.dst), idx))
         return {"flows": results, "medium": medium_out, "wall_seconds": wall, "timed_out": timed_out,
                 "host_steal_seconds": steal,
+                "medium_forked": isinstance(self.medium, mediumserver.ForkedMedium),
                 "t0": self.t0, "events": self.events_log}
 
     def _apply(self, e) -> None:

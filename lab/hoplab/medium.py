@@ -30,17 +30,28 @@ COUNTER_NAMES = [
 ] + [f"tid{i}" for i in range(8)]
 
 
-def main(argv: list[str]) -> int:
-    cfg = json.loads(Path(argv[1]).read_text())
-    t_import = time.time()
+def load():
+    """Import ns-3 and compile the medium's C++ helpers: ~20 s of CPU, the same for every run."""
     from ns import ns  # noqa: PLC0415  (slow import, only in this process)
     import cppyy  # noqa: PLC0415
 
+    cppyy.cppdef(Path(__file__).with_name("medium_cpp.h").read_text())
+    return ns, cppyy.gbl.hoplab
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "--serve":
+        return serve(argv[2])
+    cfg = json.loads(Path(argv[1]).read_text())
+    t_import = time.time()
+    ns, hl = load()
+    return run(cfg, ns, hl, t_import)
+
+
+def run(cfg: dict, ns, hl, t_import: float) -> int:
     ns.GlobalValue.Bind("SimulatorImplementationType", ns.StringValue("ns3::RealtimeSimulatorImpl"))
     ns.GlobalValue.Bind("ChecksumEnabled", ns.BooleanValue(True))
     ns.RngSeedManager.SetSeed(int(cfg.get("seed", 1)) or 1)
-    cppyy.cppdef(Path(__file__).with_name("medium_cpp.h").read_text())
-    hl = cppyy.gbl.hoplab
 
     n = int(cfg["nodes"])
     nodes = ns.NodeContainer()
@@ -125,6 +136,88 @@ def main(argv: list[str]) -> int:
     Path(cfg["out"]).write_text(json.dumps(out))
     ns.Simulator.Destroy()
     return 0
+
+
+def serve(sock_path: str) -> int:
+    """A medium server: load ns-3 once, then fork one medium per request.
+
+    Each request on the Unix socket carries a configuration path and three file
+    descriptors (the medium's stdin, stdout, stderr). The server forks; the child
+    starts a new session, takes those descriptors and runs that configuration
+    exactly as ``python -m hoplab.medium CONFIG`` would, from the state right after
+    the import. The reply carries the child's pid and a pidfd that becomes readable
+    when the child exits. The server ends when its own stdin closes."""
+    import os  # noqa: PLC0415
+    import selectors  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+    import traceback  # noqa: PLC0415
+
+    t0 = time.time()
+    ns, hl = load()
+    Path(sock_path).unlink(missing_ok=True)
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lsock.bind(sock_path)
+    os.chmod(sock_path, 0o600)
+    lsock.listen(8)
+    print(f"medium server: ns-3 loaded in {time.time() - t0:.1f} s, listening on {sock_path}", flush=True)
+    sel = selectors.DefaultSelector()
+    sel.register(lsock, selectors.EVENT_READ, "accept")
+    sel.register(sys.stdin, selectors.EVENT_READ, "stdin")
+    try:
+        while True:
+            for key, _ in sel.select(timeout=1.0):
+                if key.data == "stdin":
+                    if not os.read(sys.stdin.fileno(), 4096):
+                        return 0
+                    continue
+                conn, _ = lsock.accept()
+                with conn:
+                    try:
+                        msg, fds, _, _ = socket.recv_fds(conn, 4096, 3)
+                    except OSError:
+                        continue
+                    if len(fds) != 3:
+                        for fd in fds:
+                            os.close(fd)
+                        continue
+                    pid = os.fork()
+                    if pid == 0:  # the medium for this request
+                        rc = 1
+                        try:
+                            lsock.close()
+                            conn.close()
+                            os.setsid()
+                            for i, fd in enumerate(fds):
+                                os.dup2(fd, i)
+                                os.close(fd)
+                            sys.stdin = open(0, closefd=False)
+                            sys.stdout = open(1, "w", closefd=False)
+                            sys.stderr = open(2, "w", closefd=False)
+                            cfg = json.loads(Path(msg.decode()).read_text())
+                            rc = run(cfg, ns, hl, time.time())
+                        except BaseException:  # noqa: BLE001  (report, never return into the server loop)
+                            traceback.print_exc()
+                        finally:
+                            sys.stdout.flush()
+                            sys.stderr.flush()
+                            os._exit(rc)
+                    for fd in fds:
+                        os.close(fd)
+                    pidfd = os.pidfd_open(pid)
+                    try:
+                        socket.send_fds(conn, [str(pid).encode()], [pidfd])
+                    except OSError:
+                        pass
+                    os.close(pidfd)
+            while True:  # reap finished media
+                try:
+                    done, _ = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if done == 0:
+                    break
+    finally:
+        Path(sock_path).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def assemble(spec, run: dict) -> dict:
         "wall_seconds": run.get("wall_seconds"),
         "timed_out": run.get("timed_out"),
         "host_steal_seconds": run.get("host_steal_seconds"),
+        "medium_forked": run.get("medium_forked", False),
         "medium": {
             "standard": spec.medium.standard, "rate_mbps": spec.medium.rate_mbps,
             "auto_rate": spec.medium.auto_rate, "retry_limit": spec.medium.retry_limit,

@@ -173,6 +173,7 @@ def run_waiting_for_lab(sp, out, timeout=1800):
 
 @needs_root
 @needs_dtnd
+@pytest.mark.usefixtures("medium_server")
 def test_emulated_dtn_three_node_chain(tmp_path):
     size = 200_000
     sp = spec.from_dict({

@@ -12,7 +12,10 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
 
 
 @needs_root
-def test_two_hop_udp_and_node_down(tmp_path):
+@pytest.mark.parametrize("medium", ["spawned", "forked"])
+def test_two_hop_udp_and_node_down(tmp_path, medium, request):
+    if medium == "forked":
+        assert request.getfixturevalue("medium_server"), "the medium server did not start"
     sp = spec.from_dict({
         "name": "pytest-emulation", "duration": 40,
         "topology": {"kind": "chain", "nodes": 3},
@@ -34,5 +37,6 @@ def test_two_hop_udp_and_node_down(tmp_path):
     assert late and not any(i in got for i in late)
     assert res["lag"]["samples"] > 100
     assert res["medium"]["totals"]["phy_tx"] > 0
+    assert res["medium_forked"] == (medium == "forked")
     # nothing left behind
     assert lab.lab_namespaces() == [] and lab.lab_links() == []

@@ -48,6 +48,7 @@ def test_driver_accepts_every_hopd_transport_and_rejects_others():
 
 @needs_root
 @pytest.mark.parametrize("transport", ["hop", "hxh", "atp"])
+@pytest.mark.usefixtures("medium_server")
 def test_emulated_transport_three_node_chain(tmp_path, transport):
     sp = spec.from_dict({
         "name": f"pytest-transport-{transport}", "duration": 35,
