@@ -140,6 +140,8 @@ def main(argv=None) -> int:
     rp.add_argument("--retry-invalid", type=int,
                     help="repeat a run the lab marks invalid (lag) up to N times (default: 1 full, 0 quick)")
     rp.add_argument("--list", action="store_true", help="list the experiments and the time estimate; run nothing")
+    rp.add_argument("--resume", action="store_true",
+                    help="continue an interrupted reproduction in --out: keep its finished runs, run the rest")
     rp.add_argument("--report-only", action="store_true",
                     help="rebuild report.md/report.json from the runs already in --out")
     rp.set_defaults(fn=cmd_reproduce)

@@ -35,6 +35,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import mediumserver
 from .errors import LabError, SpecError
 from .experiments import RUN_OVERHEAD_S, Experiment, Variant, registry
 from .results import percentile
@@ -130,6 +131,7 @@ STATS = {
     "clp": _per_run(_voip("clp")),
     "mos": _per_run(_voip("mos")),
 }
+POOLED = {"median", "mean", "q1", "q3"}  # statistics of the flows pooled over runs
 STAT_UNITS = {"jain": "", "jain_hw": "", "clp": "", "mos": "", "delay_median": "s"}
 
 
@@ -297,6 +299,15 @@ def row_result(row: Row, exp: Experiment, runs: list[dict], reasons: dict[str, s
     v = value(groups)
     out["ours"] = v
     out["ci"] = bootstrap_ci(groups, value)
+    if len(groups) == 1 and row.stat in POOLED:
+        # One repetition: resample its measured flows instead (paired by flow for a ratio:
+        # flow i of both protocols has the same endpoints and start).
+        sides = [measured(r, exp.measure) for r in groups[0]]
+        if len({len(fl) for fl in sides}) == 1 and len(sides[0]) >= 2:
+            per_flow = [[{**r, "flows": [fl[i]]} for r, fl in zip(groups[0], sides)] for i in range(len(sides[0]))]
+            out["ci"] = bootstrap_ci(per_flow, value)
+            out["ci_over"] = "flows"
+            out["n_flows"] = len(per_flow)
     if v is not None and row.value is not None:
         out["ours_over_paper"] = ratio(v, row.value)
     if v is not None and row.range is not None:
@@ -390,12 +401,22 @@ def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str
     return out
 
 
+def _run_id(r: dict) -> tuple:
+    return (r["experiment"], r["variant"], _key(r["point"]), r["rep"])
+
+
 def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, progress=print,
-            points: list[str] | None = None, retry_invalid: int = 0) -> list[dict]:
+            points: list[str] | None = None, retry_invalid: int = 0,
+            previous: list[dict] | None = None) -> list[dict]:
     """Run the plan; a run the lab marks invalid is repeated up to `retry_invalid` times
-    (every attempt is recorded; the invalid ones are excluded and counted in the report)."""
+    (every attempt is recorded; the invalid ones are excluded and counted in the report).
+    `previous` are the records of an interrupted run of the same plan (--resume): a run
+    that has a valid record there, or has used up its attempts, is kept and not run again."""
     records = []
     reasons: dict = {}
+    done: dict[tuple, list[dict]] = {}
+    for r in previous or []:
+        done.setdefault(_run_id(r), []).append(r)
     todo = plan(exps, quick, reps, points)
     t_start = time.time()
     for i, (e, p, rep, v) in enumerate(todo):
@@ -404,7 +425,11 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
             records.append({"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": 0,
                             "status": "not run", "reason": why})
             continue
-        for attempt in range(retry_invalid + 1):
+        before = [r for r in done.get((e.id, v.name, _key(p), rep), []) if r["status"] in ("valid", "invalid")]
+        records += before
+        if any(r["status"] == "valid" for r in before) or len(before) > retry_invalid:
+            continue
+        for attempt in range(len(before), retry_invalid + 1):
             progress(f"reproduce [{i + 1}/{len(todo)}, {(time.time() - t_start) / 60:.1f} min]: "
                      f"{e.id} {e.point_name or 'point'}={_key(p)} rep {rep} {v.name}"
                      + (f" (repeat {attempt}: the previous attempt was invalid)" if attempt else ""))
@@ -420,7 +445,8 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
     from . import spec as specmod
     from .cli import run_spec
 
-    rec = {"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt, "status": None}
+    rec = {"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt, "status": None,
+           "commit": git_commit(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     run_dir = out / "runs" / e.id / f"p{_key(p)}" / f"r{rep}" / (v.name + (f"-repeat{attempt}" if attempt else ""))
     rec["dir"] = str(run_dir.relative_to(out))
     t0 = time.time()
@@ -485,7 +511,10 @@ def git_commit() -> str:
     try:
         r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                            cwd=Path(__file__).resolve().parents[2])
-        return r.stdout.strip() or "?"
+        head = r.stdout.strip() or "?"
+        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True, cwd=Path(__file__).resolve().parents[2])
+        return head + ("+changes" if d.stdout.strip() else "")
     except OSError:
         return "?"
 
@@ -610,7 +639,8 @@ def markdown(rep: dict) -> str:
                 ci = r["ci"]
                 ours = _fmt(r["ours"], unit) + ("×" if unit == "x" else u)
                 ours += f" [{_fmt(ci[0], unit)}, {_fmt(ci[1], unit)}]" if ci else " [no CI]"
-                ours += f" (n={r['n']})"
+                ours += (f" (n=1 run, CI over its {r['n_flows']} flows)" if r.get("ci_over") == "flows"
+                         else f" (n={r['n']})")
             if r["paper"] is not None:
                 paper = _fmt(r["paper"], unit) + ("×" if unit == "x" else u)
             elif r["paper_range"]:
@@ -676,6 +706,8 @@ def main(a) -> int:
         raise SpecError("no experiment has a " + ("quick" if quick else "full") + " preset in this selection")
     if a.reps is not None and a.reps < 1:
         raise SpecError("--reps must be >= 1")
+    if getattr(a, "resume", False) and not a.out:
+        raise SpecError("--resume needs --out DIR (the directory of the reproduction to continue)")
     if a.retry_invalid is not None and a.retry_invalid < 0:
         raise SpecError("--retry-invalid must be >= 0")
     points = [x.strip() for x in a.points.split(",")] if getattr(a, "points", None) else None
@@ -705,8 +737,22 @@ def main(a) -> int:
         t0 = time.time()
         retry = a.retry_invalid if a.retry_invalid is not None else (0 if quick else 1)
         meta["retry_invalid"] = retry
-        records = run_all(exps, quick, a.reps, out, points=points, retry_invalid=retry)
-        meta["wall_min"] = (time.time() - t0) / 60
+        previous = None
+        if getattr(a, "resume", False):
+            try:
+                previous = json.loads((out / "runs.json").read_text())
+            except (OSError, ValueError) as e:
+                raise LabError(f"--resume: cannot read {out / 'runs.json'}: {e}") from e
+            print(f"resuming: {sum(1 for r in previous if r['status'] == 'valid')} valid runs kept from "
+                  f"{out / 'runs.json'}")
+        with mediumserver.serving():
+            records = run_all(exps, quick, a.reps, out, points=points, retry_invalid=retry, previous=previous)
+        meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
+    ran = [r for r in records if r.get("started")]
+    if ran:  # a resumed reproduction spans several sittings (and possibly commits): say so
+        first, last = min(r["started"] for r in ran), max(r["started"] for r in ran)
+        meta["date"] = first if first == last else f"{first} to {last}"
+        meta["commit"] = ", ".join(sorted({r.get("commit", "?") for r in ran}))
     aggregate(records, exps, rows, out, meta)
     bad = sum(1 for r in records if r["status"] in ("invalid", "error"))
     failed = sum(1 for r in records if r["status"] == "error")

@@ -264,3 +264,49 @@ def test_hop_driver_finds_its_file_among_shared_receivers(tmp_path):
     assert r2["complete"] and r2["bytes"] == 4000 and r2["last"] == 105.0 and r2["start"] == 100.0
     r0 = HopDriver().result(lab, flows[0], 0)
     assert not r0["complete"] and r0["bytes"] == 0
+
+
+def test_run_all_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path, monkeypatch):
+    e = dummy_experiment()
+    e.full = Scale(reps=4, points=[None])
+    calls = []
+
+    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress):
+        calls.append((rep, attempt))
+        return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
+                "status": "valid", "flows": []}
+
+    def prev(rep, attempt, status):
+        return {"experiment": e.id, "variant": "a", "point": None, "rep": rep, "attempt": attempt,
+                "status": status, "flows": []}
+
+    monkeypatch.setattr(rp, "run_one", fake_run_one)
+    monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
+    previous = [prev(0, 0, "valid"), prev(1, 0, "invalid"), prev(2, 0, "invalid"), prev(2, 1, "invalid"),
+                prev(3, 0, "error")]
+    recs = rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=1, previous=previous)
+    # rep 0 is done; rep 1 gets its one repeat; rep 2 used up its attempts; a failed run is run again
+    assert calls == [(1, 1), (3, 0)]
+    a = [(r["rep"], r["attempt"], r["status"]) for r in recs if r["variant"] == "a"]
+    assert a == [(0, 0, "valid"), (1, 0, "invalid"), (1, 1, "valid"), (2, 0, "invalid"), (2, 1, "invalid"),
+                 (3, 0, "valid")]
+
+
+def test_single_repetition_interval_is_over_flows_paired_for_ratios():
+    e = dummy_experiment()
+
+    def run(variant, goodputs):
+        return {"experiment": e.id, "variant": variant, "point": None, "rep": 0, "status": "valid",
+                "flows": [{"label": f"m{i}", "goodput_mbps": g} for i, g in enumerate(goodputs)]}
+
+    runs = [run("a", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), run("b", [0.5, 1.0, 1.5, 2.0, 2.5, 3.0])]
+    med = rp.row_result(rp.Row(e.id, "median a", "median", "a", "x"), e, runs, {})
+    assert med["ci_over"] == "flows" and med["n_flows"] == 6
+    lo, hi = med["ci"]
+    assert 1.0 <= lo <= med["ours"] <= hi <= 6.0 and lo < hi
+    # every flow of a is twice its pair in b: the paired interval of the ratio is exactly 2
+    r = rp.row_result(rp.Row(e.id, "a/b", "median", "a", "x", versus="b"), e, runs, {})
+    assert r["ours"] == pytest.approx(2.0) and r["ci"] == (pytest.approx(2.0), pytest.approx(2.0))
+    # a per-run statistic has no interval with one run
+    j = rp.row_result(rp.Row(e.id, "jain a", "jain", "a", "x"), e, runs, {})
+    assert j["ci"] is None and "ci_over" not in j

@@ -26,9 +26,10 @@ TXOP_US = 8160
 BEST_MEDIUM = {"retry_limit": MAX_ARQ, "txop_us": {"be": TXOP_US, "bk": TXOP_US}}
 # Seeds: repetition r of every experiment uses seed BASE_SEED + r for all its variants.
 BASE_SEED = 1
-# Per-run cost outside the flows: ns-3 start (C++ compiled at start-up), namespaces,
-# daemons, teardown. Measured on the project machine: ~28 s for a 3-node run.
-RUN_OVERHEAD_S = 30.0
+# Per-run cost outside the flows: medium start (forked from a medium server that loaded
+# ns-3 once, see hoplab.mediumserver), namespaces, daemons, teardown. Measured on the
+# project machine: 8-9 s for a run on the 20-node mesh (~28 s when each run loads ns-3).
+RUN_OVERHEAD_S = 10.0
 
 
 @dataclass
