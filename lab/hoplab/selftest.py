@@ -139,6 +139,13 @@ def evaluate(name: str, res: dict, ctx: dict) -> list[tuple[str, bool, str]]:
 
 
 def selftest(quick: bool, out: Path) -> int:
+    from . import mediumserver
+
+    with mediumserver.serving():  # one ns-3 import for all scenarios
+        return _selftest(quick, out)
+
+
+def _selftest(quick: bool, out: Path) -> int:
     from .cli import run_spec
 
     ctx: dict = {}
