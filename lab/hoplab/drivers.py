@@ -178,10 +178,16 @@ class HopDriver(Driver):
     def socket(self, lab, node: int) -> Path:
         return lab.work / f"hopd-{node}" / "api.sock"
 
-    def config(self, lab, node: int, transport: str, params: dict) -> str:
+    def config(self, lab, node: int, transport: str, params: dict, link_mode: str = "unicast") -> str:
         t = lab.spec.topology
         lines = [f"node_id = {self.node_id(node)}", f'listen = "{lab.ip(node)}:{self.PORT}"',
                  f'transport = "{transport}"', f'api_socket = "{self.socket(lab, node)}"', ""]
+        if link_mode == "broadcast":
+            from .lab import BROADCAST  # noqa: PLC0415  (lab imports this module)
+            # Hop §4: data frames without link-layer ARQ. 802.11 never retries broadcast frames,
+            # and every neighbour overhears them (the medium sends them at the spec's
+            # broadcast_rate_mbps). Control datagrams stay unicast (with ARQ).
+            lines[-1:-1] = ['link_mode = "broadcast"', f'broadcast_address = "{BROADCAST}:{self.PORT}"']
         for b in t.neighbours(node):
             lines += ["[[neighbours]]", f"id = {self.node_id(b)}", f'address = "{lab.ip(b)}:{self.PORT}"', ""]
         for d, nh in sorted(lab.table[node].items()):
@@ -204,6 +210,10 @@ class HopDriver(Driver):
                            f" got {sorted(map(str, kinds))}")
         transport = next(iter(kinds))
         params = next((f.options["hop"] for f in flows if "hop" in f.options), {})
+        modes = {f.options.get("link_mode", "unicast") for f in flows}
+        if len(modes) != 1 or not modes <= {"unicast", "broadcast"}:
+            raise LabError(f"hop flows need one link_mode per run (unicast or broadcast), got {sorted(map(str, modes))}")
+        link_mode = next(iter(modes))
         for f in flows:
             if f.size is None:
                 raise LabError("the hop driver transfers files: give every hop flow a size")
@@ -211,7 +221,7 @@ class HopDriver(Driver):
             d = lab.work / f"hopd-{node}"
             (d / "store").mkdir(parents=True, exist_ok=True)
             cfg = d / "hopd.toml"
-            cfg.write_text(self.config(lab, node, transport, params))
+            cfg.write_text(self.config(lab, node, transport, params, link_mode))
             lab.spawn_cmd(node, [hopd, "--config", str(cfg)], f"hopd-{node}")
         deadline = time.time() + 30
         while not all(self.socket(lab, n).exists() for n in range(lab.spec.topology.n)):

@@ -29,6 +29,7 @@ IN_RANGE_DB = 50.0  # path loss between nodes in range (rx at about -34 dBm: str
 OUT_OF_RANGE_DB = 1000.0
 IFACE = "wl0"
 SUBNET = "10.77"
+BROADCAST = f"{SUBNET}.255.255"
 
 
 def ns_name(i: int) -> str:
@@ -315,7 +316,9 @@ class Lab:
             sh("ip", "netns", "exec", nsn, "sysctl", "-qw", *sysctls)
             lines = [f"link set {tap_name(i)} name {IFACE}",
                      f"link set {IFACE} address {mac_of(i)}",
-                     f"addr add {ip_of(i)}/32 dev {IFACE}",
+                     # /16 without its prefix route: next hops stay the explicit routes below,
+                     # and the subnet broadcast address exists for hopd's broadcast link mode.
+                     f"addr add {ip_of(i)}/16 broadcast {BROADCAST} dev {IFACE} noprefixroute",
                      f"link set {IFACE} up", "link set lo up"]
             for b in t.neighbours(i):
                 lines.append(f"neigh replace {ip_of(b)} lladdr {mac_of(b)} dev {IFACE} nud permanent")

@@ -47,14 +47,16 @@ def test_driver_accepts_every_hopd_transport_and_rejects_others():
 
 
 @needs_root
-@pytest.mark.parametrize("transport", ["hop", "hxh", "atp"])
+@pytest.mark.parametrize("transport,link_mode", [("hop", "unicast"), ("hxh", "unicast"), ("atp", "unicast"),
+                                                 ("hop", "broadcast")])
 @pytest.mark.usefixtures("medium_server")
-def test_emulated_transport_three_node_chain(tmp_path, transport):
+def test_emulated_transport_three_node_chain(tmp_path, transport, link_mode):
     sp = spec.from_dict({
-        "name": f"pytest-transport-{transport}", "duration": 35,
+        "name": f"pytest-transport-{transport}-{link_mode}", "duration": 35,
         "topology": {"kind": "chain", "nodes": 3},
+        "medium": {"broadcast_rate_mbps": 11.0},
         "flow": [{"driver": "hop", "src": 0, "dst": 2, "size": SIZE, "label": "f",
-                  "options": {"transport": transport}}],
+                  "options": {"transport": transport, "link_mode": link_mode}}],
     })
     out = tmp_path / "out"
     res = run_spec(sp, out, progress=lambda *_: None)
@@ -72,4 +74,6 @@ def test_emulated_transport_three_node_chain(tmp_path, transport):
     # every daemon, the relay included, hosted the requested transport
     for node in range(3):
         assert hosted_transport(raw / f"hopd-{node}.log") == transport
+        assert (f'link_mode = "{link_mode}"' in (raw / f"hopd-{node}" / "hopd.toml").read_text()) == (
+            link_mode == "broadcast")
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
