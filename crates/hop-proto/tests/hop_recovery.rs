@@ -103,9 +103,23 @@ fn unreachable_next_hop_retries_with_bounded_backoff() {
     net.run_until(t, |_| false);
     let relay = net.stats(2);
     let bsyns = relay.sent_by_type.get("bsyn").copied().unwrap_or(0);
-    // Backoff doubles from 200 ms up to 2 s (plus up to 25 % jitter): about 30 BSYNs in a
-    // minute, not hundreds.
-    assert!((20..=40).contains(&bsyns), "{bsyns} BSYNs in 60 s");
+    // The first BSYN waits the initial 200 ms; repeats wait k x 50 ms (the adaptive timer's
+    // floor), reaching the 2 s ceiling after 40 repeats (41 s), then one per 2-2.5 s (25 %
+    // jitter): at most about 50 BSYNs in a minute, not hundreds, and never fewer than one per
+    // ceiling period.
+    let cfg = HopConfig::default();
+    let floor = cfg.bsyn_min_timeout.as_secs_f64();
+    let ceiling = cfg.bsyn_max_backoff.as_secs_f64();
+    let (mut t, mut most) = (cfg.bsyn_timeout.as_secs_f64(), 1u64);
+    while t < 60.0 {
+        t += (floor * most as f64).min(ceiling);
+        most += 1;
+    }
+    let fewest = (60.0 / (ceiling * 1.25)) as u64;
+    assert!(
+        (fewest..=most).contains(&bsyns),
+        "{bsyns} BSYNs in 60 s, expected {fewest}..={most}"
+    );
     net.set_link_up(2, 3, true);
     net.run_to_completion(secs(600.0));
     net.assert_all_identical();

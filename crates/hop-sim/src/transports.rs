@@ -186,6 +186,8 @@ pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, Stri
     o.uint("vtx_ttl", &mut c.vtx_ttl)?;
     o.secs("bsyn_timeout", &mut c.bsyn_timeout)?;
     o.secs("bsyn_max_backoff", &mut c.bsyn_max_backoff)?;
+    o.bool("adaptive_bsyn_timeout", &mut c.adaptive_bsyn_timeout)?;
+    o.secs("bsyn_min_timeout", &mut c.bsyn_min_timeout)?;
     o.secs("back_quiet", &mut c.back_quiet)?;
     o.bool("queue_aware", &mut c.queue_aware)?;
     o.uint("link_window_packets", &mut c.link_window_packets)?;

@@ -239,10 +239,16 @@ fn partitioned_seven_hop_path_completes_without_end_to_end_path() {
 }
 
 fn slow_last_hop(h: u32, backpressure: bool) -> String {
+    slow_last_hop_on(h, backpressure, "shared")
+}
+
+fn slow_last_hop_on(h: u32, backpressure: bool, medium: &str) -> String {
     format!(
         r#"
 seed = 1
 duration = 600.0
+[medium]
+kind = "{medium}"
 [topology]
 nodes = 4
 generator = "chain"
@@ -276,8 +282,11 @@ fn backpressure_bounds_buffered_blocks_behind_slow_link() {
             );
         }
     }
-    // Without backpressure the blocks pile up in front of the slow link.
-    let r = run(&slow_last_hop(3, false));
+    // Without backpressure the blocks pile up in front of the slow link. Shown on
+    // point-to-point links, where only the link rates differ: on the shared chain, node 2's
+    // long frames on the slow link collide at node 1 with the source's (hidden terminals),
+    // and how much reaches the relays then depends on the BSYN timer, not on backpressure.
+    let r = run(&slow_last_hop_on(3, false, "p2p"));
     assert_complete(&r);
     let peak = r
         .nodes

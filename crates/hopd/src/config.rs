@@ -149,6 +149,7 @@ pub struct HopParams {
     pub vtx_ttl: Option<u8>,
     pub queue_aware: Option<bool>,
     pub link_window_packets: Option<usize>,
+    pub adaptive_bsyn_timeout: Option<bool>,
 }
 
 /// A neighbour: node id and UDP address.

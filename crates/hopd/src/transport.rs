@@ -54,6 +54,9 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.link_window_packets {
         h.link_window_packets = v;
     }
+    if let Some(v) = p.adaptive_bsyn_timeout {
+        h.adaptive_bsyn_timeout = v;
+    }
     h.cache_limit_bytes = cfg.max_memory_bytes;
     h.max_flows = cfg.max_incoming_flows;
     h
@@ -147,12 +150,13 @@ mod tests {
             HopConfig::default().link_window_packets
         );
         let text = format!(
-            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nlink_window_packets = 0\n",
+            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\n",
             "ab".repeat(32)
         );
         let h = hop_config(&Config::parse("t.toml", &text, Path::new("/")).unwrap());
         assert!(!h.queue_aware);
         assert_eq!(h.link_window_packets, 0);
+        assert!(!h.adaptive_bsyn_timeout);
     }
 
     #[test]

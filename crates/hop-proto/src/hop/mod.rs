@@ -279,6 +279,8 @@ pub struct HopTransport {
     left_seq: u64,
     /// Smoothed time from handing a packet to the link to the BACK that reports it.
     delivery_delay: Option<Duration>,
+    /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
+    bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
 }
 
 fn bump(map: &mut BTreeMap<&'static str, u64>, k: &'static str) {
@@ -310,6 +312,53 @@ fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
         .min(max.max(base))
 }
 
+/// Smoothed BSYN-to-BACK round trip of one next hop (RFC 6298 §2 estimator).
+#[derive(Debug, Clone, Copy)]
+struct RttEstimate {
+    srtt: Duration,
+    rttvar: Duration,
+}
+
+impl RttEstimate {
+    fn update(prev: Option<Self>, r: Duration) -> Self {
+        match prev {
+            None => Self {
+                srtt: r,
+                rttvar: r / 2,
+            },
+            Some(e) => {
+                let dev = if e.srtt > r { e.srtt - r } else { r - e.srtt };
+                Self {
+                    rttvar: (e.rttvar * 3 + dev) / 4,
+                    srtt: (e.srtt * 7 + r) / 8,
+                }
+            }
+        }
+    }
+}
+
+/// How long to wait for the BACK of a BSYN sent after `attempts` unanswered ones.
+fn bsyn_wait(cfg: &HopConfig, rtt: Option<&RttEstimate>, attempts: u32) -> Duration {
+    if !cfg.adaptive_bsyn_timeout {
+        return backoff(cfg.bsyn_timeout, cfg.bsyn_max_backoff, attempts);
+    }
+    let first = match rtt {
+        Some(e) => (e.srtt + e.rttvar * 4).max(cfg.bsyn_min_timeout),
+        None => cfg.bsyn_timeout,
+    };
+    if attempts == 0 {
+        return first;
+    }
+    // A repeated BSYN finds the data sent before the first one delivered (the first timer
+    // covered its drain): its BACK comes after one control round trip, so the repeats wait
+    // a multiple of the floor, growing linearly (under random loss a round fails often, and
+    // doubling would let the waits, not the losses, set the rate); an unreachable next hop
+    // still slows to one BSYN per bsyn_max_backoff.
+    cfg.bsyn_min_timeout
+        .saturating_mul(attempts)
+        .min(cfg.bsyn_max_backoff.max(cfg.bsyn_min_timeout))
+}
+
 impl HopTransport {
     pub fn new(cfg: HopConfig) -> Self {
         Self::with_store(cfg, Box::new(MemoryOnly))
@@ -339,6 +388,7 @@ impl HopTransport {
             link_seq: 0,
             left_seq: 0,
             delivery_delay: None,
+            bsyn_rtt: BTreeMap::new(),
         }
     }
 
@@ -434,9 +484,6 @@ impl HopTransport {
             .sum()
     }
 
-    /// Age after which a packet in flight is judged lost when nothing newer arrived: twice
-    /// the delivery delay (the tail loss probe timeout of RACK-TLP, RFC 8985 §7.2); the BSYN
-    /// timer before any sample.
     fn loss_age(&self) -> Duration {
         tail_age(self.delivery_delay, self.cfg.bsyn_timeout)
     }
@@ -768,7 +815,7 @@ impl HopTransport {
             flags |= FLAG_VTX;
         }
         let ttl = if x.vtx { x.ttl } else { 0 };
-        let wait = backoff(self.cfg.bsyn_timeout, self.cfg.bsyn_max_backoff, x.attempts);
+        let wait = bsyn_wait(&self.cfg, self.bsyn_rtt.get(&next_hop), x.attempts);
         // Up to 25 % jitter so senders withheld by the same receiver, or hidden from each
         // other, do not retry in lockstep.
         let jitter = u64::try_from(wait.as_nanos() / 4).unwrap_or(u64::MAX);
@@ -1546,6 +1593,12 @@ impl HopTransport {
         } else {
             // A late duplicate BACK: it can only add information.
             x.peer.union_bytes(bitmap);
+        }
+        if x.attempts == 1 && matches!(x.state, OutState::AwaitBack { .. }) {
+            // Answer to a BSYN sent once (Karn's rule): a round-trip sample.
+            let r = now.saturating_duration_since(x.bsyn_at);
+            let e = RttEstimate::update(self.bsyn_rtt.get(&from).copied(), r);
+            self.bsyn_rtt.insert(from, e);
         }
         x.attempts = 0;
         // The newest of our packets the next hop now holds: every data packet handed to the
