@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
-use hop_wire::envelope::{CRC_LEN, FLAG_AUTH, HEADER_LEN};
+use hop_wire::envelope::{CRC_LEN, FLAG_AUTH, HEADER_LEN, MAGIC};
 use hop_wire::{Envelope, NodeId};
 
 /// Bytes of the authentication trailer: counter + tag.
@@ -153,14 +153,44 @@ impl Authenticator {
         *Nonce::from_slice(&n)
     }
 
+    /// Offset of the crc32c of a datagram emitted by the local node (header and body length
+    /// checked, checksum not verified). An already sealed datagram yields its crc offset too.
+    fn unsealed_end(datagram: &[u8]) -> Result<usize, AuthError> {
+        let min = HEADER_LEN + CRC_LEN;
+        if datagram.len() < min {
+            return Err(hop_wire::Error::Truncated {
+                needed: min,
+                have: datagram.len(),
+            }
+            .into());
+        }
+        let magic = u16::from_be_bytes([datagram[0], datagram[1]]);
+        if magic != MAGIC {
+            return Err(hop_wire::Error::BadMagic(magic).into());
+        }
+        let end = HEADER_LEN + usize::from(u16::from_be_bytes([datagram[6], datagram[7]]));
+        let sealed = datagram[4] & FLAG_AUTH != 0;
+        let expected = end + CRC_LEN + if sealed { TRAILER_LEN } else { 0 };
+        if datagram.len() != expected {
+            return Err(hop_wire::Error::LengthMismatch {
+                declared: expected,
+                actual: datagram.len(),
+            }
+            .into());
+        }
+        Ok(end)
+    }
+
     /// Turn an unauthenticated envelope (as produced by the node) into a sealed one in place,
     /// numbered in the counter stream of its class.
     pub fn seal(&mut self, datagram: &mut Vec<u8>, stream: Stream) -> Result<(), AuthError> {
-        let env = Envelope::parse(datagram)?;
-        if env.repr.flags & FLAG_AUTH != 0 {
+        // The datagram comes from the local node, which has just emitted it with a valid
+        // crc32c: only its framing is checked here, not its checksum, so that the checksum is
+        // computed once on this path (after the flag is set) rather than verified first.
+        let end = Self::unsealed_end(datagram)?;
+        if datagram[4] & FLAG_AUTH != 0 {
             return Ok(());
         }
-        let end = datagram.len() - CRC_LEN;
         datagram[4] |= FLAG_AUTH;
         let crc = crc32c::crc32c(&datagram[..end]);
         datagram[end..].copy_from_slice(&crc.to_be_bytes());
@@ -242,6 +272,54 @@ mod tests {
         assert_eq!(env.body, b"payload");
         assert_eq!(b.open(&d), Ok(1));
         assert_eq!(b.open(&d), Err(AuthError::Replay(100)));
+    }
+
+    #[test]
+    fn seal_leaves_a_valid_checksum_and_rejects_bad_framing() {
+        let key = [3u8; 32];
+        let mut a = Authenticator::new(&key, 1, 0, 8);
+        for len in [0usize, 1, 100, 1400, 65535] {
+            let mut d = Vec::new();
+            EnvelopeRepr {
+                transport: TransportId::Hop,
+                flags: 0,
+                link_src: 1,
+                link_dst: 2,
+            }
+            .emit(&vec![0xa5; len], &mut d)
+            .unwrap();
+            a.seal(&mut d, Stream::Control).unwrap();
+            let env = Envelope::parse(&d).unwrap();
+            assert_eq!(env.repr.flags & FLAG_AUTH, FLAG_AUTH);
+            assert_eq!(env.body.len(), len);
+            assert_eq!(env.trailer.len(), TRAILER_LEN);
+            // Sealing twice changes nothing.
+            let before = d.clone();
+            a.seal(&mut d, Stream::Control).unwrap();
+            assert_eq!(d, before);
+        }
+        let good = datagram(1);
+        let mut short = good[..HEADER_LEN + 2].to_vec();
+        assert!(matches!(
+            a.seal(&mut short, Stream::Data),
+            Err(AuthError::Malformed(_))
+        ));
+        let mut long = good.clone();
+        long.push(0);
+        assert!(matches!(
+            a.seal(&mut long, Stream::Data),
+            Err(AuthError::Malformed(_))
+        ));
+        let mut magic = good.clone();
+        magic[0] ^= 0xff;
+        assert!(matches!(
+            a.seal(&mut magic, Stream::Data),
+            Err(AuthError::Malformed(_))
+        ));
+        assert!(matches!(
+            a.seal(&mut Vec::new(), Stream::Data),
+            Err(AuthError::Malformed(_))
+        ));
     }
 
     #[test]
