@@ -299,7 +299,8 @@ fn name_of(t: MsgType, flags: u8) -> &'static str {
     }
 }
 
-/// See [`HopTransport::loss_age`].
+/// How long after it was handed to the link an unreported packet is judged lost (the tail,
+/// RFC 8985 §7): twice the delivery delay, or the BSYN timeout before the first sample.
 fn tail_age(delivery_delay: Option<Duration>, bsyn_timeout: Duration) -> Duration {
     match delivery_delay {
         Some(d) => d * 2,
@@ -482,10 +483,6 @@ impl HopTransport {
             .filter(|x| !x.micro)
             .map(|x| x.sent_round.count_in_not(&x.peer, &none) as usize)
             .sum()
-    }
-
-    fn loss_age(&self) -> Duration {
-        tail_age(self.delivery_delay, self.cfg.bsyn_timeout)
     }
 
     fn window_full(&self) -> bool {
@@ -815,6 +812,7 @@ impl HopTransport {
             flags |= FLAG_VTX;
         }
         let ttl = if x.vtx { x.ttl } else { 0 };
+        let repeat = x.attempts > 0;
         let wait = bsyn_wait(&self.cfg, self.bsyn_rtt.get(&next_hop), x.attempts);
         // Up to 25 % jitter so senders withheld by the same receiver, or hidden from each
         // other, do not retry in lockstep.
@@ -876,7 +874,13 @@ impl HopTransport {
         } else {
             // The next hop holds what it reported plus what this round handed to the link,
             // once that arrives; the BSYN overtakes the data still queued here.
-            let in_flight = x.sent_round.count_in_not(&x.peer, &Bitmap::new(0));
+            // A repeated BSYN follows data that had the whole first wait to arrive: it asks
+            // for an answer at once.
+            let in_flight = if repeat {
+                0
+            } else {
+                x.sent_round.count_in_not(&x.peer, &Bitmap::new(0))
+            };
             let expect = (x.peer.count() + in_flight).min(u32::from(u16::MAX)) as u16;
             let msg = HopMessage {
                 header: Self::header(key, dst, n, flags, ttl),
@@ -2209,37 +2213,18 @@ impl Transport for HopTransport {
 
     fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
-        let aware = self.cfg.queue_aware;
-        let age = self.loss_age();
-        let mut timed_out = 0u64;
-        // BSYN retransmissions (§3.1): an unanswered BSYN is sent again with backoff.
+        // BSYN retransmissions (§3.1): an unanswered BSYN is sent again with backoff. Only the
+        // BSYN is repeated: the data it followed is not judged lost for want of an answer
+        // (the BSYN or its BACK may be what was lost); the next BACK's bitmap says what is
+        // missing (§3), and the BACK's loss rules decide what is sent again.
         for f in self.flows.values_mut() {
             for x in f.outs.values_mut() {
                 if let OutState::AwaitBack { deadline } = x.state {
                     if deadline <= now {
                         x.state = OutState::NeedBsyn;
-                        if aware {
-                            // Packets that had time to arrive are lost; younger ones may
-                            // still be queued here.
-                            for p in 0..x.sent_seq.len() as u32 {
-                                if x.sent_round.get(p)
-                                    && now >= x.sent_at[p as usize] + age
-                                    && now >= x.progress_at + age
-                                {
-                                    x.sent_round.unset(p);
-                                    timed_out += 1;
-                                }
-                            }
-                        } else {
-                            x.sent_round.clear();
-                        }
-                        x.cursor = 0;
                     }
                 }
             }
-        }
-        if timed_out > 0 {
-            *self.stats.extra.entry("lost_unanswered").or_insert(0) += timed_out;
         }
         if self.housekeeping_at.is_some_and(|h| h <= now) {
             self.housekeeping_at = None;

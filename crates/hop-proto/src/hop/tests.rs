@@ -871,3 +871,38 @@ fn restored_destination_resumes_from_its_progress() {
     assert_eq!(delivered(&mut h.t), vec![(500, 250)]);
     assert_eq!(log.lock().unwrap().1, vec![(2, 500, 250)]);
 }
+
+fn bsyn_expects(out: &[Outgoing]) -> Vec<u16> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+            HopBody::Bsyn { expect, .. } => Some(expect),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn unanswered_bsyn_is_repeated_alone_and_judges_no_packet_lost() {
+    let (mut h, out) = source_round(small_cfg());
+    assert_eq!(data_nums(&out).len(), 10);
+    // The BSYN of this round (or its BACK) is lost: when its timer fires only the BSYN is
+    // sent again, announcing just what the next hop reported, so it is answered at once.
+    let mut repeated = Vec::new();
+    for _ in 0..20 {
+        let Some(t) = h.t.poll_timeout() else { break };
+        h.now = t;
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        repeated = h.drain();
+        if !bsyn_expects(&repeated).is_empty() {
+            break;
+        }
+    }
+    assert!(data_nums(&repeated).is_empty());
+    assert_eq!(bsyn_expects(&repeated), vec![0]);
+    assert!(!h.t.stats().extra.contains_key("lost_unanswered"));
+    // Its BACK: all but the newest packet arrived, so that one is still in flight (FIFO
+    // queue) and nothing is sent again.
+    h.recv(2, &source_back(&[0xff, 0x01]));
+    assert!(data_nums(&h.drain()).is_empty());
+    assert_eq!(h.t.stats().data_retransmissions, 0);
+}
