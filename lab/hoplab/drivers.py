@@ -250,7 +250,7 @@ class HopDriver(Driver):
                              "send", str(src), "--to", str(self.node_id(flow.dst)), "--quiet"], f"f{idx}-send")
 
     def progress(self, lab, flow, idx) -> int:
-        """Bytes the destination's hopd holds for flows from this flow's source (its
+        """Unique bytes the destination's hopd has received for flows from this flow's source (its
         `hop status`, through the API socket, which needs no namespace), split evenly
         between the lab flows of the same source and destination; the flow's size once
         the receiver has written the file. Best effort: 0 when hopd does not answer."""
@@ -263,7 +263,10 @@ class HopDriver(Driver):
         except (OSError, subprocess.TimeoutExpired, ValueError):
             return 0
         prefix = f"{self.node_id(flow.src)}:"
-        held = sum(int(f.get("bytes", 0)) for f in status.get("incoming", [])
+        # `received_bytes` counts the packets of blocks not complete yet too: the papers'
+        # "unique packets received". Older hopd reports only `bytes` (delivered blocks).
+        held = sum(max(int(f.get("bytes", 0)), int(f.get("received_bytes", 0)))
+                   for f in status.get("incoming", [])
                    if str(f.get("flow", "")).startswith(prefix))
         same = sum(1 for f in lab.spec.flows if f.driver == flow.driver
                    and f.src == flow.src and f.dst == flow.dst)

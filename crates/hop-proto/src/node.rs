@@ -289,6 +289,12 @@ impl Node {
         None
     }
 
+    /// Incoming flows with the unique payload bytes received so far, over all transports
+    /// (see [`Transport::received`]).
+    pub fn received(&self) -> Vec<(FlowKey, u64)> {
+        self.transports.iter().flat_map(|t| t.received()).collect()
+    }
+
     pub fn stats(&self) -> NodeStats {
         NodeStats {
             datagrams_received: self.received,

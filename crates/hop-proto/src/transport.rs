@@ -113,4 +113,13 @@ pub trait Transport: Send {
     fn poll_event(&mut self) -> Option<Event>;
 
     fn stats(&self) -> TransportStats;
+
+    /// Flows this node is the destination of and still holds state for, each with the unique
+    /// payload bytes received so far: what was delivered plus the packets held towards
+    /// blocks not yet delivered. This is the goodput the papers measure for a transfer cut
+    /// off before it ends ("unique packets received"). Transports that deliver every packet
+    /// as it arrives report nothing; their deliveries already say it.
+    fn received(&self) -> Vec<(FlowKey, u64)> {
+        Vec::new()
+    }
 }

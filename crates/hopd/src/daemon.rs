@@ -789,11 +789,21 @@ impl Daemon {
             .iter()
             .map(|(k, f)| serde_json::json!({"flow": k.to_string(), "to": f.to, "bytes_accepted": f.bytes_accepted}))
             .collect();
-        let incoming: Vec<_> = self
+        // `bytes`: delivered in order and spooled; `received_bytes`: unique payload bytes
+        // the transport holds for the flow, including packets of blocks not complete yet
+        // (what a transfer cut off before its end has achieved).
+        let mut received: HashMap<FlowKey, u64> = self.node.received().into_iter().collect();
+        let mut incoming: Vec<_> = self
             .inflows
             .iter()
-            .map(|(k, f)| serde_json::json!({"flow": k.to_string(), "bytes": f.bytes}))
+            .map(|(k, f)| {
+                let got = received.remove(k).unwrap_or(0).max(f.bytes);
+                serde_json::json!({"flow": k.to_string(), "bytes": f.bytes, "received_bytes": got})
+            })
             .collect();
+        incoming.extend(received.into_iter().map(|(k, got)| {
+            serde_json::json!({"flow": k.to_string(), "bytes": 0, "received_bytes": got})
+        }));
         serde_json::json!({
             "node_id": self.cfg.node_id,
             "listen": self.cfg.listen.to_string(),

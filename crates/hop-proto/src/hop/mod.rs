@@ -152,6 +152,15 @@ impl Block {
         }
     }
 
+    /// Payload bytes of the packets held.
+    fn held_bytes(&self) -> u64 {
+        (0..self.geom.packets())
+            .filter(|&i| self.have.get(i))
+            .filter_map(|i| self.geom.packet_range(i))
+            .map(|r| r.len() as u64)
+            .sum()
+    }
+
     fn packet(&self, n: u32) -> &[u8] {
         match self.geom.packet_range(n) {
             Some(r) => &self.data[r],
@@ -2271,6 +2280,21 @@ impl Transport for HopTransport {
 
     fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    fn received(&self) -> Vec<(FlowKey, u64)> {
+        self.flows
+            .iter()
+            .filter_map(|(k, f)| {
+                let d = f.dest.as_ref()?;
+                let held: u64 = f
+                    .blocks
+                    .range(d.next_deliver..)
+                    .map(|(_, b)| b.held_bytes())
+                    .sum();
+                Some((*k, d.delivered + held))
+            })
+            .collect()
     }
 
     fn stats(&self) -> TransportStats {

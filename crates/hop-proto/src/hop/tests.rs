@@ -906,3 +906,25 @@ fn unanswered_bsyn_is_repeated_alone_and_judges_no_packet_lost() {
     assert!(data_nums(&h.drain()).is_empty());
     assert_eq!(h.t.stats().data_retransmissions, 0);
 }
+
+#[test]
+fn destination_reports_unique_bytes_received_including_partial_blocks() {
+    let mut h = Harness::new(3, &[(1, 1)], HopTransport::new(small_cfg()));
+    assert!(h.t.received().is_empty());
+    let data: Vec<u8> = (0..250u32).map(|i| i as u8).collect();
+    feed_block(&mut h, 0, &data);
+    assert_eq!(h.t.received(), vec![(FLOW, 250)]);
+    // Block 1 (250 bytes: packets of 100, 100 and 50): the first and the short last packet
+    // arrive, the last one twice. Nothing more is delivered, but 150 more bytes are held.
+    h.recv(1, &bsyn_with_expect(1, 250, 0));
+    h.recv(1, &data_packet(1, 250, 0, &data[..100]));
+    h.recv(1, &data_packet(1, 250, 2, &data[200..]));
+    h.recv(1, &data_packet(1, 250, 2, &data[200..]));
+    h.drain();
+    assert_eq!(delivered(&mut h.t), vec![(0, 250)]);
+    assert_eq!(h.t.received(), vec![(FLOW, 400)]);
+    // The missing packet completes the block: delivered and received agree again.
+    h.recv(1, &data_packet(1, 250, 1, &data[100..200]));
+    assert_eq!(h.t.received(), vec![(FLOW, 500)]);
+    assert_eq!(delivered(&mut h.t), vec![(250, 250)]);
+}
