@@ -17,6 +17,15 @@ from .errors import SpecError
 # Hop §5: fixed 802.11b bit rate of 11 Mbit/s unless auto-rate is studied (§5.9).
 DEFAULT_STANDARD = "b"
 DEFAULT_RATE_MBPS = 11.0
+# 802.11g runs use 24 Mbit/s fixed (Hop §5.10).
+DEFAULT_RATE_G_MBPS = 24.0
+
+
+def default_rate(standard: str) -> float:
+    """The data rate of a medium that names none."""
+    return DEFAULT_RATE_MBPS if standard == "b" else DEFAULT_RATE_G_MBPS
+
+
 # Hop §5.1.1 compares MadWifi's default of 11 link-layer retries; ns-3's own default is 7.
 DEFAULT_RETRY_LIMIT = 7
 # Hop §4: txop of the background queue set to 8160 us when burst mode is used.
@@ -195,7 +204,7 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
     std = _take(md, "standard", str, DEFAULT_STANDARD, "medium")
     if std not in ("b", "g"):
         raise SpecError("medium.standard must be 'b' or 'g'")
-    rate_default = DEFAULT_RATE_MBPS if std == "b" else 24.0
+    rate_default = default_rate(std)
     txop = md.get("txop_us", {})
     if not isinstance(txop, dict) or any(k not in ACS for k in txop):
         raise SpecError(f"medium.txop_us must be a table with keys from {ACS}")

@@ -17,6 +17,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..spec import DEFAULT_STANDARD, default_rate
+
 # Hop §5.1.1: the maximum 802.11 retry limit of the Atheros card ("max-ARQ"); Table 1: all
 # protocols get max-ARQ and txop.
 MAX_ARQ = 18
@@ -125,16 +127,28 @@ def apply_variant(d: dict, v: Variant, measure: str = "m") -> dict:
             w["driver"] = v.driver
             if "cc" in v.flow:
                 w["cc"] = v.flow["cc"]
+    if "broadcast_rate_mbps" not in med and any(
+            f.get("options", {}).get("link_mode") == "broadcast" for f in d.get("flow", [])):
+        # Broadcast data frames at the data rate, not the 802.11 default of the lowest basic rate.
+        med["broadcast_rate_mbps"] = med.get("rate_mbps", default_rate(med.get("standard", DEFAULT_STANDARD)))
     d["name"] = f"{d.get('name', 'run')}-{v.name}"
     return d
 
 
 # ---- variants shared by the experiments ------------------------------------------------------
 
-def hop(name: str = "hop", title: str = "Hop (hopd)", **hopcfg) -> Variant:
-    flow: dict = {"driver": "hop"}
+# Hop §4: "Link-layer ARQ is disabled for all data frames sent via Hop but enabled for control
+# packets (BSYN, BACK, etc)". The emulated MAC, like a stock driver, has one retry limit for
+# every unicast frame, so Hop's data datagrams go as link-layer broadcasts (hopd's broadcast
+# link mode: never retried, overheard by every neighbour) at the data rate, while BSYN/BACK stay
+# unicast with the medium's retries. "unicast" gives Hop's data the same ARQ as TCP's.
+HOP_LINK_MODE = "broadcast"
+
+
+def hop(name: str = "hop", title: str = "Hop (hopd)", link_mode: str = HOP_LINK_MODE, **hopcfg) -> Variant:
+    flow: dict = {"driver": "hop", "options": {"link_mode": link_mode}}
     if hopcfg:
-        flow["options"] = {"hop": hopcfg}
+        flow["options"]["hop"] = hopcfg
     return Variant(name, title, flow)
 
 
