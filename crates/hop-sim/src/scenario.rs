@@ -156,6 +156,12 @@ pub struct MediumSpec {
     /// Send Class::Data datagrams as link-layer broadcast (all neighbours hear either way).
     #[serde(default)]
     pub data_broadcast: bool,
+    /// 802.11 ACK frames are not subject to the link loss rate (collisions still corrupt
+    /// them), as with ns-3's per-link error model in the lab (docs/lab.md), where a lossy
+    /// link loses data frames, not their acknowledgements. Off: an ACK crosses the reverse
+    /// link and is lost at its rate, like any frame.
+    #[serde(default)]
+    pub lossless_acks: bool,
 }
 
 fn d_preamble() -> f64 {
@@ -222,6 +228,7 @@ impl Default for MediumSpec {
             mac_queue_max_delay_ms: DEFAULT_MAC_QUEUE_MAX_DELAY_MS,
             data_arq: false,
             data_broadcast: false,
+            lossless_acks: false,
         }
     }
 }

@@ -1312,7 +1312,11 @@ impl Simulation {
             }
             return;
         }
-        let loss = self.edges[ei].loss;
+        let loss = if payload.is_none() && self.sc.medium.lossless_acks {
+            0.0
+        } else {
+            self.edges[ei].loss
+        };
         if loss > 0.0 && self.rng.gen::<f64>() < loss {
             if intended {
                 self.medium.random_losses += 1;

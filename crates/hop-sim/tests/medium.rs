@@ -433,3 +433,31 @@ transport = "probe"
     assert!(b.nodes[2].datagrams_overheard >= 20, "{:?}", b.nodes[2]);
     assert_eq!(run(&t(false)).nodes[2].datagrams_overheard, 0);
 }
+
+#[test]
+fn lossless_acks_spare_the_acknowledgements_only() {
+    // One sender, so no collisions: every retry follows a lost frame or a lost ACK. With
+    // `lossless_acks` only the data frames' losses remain, so fewer retries, all explained
+    // by counted losses.
+    let lossy = run(&one_hop("shared", 0.5, true, "50KB", "retry_limit = 18"));
+    let spared = run(&one_hop(
+        "shared",
+        0.5,
+        true,
+        "50KB",
+        "retry_limit = 18\nlossless_acks = true",
+    ));
+    assert!(lossy.flows[0].completed && spared.flows[0].completed);
+    assert_eq!(spared.medium.collisions, 0);
+    assert!(
+        spared.medium.link_retries < lossy.medium.link_retries,
+        "{:?} vs {:?}",
+        spared.medium,
+        lossy.medium
+    );
+    assert!(
+        spared.medium.link_retries <= spared.medium.random_losses,
+        "{:?}",
+        spared.medium
+    );
+}

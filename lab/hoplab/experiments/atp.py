@@ -52,7 +52,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "atp-stack", "Three-flow stack", "atp", "ATP §IV-D, Fig. 13, Table II",
             variants(), build_stack,
-            full=Scale(reps=3, points=[None], params={"duration": 60.0, "size": "40MB"}),
+            full=Scale(reps=2, points=[None], params={"duration": 60.0, "size": "40MB"}),
             run_seconds=lambda p, x: p["duration"],
             notes=["The stack is three parallel 3-hop chains (the paper's Fig. 12 placement is not in the text).",
                    "Per-flow goodput over each flow's life, not only while all three are active."]),

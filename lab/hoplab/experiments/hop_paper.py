@@ -231,7 +231,7 @@ def experiments() -> list[Experiment]:
             "hop-5.1", "Single hop on random links of the 20-node mesh", "hop", "Hop §5.1.1, Fig. 6-7, Table 1",
             [hop(), hop("hop-arq", "Hop, data with link ARQ (unicast, max-ARQ)", link_mode="unicast"),
              tcp(), UDP_NOARQ, UDP_ARQ], build_51,
-            full=Scale(reps=6, points=[None], params={"size": FILE_FULL, "cutoff": 60.0}),
+            full=Scale(reps=4, points=[None], params={"size": FILE_FULL, "cutoff": 60.0}),
             quick=None, run_seconds=transfer_time,
             notes=["Each repetition samples one of the mesh's 56 links (seeded) and emulates it alone as a "
                    "2-node network with that link's loss in each direction (the other 18 nodes are idle "
@@ -243,14 +243,14 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.1.2", "Goodput vs imposed loss on one hop", "hop", "Hop §5.1.2, Fig. 8(b)",
             [medium_512(hop()), medium_512(tcp())], build_512, point_name="loss",
-            full=Scale(reps=1, points=[0.0, 0.2, 0.4, 0.6, 0.8, 0.9], params={"size": "1MB", "cutoff": 45.0}),
-            run_seconds=lambda p, x: 45.0 if x >= 0.2 else 12.0,
+            full=Scale(reps=1, points=[0.0, 0.2, 0.4, 0.6, 0.8, 0.9], params={"size": "1MB", "cutoff": 30.0}),
+            run_seconds=lambda p, x: 30.0 if x >= 0.2 else 12.0,
             notes=["Loss is imposed as frame loss with 802.11 retries off (the paper dropped packets in the "
                    "driver, after the MAC, so its transport saw the loss rate directly)."]),
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
             [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ], build_52, point_name="hops",
-            full=Scale(reps=2, points=[2, 3, 5, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
+            full=Scale(reps=2, points=[2, 4, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
             quick=Scale(reps=1, points=[2], variants=["hop", "tcp", "udp-noarq"],
                         params={"size": "300KB", "cutoff": 20.0}),
             run_seconds=lambda p, x: min(p["cutoff"], 8 * 2e6 / 1.5e6 * x / 2 + 5) if p["size"] == FILE_FULL else 8.0,
@@ -261,55 +261,55 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP], build_53, point_name="flows",
-            full=Scale(reps=1, points=[30], params={"duration": 180.0}), run_seconds=flows_time,
-            notes=["Goodput over a 180 s run (paper: a snapshot after 30 minutes); one repetition, so the "
+            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time,
+            notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run."]),
         Experiment(
             "hop-5.4", "Hop breakdown: ack withholding and backpressure", "hop", "Hop §5.4, Fig. 12, Table 1",
             HOP_VARIANTS_54, build_54, point_name="flows",
-            full=Scale(reps=1, points=[10, 20, 30], params={"duration": 90.0}), run_seconds=flows_time,
-            notes=["Goodput over a 90 s run (paper: snapshot after half an hour)."]),
+            full=Scale(reps=1, points=[10, 20, 30], params={"duration": 60.0}), run_seconds=flows_time,
+            notes=["Goodput over a 60 s run (paper: snapshot after half an hour)."]),
         Experiment(
             "hop-5.5", "7-to-1 AP with six hidden pairs", "hop", "Hop §5.5, Table 3, Table 1",
             [hop(), tcp(), tcp_rts], build_55,
-            full=Scale(reps=3, points=[None], params={"duration": 60.0}),
+            full=Scale(reps=2, points=[None], params={"duration": 60.0}),
             quick=Scale(reps=1, points=[None], variants=["hop", "tcp"], params={"duration": 10.0}),
             run_seconds=flows_time,
             notes=["Goodput over the run (60 s full, 10 s quick; paper: after 30 minutes)."]),
         Experiment(
             "hop-5.6.1", "One small file vs four bulk senders to an AP", "hop", "Hop §5.6.1, Fig. 13, Table 1",
             [hop(), tcp(), tcp_rts], build_561, point_name="size",
-            full=Scale(reps=2, points=["4KB", "16KB", "128KB"], params={"duration": 25.0, "small_at": (4.0, 8.0)}),
+            full=Scale(reps=1, points=["4KB", "16KB", "128KB"], params={"duration": 25.0, "small_at": (4.0, 8.0)}),
             run_seconds=flows_time,
             notes=["Runs last a fixed 25 s (the lab stops a run when every flow is done, and the bulk flows "
                    "are not); the small file starts 4-8 s in. Delay = completion time of the small file."]),
         Experiment(
             "hop-5.6.2", "Web workload on the mesh (Poisson, 2 flows/s)", "hop", "Hop §5.6.2, Fig. 14",
             [hop(), tcp()], build_562, measure="web",
-            full=Scale(reps=2, points=[None], params={"duration": 90.0, "count": 100}), run_seconds=flows_time),
+            full=Scale(reps=1, points=[None], params={"duration": 90.0, "count": 100}), run_seconds=flows_time),
         Experiment(
             "hop-5.7", "Partitioned 7-hop path", "hop", "Hop §5.7, Table 4, Table 1",
             [hop("hop-h1", "Hop, H = 1", backpressure_limit=1), hop("hop-h100", "Hop, H = 100", backpressure_limit=100),
              DTN, tcp()], build_57,
-            full=Scale(reps=1, points=[None], params={"duration": 240.0, "period": 60.0}), run_seconds=flows_time,
-            notes=["Nodes 2 and 4 (third and fifth) go down alternately for 60 s each for 240 s; there is never "
+            full=Scale(reps=1, points=[None], params={"duration": 180.0, "period": 60.0}), run_seconds=flows_time,
+            notes=["Nodes 2 and 4 (third and fifth) go down alternately for 60 s each for 180 s; there is never "
                    "an end-to-end path."]),
         Experiment(
             "hop-5.8", "VoIP next to 5 and 10 bulk flows on 3-hop paths", "hop", "Hop §5.8, Table 5",
             [hop(), tcp()], build_58, point_name="flows",
-            full=Scale(reps=1, points=[5, 10], params={"duration": 120.0}), run_seconds=flows_time,
+            full=Scale(reps=1, points=[5, 10], params={"duration": 90.0}), run_seconds=flows_time,
             notes=["MOS from the E-model (Cole & Rosenbluth's simplification, G.711, random loss) with the "
                    "median one-way delay; the paper cites its own MOS estimate."]),
         Experiment(
             "hop-5.9", "30 flows with auto-rate and dynamic routing", "hop", "Hop §5.9, Fig. 15, Table 1",
             [hop(), tcp(), auto, olsr], build_53, point_name="flows",
-            full=Scale(reps=1, points=[30], params={"duration": 180.0}), run_seconds=flows_time,
+            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time,
             notes=["Auto-rate is ns-3's Minstrel (the paper: MadWifi's SampleRate)."]),
         Experiment(
             "hop-5.10", "30 flows under 802.11g", "hop", "Hop §5.10, Fig. 16, Table 1",
             [hop(), tcp(), tcp("tcp-auto", "TCP CUBIC, auto-rate (Minstrel)", auto_rate=True)], build_510,
             point_name="flows",
-            full=Scale(reps=1, points=[30], params={"duration": 180.0}), run_seconds=flows_time,
+            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time,
             notes=["The same 20-node mesh at 802.11g 24 Mbit/s (the paper used a 15-node subset). "
                    "Above ~20 Mbit/s the real-time medium lags on 2 cores (docs/lab.md): expect invalid runs."]),
     ]

@@ -56,7 +56,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hxh-dumbbell", "Four flows through a 4-hop bottleneck", "hxh", "HxH §4.1, Fig. 4, Table 1",
             variants(), build_dumbbell,
-            full=Scale(reps=3, points=[None], params={"duration": 70.0, "stagger": STAGGER_S, "size": "40MB"}),
+            full=Scale(reps=2, points=[None], params={"duration": 70.0, "stagger": STAGGER_S, "size": "40MB"}),
             run_seconds=lambda p, x: p["duration"],
             notes=["802.11b 11 Mbit/s with RTS/CTS (the paper: an 802.11g-like 54 Mbit/s ns-2 channel, 1000-byte "
                    "packets, AODV): absolute rates differ, ratios and fairness are comparable.",
@@ -64,6 +64,6 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hxh-grid", "6x6 grid, 12 crossing flows", "hxh", "HxH §4.6, Fig. 10",
             variants(), build_grid,
-            full=Scale(reps=2, points=[None], params={"duration": 60.0, "size": "40MB"}),
+            full=Scale(reps=1, points=[None], params={"duration": 60.0, "size": "40MB"}),
             run_seconds=lambda p, x: p["duration"]),
     ]
