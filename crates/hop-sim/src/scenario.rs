@@ -24,6 +24,9 @@ pub const DEFAULT_CW_MAX: u32 = 1023;
 /// Control datagrams go through the voice queue (Hop paper §3.6); 802.11e AC_VO CWmin for
 /// a DSSS PHY is (CWmin+1)/4-1 = 7.
 pub const DEFAULT_CONTROL_CW_MIN: u32 = 7;
+/// 802.11e AC_VO CWmax for a DSSS PHY is (CWmin+1)/2-1 = 15: a retried control frame's
+/// window stops doubling there (ns-3's EDCA default for the voice queue, as in the lab).
+pub const DEFAULT_CONTROL_CW_MAX: u32 = 15;
 /// Link-layer retry limit for control datagrams (802.11 default short retry limit 7).
 pub const DEFAULT_RETRY_LIMIT: u32 = 7;
 /// The paper's testbed locks 802.11b at 11 Mb/s (Hop paper §5).
@@ -126,6 +129,8 @@ pub struct MediumSpec {
     pub cw_max: u32,
     #[serde(default = "d_ctl_cw")]
     pub control_cw_min: u32,
+    #[serde(default = "d_ctl_cw_max")]
+    pub control_cw_max: u32,
     #[serde(default = "d_retry")]
     pub retry_limit: u32,
     #[serde(default = "d_ack_rate")]
@@ -185,6 +190,9 @@ fn d_cw_max() -> u32 {
 fn d_ctl_cw() -> u32 {
     DEFAULT_CONTROL_CW_MIN
 }
+fn d_ctl_cw_max() -> u32 {
+    DEFAULT_CONTROL_CW_MAX
+}
 fn d_retry() -> u32 {
     DEFAULT_RETRY_LIMIT
 }
@@ -218,6 +226,7 @@ impl Default for MediumSpec {
             cw_min: DEFAULT_CW_MIN,
             cw_max: DEFAULT_CW_MAX,
             control_cw_min: DEFAULT_CONTROL_CW_MIN,
+            control_cw_max: DEFAULT_CONTROL_CW_MAX,
             retry_limit: DEFAULT_RETRY_LIMIT,
             ack_rate_mbps: DEFAULT_ACK_RATE_MBPS,
             txop_us: DEFAULT_TXOP_US,
@@ -550,8 +559,11 @@ impl Scenario {
         if !(m.ack_rate_mbps.is_finite() && m.ack_rate_mbps > 0.0) {
             return inv("medium.ack_rate_mbps must be > 0".into());
         }
-        if m.cw_min > m.cw_max || m.control_cw_min > m.cw_max || m.cw_max > 65535 {
-            return inv("medium: need cw_min, control_cw_min <= cw_max <= 65535".into());
+        if m.cw_min > m.cw_max || m.cw_max > 65535 {
+            return inv("medium: need cw_min <= cw_max <= 65535".into());
+        }
+        if m.control_cw_min > m.control_cw_max || m.control_cw_max > 65535 {
+            return inv("medium: need control_cw_min <= control_cw_max <= 65535".into());
         }
         if m.queue_frames == 0 || m.queue_frames > 100_000 {
             return inv("medium.queue_frames must be in 1..=100000".into());

@@ -1203,7 +1203,7 @@ impl Simulation {
 
     fn ack_timeout(&mut self, n: usize, gen: u64) {
         let limit = self.sc.medium.retry_limit;
-        let cw_max = self.sc.medium.cw_max;
+        let (cw_max, control_cw_max) = (self.sc.medium.cw_max, self.sc.medium.control_cw_max);
         let sn = &mut self.nodes[n];
         if sn.gen != gen || sn.state != MacState::WaitAck {
             return;
@@ -1221,7 +1221,11 @@ impl Simulation {
             self.kick(n);
             return;
         }
-        p.cw = ((p.cw + 1) * 2 - 1).min(cw_max);
+        let ceiling = match p.class {
+            Class::Control => control_cw_max,
+            Class::Data => cw_max,
+        };
+        p.cw = ((p.cw + 1) * 2 - 1).min(ceiling);
         sn.mac.link_retries += 1;
         self.medium.link_retries += 1;
         self.contend(n);

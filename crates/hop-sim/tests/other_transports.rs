@@ -495,8 +495,10 @@ fn atp_thirty_hidden_senders_mostly_complete() {
 /// behaviour, not a defect of this implementation. A sender restarts quick-start after
 /// three missed feedbacks (§II-C), here 3 x 1.1 x 40 ms = 132 ms without feedback, which
 /// 30 senders hidden from each other behind one hub exceed all the time; in quick-start a
-/// sender sends only probes, and almost all of them collide at the hub. Flows that never
-/// get data through fail by timeout.
+/// sender sends only probes, and almost all of them collide at the hub. A flow that never
+/// gets data through fails by timeout, or is still probing when the run ends with less than
+/// a tenth of its bytes delivered (an answered probe now and then keeps its timeout from
+/// firing).
 #[test]
 fn atp_aggressive_thirty_hidden_senders_stall_in_quick_start() {
     let sc = Scenario::from_toml(&star30("atp-aggressive")).unwrap_or_else(|e| panic!("{e}"));
@@ -515,7 +517,8 @@ fn atp_aggressive_thirty_hidden_senders_stall_in_quick_start() {
     assert!(restarts >= r.flows.len() as u64, "{restarts}");
     assert!(probes > 10 * replies, "{probes} probes, {replies} answered");
     for f in r.flows.iter().filter(|f| !f.completed) {
-        assert_eq!(f.failed.as_deref(), Some("Timeout"), "{f:?}");
+        let stalled = f.failed.is_none() && f.bytes_delivered * 10 < f.size;
+        assert!(f.failed.as_deref() == Some("Timeout") || stalled, "{f:?}");
     }
     assert_eq!(r.medium.stale_timeouts, 0);
 }
