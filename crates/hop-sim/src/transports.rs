@@ -191,6 +191,7 @@ pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, Stri
     o.secs("back_quiet", &mut c.back_quiet)?;
     o.bool("queue_aware", &mut c.queue_aware)?;
     o.uint("link_window_packets", &mut c.link_window_packets)?;
+    o.bool("early_bsyn", &mut c.early_bsyn)?;
     o.uint("cache_limit_bytes", &mut c.cache_limit_bytes)?;
     o.uint("max_flows", &mut c.max_flows)?;
     o.secs("flow_idle_timeout", &mut c.flow_idle_timeout)?;

@@ -150,6 +150,7 @@ pub struct HopParams {
     pub queue_aware: Option<bool>,
     pub link_window_packets: Option<usize>,
     pub adaptive_bsyn_timeout: Option<bool>,
+    pub early_bsyn: Option<bool>,
 }
 
 /// A neighbour: node id and UDP address.

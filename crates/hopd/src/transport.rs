@@ -57,6 +57,9 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.adaptive_bsyn_timeout {
         h.adaptive_bsyn_timeout = v;
     }
+    if let Some(v) = p.early_bsyn {
+        h.early_bsyn = v;
+    }
     h.cache_limit_bytes = cfg.max_memory_bytes;
     h.max_flows = cfg.max_incoming_flows;
     h

@@ -156,6 +156,12 @@ pub struct HopConfig {
     /// Bound on data packets handed to the link and not yet known to have left it (see
     /// [`DEFAULT_LINK_WINDOW_PACKETS`]); 0 = unbounded (the paper).
     pub link_window_packets: usize,
+    /// A transfer asks for a BACK once it has handed half a link window to the link since
+    /// its last BSYN, and keeps sending while that BACK is on its way, so the control round
+    /// overlaps the other half of the window (not in the paper). Only with a link window.
+    /// Off by default: twice the BSYN/BACK rounds cost more than the overlap gains on a
+    /// multi-hop chain over a deep MAC queue (docs/wire-format.md).
+    pub early_bsyn: bool,
     /// Bytes of blocks kept on a node.
     pub cache_limit_bytes: u64,
     /// Flows with state on a node.
@@ -193,6 +199,7 @@ impl Default for HopConfig {
             back_quiet: DEFAULT_BACK_QUIET,
             queue_aware: true,
             link_window_packets: DEFAULT_LINK_WINDOW_PACKETS,
+            early_bsyn: false,
             cache_limit_bytes: DEFAULT_CACHE_LIMIT_BYTES,
             max_flows: DEFAULT_MAX_FLOWS,
             flow_idle_timeout: DEFAULT_FLOW_IDLE_TIMEOUT,

@@ -72,11 +72,17 @@ struct OutXfer {
     /// Packets handed to the link more than once on this hop: their arrival does not tell
     /// which copy arrived, so they say nothing about the queue (Karn's rule).
     resent: Bitmap,
+    /// Packets whose every copy so far is known lost: a BACK left them out although a
+    /// packet handed to the link after their latest copy had arrived (FIFO). Their next
+    /// copy is the only one that can arrive, so its arrival is evidence again.
+    lost_known: Bitmap,
     /// No BSYN before this: the last BACK showed no progress and the packets still in
     /// flight are probably queued here.
     not_before: Option<Instant>,
     /// When the latest BSYN was sent.
     bsyn_at: Instant,
+    /// Data packets handed to the link since the latest BSYN (`early_bsyn`).
+    sent_since_bsyn: u32,
     /// When a BACK last showed new packets of this transfer (or it started).
     progress_at: Instant,
     vtx: bool,
@@ -286,6 +292,9 @@ pub struct HopTransport {
     /// Every data packet up to this sequence has left the link's queue: a packet with this
     /// sequence was reported by a BACK (the data queue is FIFO) or judged lost.
     left_seq: u64,
+    /// The newest position of that stream known to have arrived at a next hop (judged
+    /// lost packets excluded): every copy handed to the link before it has left the link.
+    arrived_seq: u64,
     /// Smoothed time from handing a packet to the link to the BACK that reports it.
     delivery_delay: Option<Duration>,
     /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
@@ -397,6 +406,7 @@ impl HopTransport {
             to_form: Vec::new(),
             link_seq: 0,
             left_seq: 0,
+            arrived_seq: 0,
             delivery_delay: None,
             bsyn_rtt: BTreeMap::new(),
         }
@@ -713,8 +723,10 @@ impl HopTransport {
             sent_seq: vec![0; n as usize],
             sent_at: vec![Instant::ZERO; n as usize],
             resent: Bitmap::new(n),
+            lost_known: Bitmap::new(n),
             not_before: None,
             bsyn_at: Instant::ZERO,
+            sent_since_bsyn: 0,
             progress_at: Instant::ZERO,
             vtx,
             ttl,
@@ -779,6 +791,11 @@ impl HopTransport {
             .and_then(|f| f.outs.get(&n))
             .is_some_and(|x| x.state == OutState::Sending && !x.micro);
         let window_full = sending && self.window_full();
+        let early_half = if self.cfg.early_bsyn {
+            self.cfg.link_window_packets / 2
+        } else {
+            0
+        };
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -801,7 +818,9 @@ impl HopTransport {
                     // is full and this transfer has packets in it (the BACK opens it).
                     let in_flight = x.sent_round.count_in_not(&x.peer, &Bitmap::new(0));
                     let due = x.not_before.map_or(true, |t| t <= now);
-                    due && ((left == 0 && b.complete()) || (window_full && in_flight > 0))
+                    // Early BSYN: half a window handed over since the last one.
+                    let half = early_half > 0 && x.sent_since_bsyn as usize >= early_half;
+                    due && ((left == 0 && b.complete()) || (window_full && in_flight > 0) || half)
                 }
             }
         };
@@ -833,6 +852,7 @@ impl HopTransport {
         x.attempts = x.attempts.saturating_add(1);
         x.not_before = None;
         x.bsyn_at = now;
+        x.sent_since_bsyn = 0;
         let mut msgs: Vec<Vec<u8>> = Vec::new();
         let mut retx = 0u64;
         if x.micro {
@@ -890,6 +910,7 @@ impl HopTransport {
             } else {
                 x.sent_round.count_in_not(&x.peer, &Bitmap::new(0))
             };
+
             let expect = (x.peer.count() + in_flight).min(u32::from(u16::MAX)) as u16;
             let msg = HopMessage {
                 header: Self::header(key, dst, n, flags, ttl),
@@ -1641,6 +1662,7 @@ impl HopTransport {
         }
         if let Some((sq, at)) = newest {
             self.left_seq = self.left_seq.max(sq);
+            self.arrived_seq = self.arrived_seq.max(sq);
             // A delay sample only when the BSYN followed the packet at once: the next hop
             // then answered when the packet arrived, not whenever it was asked.
             if x.bsyn_at.saturating_duration_since(at) <= self.cfg.back_quiet {
@@ -1700,6 +1722,9 @@ impl HopTransport {
                             fifo += 1;
                         } else {
                             tail += 1;
+                        }
+                        if sq < self.arrived_seq {
+                            x.lost_known.set(p);
                         }
                         continue;
                     }
@@ -1983,12 +2008,21 @@ impl HopTransport {
             let &key = self.rr.front()?;
             let txop = self.txop_pkts;
             let pipelining = self.cfg.pipelining;
+            let early = self.cfg.early_bsyn && self.cfg.link_window_packets > 0;
+            let half = self.cfg.link_window_packets / 2;
             let mut produced = None;
             let mut exhausted = true;
+            let mut ask = false;
             if let Some(f) = self.flows.get_mut(&key) {
                 let dst = f.dst;
                 for (n, x) in f.outs.iter_mut() {
-                    if x.state != OutState::Sending || x.micro {
+                    // With early BSYNs a transfer keeps sending while its first BSYN of the
+                    // round is answered; not after a BSYN timeout (the next hop may be gone).
+                    let sending = x.state == OutState::Sending
+                        || (early
+                            && x.attempts == 1
+                            && matches!(x.state, OutState::AwaitBack { .. }));
+                    if !sending || x.micro {
                         continue;
                     }
                     let Some(b) = f.blocks.get(n) else { continue };
@@ -2010,13 +2044,22 @@ impl HopTransport {
                     };
                     x.cursor = p + 1;
                     x.sent_round.set(p);
+                    x.sent_since_bsyn = x.sent_since_bsyn.saturating_add(1);
+                    ask =
+                        early && x.state == OutState::Sending && x.sent_since_bsyn as usize == half;
                     self.link_seq += 1;
                     x.sent_seq[p as usize] = self.link_seq;
                     x.sent_at[p as usize] = ctx.now;
                     if !x.ever_sent.set(p) {
                         self.stats.data_retransmissions += 1;
-                        x.resent.set(p);
+                        // Ambiguous only while an earlier copy may still arrive.
+                        if x.lost_known.get(p) {
+                            x.resent.unset(p);
+                        } else {
+                            x.resent.set(p);
+                        }
                     }
+                    x.lost_known.unset(p);
                     let mut flags = if b.fin { FLAG_FIN } else { 0 };
                     if x.vtx {
                         flags |= FLAG_VTX;
@@ -2053,8 +2096,9 @@ impl HopTransport {
                     self.rr.pop_front();
                     self.rr.push_back(key);
                 }
-                if exhausted {
-                    // The round is over: the next BSYN asks what is still missing.
+                if exhausted || ask {
+                    // The round is over (or half a window went out, `early_bsyn`): the next
+                    // BSYN asks what is still missing.
                     self.pump_flow(ctx, key);
                     self.refresh_timer(ctx.now);
                 }

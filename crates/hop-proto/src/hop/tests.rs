@@ -740,6 +740,19 @@ fn packets_sent_before_one_that_arrived_are_lost_at_once() {
 }
 
 #[test]
+fn a_copy_of_a_packet_known_lost_is_evidence_when_it_arrives() {
+    let (mut h, _) = source_round(small_cfg());
+    // 0 and 4 lost (9 arrived after them) and sent again, 0 first: their earlier copies
+    // have left the FIFO queue, so these copies are the only ones in flight.
+    h.recv(2, &source_back(&[0xee, 0x03]));
+    assert_eq!(data_nums(&h.drain()), vec![0, 4]);
+    // 4's new copy arrived and 0's, handed to the link before it, did not: 0 is lost again.
+    h.recv(2, &source_back(&[0xfe, 0x03]));
+    assert_eq!(data_nums(&h.drain()), vec![0]);
+    assert_eq!(h.t.stats().data_retransmissions, 3);
+}
+
+#[test]
 fn paper_mode_resends_everything_a_back_reports_missing() {
     let cfg = HopConfig {
         queue_aware: false,
@@ -770,6 +783,31 @@ fn link_window_bounds_packets_not_known_to_have_left() {
     // Two of them arrived (6 and 7 did not yet): two more packets may go.
     h.recv(2, &source_back(&[0x3f, 0]));
     assert_eq!(data_nums(&h.drain()), vec![8, 9]);
+}
+
+#[test]
+fn early_bsyn_asks_at_half_a_window_and_keeps_sending() {
+    let cfg = HopConfig {
+        link_window_packets: 4,
+        early_bsyn: true,
+        ..small_cfg()
+    };
+    let (mut h, out) = source_round(cfg);
+    // The BSYN goes after two packets (announcing them); the other two follow it.
+    assert_eq!(data_nums(&out), vec![0, 1, 2, 3]);
+    assert_eq!(bsyn_expects(&out), vec![2]);
+    // Its BACK: 0 and 1 arrived. Two packets went since that BSYN, so the next one asks at
+    // once (for all four), and the two freed places of the window are used while it travels.
+    h.recv(2, &source_back(&[0x03, 0]));
+    let out = h.drain();
+    assert_eq!(bsyn_expects(&out), vec![4]);
+    assert_eq!(data_nums(&out), vec![4, 5]);
+    // Without early BSYNs the first BSYN waits for the full window.
+    let (_, out) = source_round(HopConfig {
+        link_window_packets: 4,
+        ..small_cfg()
+    });
+    assert_eq!(bsyn_expects(&out), vec![4]);
 }
 
 /// Whether deliveries are refused, and the (block, offset, length) of each one accepted.
