@@ -256,7 +256,7 @@ def experiments() -> list[Experiment]:
             run_seconds=lambda p, x: min(p["cutoff"], 8 * 2e6 / 1.5e6 * x / 2 + 5) if p["size"] == FILE_FULL else 8.0,
             notes=["Pairs are drawn (seeded) among the mesh's pairs of that hop count under ETX routes; the "
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
-                   "hop count (2, 3, 5, 7) gets the same number of repetitions, so pooled figures weight "
+                   "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "
                    "long paths more."]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
