@@ -299,15 +299,6 @@ pub struct HopTransport {
     delivery_delay: Option<Duration>,
     /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
     bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
-    /// When each neighbour last sent this node a BACK (any flow): a next hop that answers
-    /// now and then is reachable, so unanswered BSYNs to it are losses, not a partition.
-    last_back_from: BTreeMap<NodeId, Instant>,
-    /// Per next hop: smoothed share (per mille) of the data packets whose fate a BACK
-    /// settled that arrived (arrived / (arrived + lost after newer)).
-    delivery_permille: BTreeMap<NodeId, u32>,
-    /// Per next hop: BSYNs sent and BSYNs answered by a BACK, both halved past 256 sent (the
-    /// round success rate before any data was settled).
-    bsyn_rounds: BTreeMap<NodeId, (u32, u32)>,
 }
 
 fn bump(map: &mut BTreeMap<&'static str, u64>, k: &'static str) {
@@ -366,33 +357,6 @@ impl RttEstimate {
 }
 
 /// How long to wait for the BACK of a BSYN sent after `attempts` unanswered ones.
-/// A next hop that sent a BACK within this long still answers: its unanswered BSYNs are
-/// repeated at the floor of the BSYN timer instead of slowing down. On a link that loses 80 %
-/// of frames each way a round succeeds once in 25 tries, about once a second at that pace,
-/// so the window holds; a next hop that went away is repeated at the floor for this long and
-/// then at the growing interval (one BSYN of ~60 bytes per 50 ms is ~1 % of an 802.11b
-/// channel).
-const ANSWERING_WINDOW: Duration = Duration::from_secs(30);
-/// Share of BSYN/BACK rounds the fast repeats cover on a lossy link.
-const FAST_REPEAT_COVERAGE: f64 = 0.95;
-/// Bound on the fast repeats of one round.
-const MAX_FAST_TRIES: u32 = 100;
-
-/// BSYNs at the floor interval that cover FAST_REPEAT_COVERAGE of the rounds when a round
-/// succeeds with probability `q_permille` / 1000: n tries all fail with (1 - q)^n.
-fn fast_bsyn_tries(q_permille: u64) -> u32 {
-    let q = q_permille.min(1000) as f64 / 1000.0;
-    if q >= 1.0 - 1e-9 {
-        return 1;
-    }
-    let n = ((1.0 - FAST_REPEAT_COVERAGE).ln() / (1.0 - q).ln()).ceil();
-    if n.is_finite() {
-        (n as u32).clamp(1, MAX_FAST_TRIES)
-    } else {
-        MAX_FAST_TRIES
-    }
-}
-
 fn bsyn_wait(cfg: &HopConfig, rtt: Option<&RttEstimate>, attempts: u32) -> Duration {
     if !cfg.adaptive_bsyn_timeout {
         return backoff(cfg.bsyn_timeout, cfg.bsyn_max_backoff, attempts);
@@ -445,9 +409,6 @@ impl HopTransport {
             arrived_seq: 0,
             delivery_delay: None,
             bsyn_rtt: BTreeMap::new(),
-            last_back_from: BTreeMap::new(),
-            delivery_permille: BTreeMap::new(),
-            bsyn_rounds: BTreeMap::new(),
         }
     }
 
@@ -880,38 +841,7 @@ impl HopTransport {
         }
         let ttl = if x.vtx { x.ttl } else { 0 };
         let repeat = x.attempts > 0;
-        // A next hop that answered within ANSWERING_WINDOW and loses a share of our data
-        // gets as many repeats at the floor as 95 % of rounds need when BSYN and BACK are
-        // lost like data (a round succeeds with probability delivered²: 73 tries at 80 %
-        // loss, §5.1.2); only then do the repeats slow down. Over a good link that is one
-        // try, as before: a sender whose BACKs a busy receiver withholds (§3.5) does not keep
-        // asking at the floor.
-        let answering = self
-            .last_back_from
-            .get(&next_hop)
-            .is_some_and(|t| now.saturating_duration_since(*t) < ANSWERING_WINDOW);
-        let tries = match (
-            self.delivery_permille.get(&next_hop),
-            self.bsyn_rounds.get(&next_hop),
-        ) {
-            _ if !answering => 1,
-            (Some(&d), _) => fast_bsyn_tries(u64::from(d) * u64::from(d) / 1000),
-            (None, Some(&(sent, answered))) if sent >= 4 => {
-                fast_bsyn_tries(u64::from(answered) * 1000 / u64::from(sent))
-            }
-            _ => 1,
-        };
-        let r = self.bsyn_rounds.entry(next_hop).or_insert((0, 0));
-        r.0 += 1;
-        if r.0 > 256 {
-            *r = (r.0 / 2, r.1 / 2);
-        }
-        let grow = if x.attempts >= tries {
-            x.attempts + 1 - tries
-        } else {
-            x.attempts.min(1)
-        };
-        let wait = bsyn_wait(&self.cfg, self.bsyn_rtt.get(&next_hop), grow);
+        let wait = bsyn_wait(&self.cfg, self.bsyn_rtt.get(&next_hop), x.attempts);
         // Up to 25 % jitter so senders withheld by the same receiver, or hidden from each
         // other, do not retry in lockstep.
         let jitter = u64::try_from(wait.as_nanos() / 4).unwrap_or(u64::MAX);
@@ -1661,10 +1591,6 @@ impl HopTransport {
         bitmap: &[u8],
     ) {
         let now = ctx.now;
-        self.last_back_from.insert(from, now);
-        if let Some(r) = self.bsyn_rounds.get_mut(&from) {
-            r.1 = (r.1 + 1).min(r.0);
-        }
         let key = FlowKey {
             src: h.src,
             id: h.flow_id,
@@ -1714,10 +1640,8 @@ impl HopTransport {
         // Packets sent more than once are left out: the copy that arrived may be an old one.
         let mut newest: Option<(u64, Instant)> = None;
         let mut progress = false;
-        let mut arrived = 0u64;
         for p in 0..x.sent_seq.len() as u32 {
             progress |= x.sent_round.get(p) && x.peer.get(p);
-            arrived += u64::from(x.sent_round.get(p) && x.peer.get(p));
             if x.sent_round.get(p) && x.peer.get(p) && !x.resent.get(p) {
                 let sq = x.sent_seq[p as usize];
                 if sq > 0 && newest.map_or(true, |(q, _)| sq > q) {
@@ -1813,14 +1737,6 @@ impl HopTransport {
                     }
                 }
                 self.left_seq = self.left_seq.max(lost_upto);
-                if arrived + fifo >= 4 {
-                    let sample = (arrived * 1000 / (arrived + fifo)) as u32;
-                    let r = self
-                        .delivery_permille
-                        .get(&from)
-                        .map_or(sample, |r| (3 * r + sample) / 4);
-                    self.delivery_permille.insert(from, r);
-                }
                 for (k, v) in [
                     ("lost_after_newer", fifo),
                     ("lost_tail", tail),
