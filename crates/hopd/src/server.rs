@@ -157,13 +157,15 @@ async fn send(
             rx,
         )
     };
-    let (c, rx) = push(Bytes::from(header));
-    cmds.send(c).await.map_err(|_| closed())?;
-    window.push_back(rx);
+    // The header rides with the file's first bytes and the hash with its last ones, so the
+    // transport never cuts a block of just the header or just the hash (a tiny block costs a
+    // BSYN/BACK round per hop and, with backpressure H = 1, holds a relay's only slot).
+    // One frame is held back until the next arrives; `held` is (bytes, file bytes in them).
+    let mut held: (Vec<u8>, u64) = (header, 0);
     let mut hasher = blake3::Hasher::new();
     let mut total = 0u64;
     let mut acked = 0u64;
-    let mut sizes: VecDeque<u64> = VecDeque::from([0]);
+    let mut sizes: VecDeque<u64> = VecDeque::new();
     let failed = loop {
         while window.len() >= SEND_WINDOW {
             let w = window.pop_front().expect("window is not empty");
@@ -197,8 +199,16 @@ async fn send(
             .await;
         }
         hasher.update(&frame);
-        sizes.push_back(frame.len() as u64);
-        let (c, rx) = push(Bytes::from(frame));
+        let n = frame.len() as u64;
+        if held.1 == 0 {
+            // Only the header so far: the first bytes join it.
+            held.0.extend_from_slice(&frame);
+            held.1 = n;
+            continue;
+        }
+        let (bytes, file_bytes) = std::mem::replace(&mut held, (frame, n));
+        sizes.push_back(file_bytes);
+        let (c, rx) = push(Bytes::from(bytes));
         cmds.send(c).await.map_err(|_| closed())?;
         window.push_back(rx);
     };
@@ -219,7 +229,9 @@ async fn send(
         )
         .await;
     }
-    let (c, rx) = push(Bytes::copy_from_slice(hasher.finalize().as_bytes()));
+    held.0.extend_from_slice(hasher.finalize().as_bytes());
+    sizes.push_back(held.1);
+    let (c, rx) = push(Bytes::from(held.0));
     cmds.send(c).await.map_err(|_| closed())?;
     window.push_back(rx);
     cmds.send(Cmd::Finish { flow })
