@@ -504,6 +504,16 @@ impl HopTransport {
             .sum()
     }
 
+    /// Packets handed to the link after which a transfer sends its BSYN early (half a link
+    /// window, `early_bsyn`); 0 = never early.
+    fn early_bsyn_at(&self) -> usize {
+        if self.cfg.early_bsyn {
+            self.cfg.link_window_packets / 2
+        } else {
+            0
+        }
+    }
+
     fn window_full(&self) -> bool {
         let w = self.cfg.link_window_packets;
         w > 0 && self.in_flight_total() >= w
@@ -791,11 +801,7 @@ impl HopTransport {
             .and_then(|f| f.outs.get(&n))
             .is_some_and(|x| x.state == OutState::Sending && !x.micro);
         let window_full = sending && self.window_full();
-        let early_half = if self.cfg.early_bsyn {
-            self.cfg.link_window_packets / 2
-        } else {
-            0
-        };
+        let early_half = self.early_bsyn_at();
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -910,7 +916,6 @@ impl HopTransport {
             } else {
                 x.sent_round.count_in_not(&x.peer, &Bitmap::new(0))
             };
-
             let expect = (x.peer.count() + in_flight).min(u32::from(u16::MAX)) as u16;
             let msg = HopMessage {
                 header: Self::header(key, dst, n, flags, ttl),
@@ -2008,8 +2013,8 @@ impl HopTransport {
             let &key = self.rr.front()?;
             let txop = self.txop_pkts;
             let pipelining = self.cfg.pipelining;
-            let early = self.cfg.early_bsyn && self.cfg.link_window_packets > 0;
-            let half = self.cfg.link_window_packets / 2;
+            let half = self.early_bsyn_at();
+            let early = half > 0;
             let mut produced = None;
             let mut exhausted = true;
             let mut ask = false;
