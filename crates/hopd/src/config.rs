@@ -23,6 +23,13 @@ pub const DEFAULT_MAX_DISK_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 pub const DEFAULT_MAX_PEERS: usize = 1024;
 /// Default bound on concurrent incoming flows accepted at a destination.
 pub const DEFAULT_MAX_INCOMING_FLOWS: usize = 256;
+/// DSCP EF (46): Linux's 802.11 stack puts it in the voice access category (AC_VO). Default
+/// for control datagrams: the Hop paper sends BSYNs and their micro-blocks "with link-layer
+/// ARQ via the voice queue" (§3.6).
+pub const DSCP_EF: u8 = 46;
+/// DSCP CS1 (8): 802.11e background (AC_BK). Default for data: "Hop traffic is sent using the
+/// lowest priority background queue" (§3.6).
+pub const DSCP_CS1: u8 = 8;
 
 /// Which transport the daemon's flows use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -86,6 +93,8 @@ struct RawConfig {
     #[serde(default)]
     transport: TransportKind,
     broadcast_address: Option<Spanned<String>>,
+    control_dscp: Option<Spanned<u8>>,
+    data_dscp: Option<Spanned<u8>>,
     api_socket: Option<PathBuf>,
     metrics_listen: Option<Spanned<String>>,
     log_level: Option<String>,
@@ -169,6 +178,11 @@ pub struct Config {
     pub link_mode: LinkMode,
     pub transport: TransportKind,
     pub broadcast_address: Option<SocketAddr>,
+    /// DSCP of control datagrams (BSYN, BACK, end-to-end BACK); Linux maps it to the 802.11e
+    /// access category of the frames.
+    pub control_dscp: u8,
+    /// DSCP of data datagrams.
+    pub data_dscp: u8,
     pub api_socket: PathBuf,
     pub metrics_listen: Option<SocketAddr>,
     pub log_level: Option<String>,
@@ -328,6 +342,17 @@ impl Config {
                 "add broadcast_address = \"<subnet broadcast>:<port>\", e.g. \"10.0.0.255:7470\"",
             ));
         }
+        let dscp = |v: &Option<Spanned<u8>>, key: &str, default: u8| match v {
+            None => Ok(default),
+            Some(s) if *s.get_ref() <= 63 => Ok(*s.get_ref()),
+            Some(s) => Err(ctx.err(
+                Some(s.span()),
+                format!("{key} = {} is not a DSCP", s.get_ref()),
+                "use 0..63, e.g. 46 (EF, 802.11e voice), 0 (best effort) or 8 (CS1, background)",
+            )),
+        };
+        let control_dscp = dscp(&raw.control_dscp, "control_dscp", DSCP_EF)?;
+        let data_dscp = dscp(&raw.data_dscp, "data_dscp", DSCP_CS1)?;
         let metrics_listen = match &raw.metrics_listen {
             Some(m) => Some(parse_addr(&ctx, m, "metrics_listen", None)?),
             None => None,
@@ -442,6 +467,8 @@ impl Config {
             link_mode: raw.link_mode,
             transport: raw.transport,
             broadcast_address,
+            control_dscp,
+            data_dscp,
             api_socket,
             metrics_listen,
             log_level: raw.log_level,
@@ -545,6 +572,22 @@ mod tests {
         for kind in TransportKind::ALL {
             assert!(e.message.contains(kind.name()), "{e}");
         }
+    }
+
+    #[test]
+    fn dscps_default_to_voice_and_background_and_are_checked() {
+        let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
+        assert_eq!((c.control_dscp, c.data_dscp), (DSCP_EF, DSCP_CS1));
+        let text = format!("control_dscp = 0\ndata_dscp = 10\n{}", good());
+        let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+        assert_eq!((c.control_dscp, c.data_dscp), (0, 10));
+        let text = format!(
+            "node_id = 1\ncontrol_dscp = 64\n{}",
+            good().replacen("node_id = 1\n", "", 1)
+        );
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("not a DSCP"), "{e}");
     }
 
     #[test]

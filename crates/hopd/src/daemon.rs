@@ -23,10 +23,10 @@ use crate::config::{Config, LinkMode};
 use crate::flowfmt::{self, FlowHeader, HASH_LEN};
 use crate::metrics::Counters;
 
-/// DSCP EF in the IP TOS byte, for control datagrams.
-pub const TOS_CONTROL: u32 = 0xb8;
-/// DSCP CS1 in the IP TOS byte, for data datagrams.
-pub const TOS_DATA: u32 = 0x20;
+/// The IP TOS byte carrying `dscp` (ECN bits clear).
+fn tos(dscp: u8) -> u32 {
+    u32::from(dscp) << 2
+}
 /// Socket buffer size requested for both sockets.
 const SOCKET_BUFFER: usize = 8 * 1024 * 1024;
 /// Datagrams read per wake-up before other work is served.
@@ -218,13 +218,18 @@ impl Daemon {
                 SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.listen.port())
             }
         };
-        let ctrl = make_socket(&cfg, recv_bind, TOS_CONTROL, true)?;
+        let ctrl = make_socket(&cfg, recv_bind, tos(cfg.control_dscp), true)?;
         let gro = {
             use std::os::fd::AsRawFd;
             crate::io::enable_gro(ctrl.as_raw_fd())
         };
         debug!(gro, "receive socket ready");
-        let data = make_socket(&cfg, SocketAddr::new(cfg.listen.ip(), 0), TOS_DATA, false)?;
+        let data = make_socket(
+            &cfg,
+            SocketAddr::new(cfg.listen.ip(), 0),
+            tos(cfg.data_dscp),
+            false,
+        )?;
         let routes = merged_routes(&cfg, &BTreeMap::new());
         let transport_id = transport.id();
         let mut node = Node::new(cfg.node_id, Box::new(routes), first_counter());
