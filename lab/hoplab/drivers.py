@@ -155,7 +155,9 @@ class HopDriver(Driver):
     destination and `hop send FILE --to DST` at the source. The daemons' transport
     comes from the flows' options.transport (one of TRANSPORTS, the values of hopd's
     `transport` key; one per run) and options.hop is copied into hopd's [hop] section
-    (hopd ignores it for the other transports). Sized transfers only."""
+    (hopd ignores it for the other transports); options.control_dscp sets hopd's
+    `control_dscp` (the access category of BSYN/BACK; default EF, the voice queue). Sized
+    transfers only."""
 
     name = "hop"
     PORT = 7470
@@ -178,10 +180,13 @@ class HopDriver(Driver):
     def socket(self, lab, node: int) -> Path:
         return lab.work / f"hopd-{node}" / "api.sock"
 
-    def config(self, lab, node: int, transport: str, params: dict, link_mode: str = "unicast") -> str:
+    def config(self, lab, node: int, transport: str, params: dict, link_mode: str = "unicast",
+               control_dscp: int | None = None) -> str:
         t = lab.spec.topology
         lines = [f"node_id = {self.node_id(node)}", f'listen = "{lab.ip(node)}:{self.PORT}"',
                  f'transport = "{transport}"', f'api_socket = "{self.socket(lab, node)}"', ""]
+        if control_dscp is not None:
+            lines[-1:-1] = [f"control_dscp = {int(control_dscp)}"]
         if link_mode == "broadcast":
             from .lab import BROADCAST  # noqa: PLC0415  (lab imports this module)
             # Hop §4: data frames without link-layer ARQ. 802.11 never retries broadcast frames,
@@ -214,6 +219,10 @@ class HopDriver(Driver):
         if len(modes) != 1 or not modes <= {"unicast", "broadcast"}:
             raise LabError(f"hop flows need one link_mode per run (unicast or broadcast), got {sorted(map(str, modes))}")
         link_mode = next(iter(modes))
+        dscps = {f.options.get("control_dscp") for f in flows}
+        if len(dscps) != 1 or not all(d is None or (isinstance(d, int) and 0 <= d <= 63) for d in dscps):
+            raise LabError(f"hop flows need one control_dscp (0..63) per run, got {sorted(map(str, dscps))}")
+        control_dscp = next(iter(dscps))
         for f in flows:
             if f.size is None:
                 raise LabError("the hop driver transfers files: give every hop flow a size")
@@ -221,7 +230,7 @@ class HopDriver(Driver):
             d = lab.work / f"hopd-{node}"
             (d / "store").mkdir(parents=True, exist_ok=True)
             cfg = d / "hopd.toml"
-            cfg.write_text(self.config(lab, node, transport, params, link_mode))
+            cfg.write_text(self.config(lab, node, transport, params, link_mode, control_dscp))
             lab.spawn_cmd(node, [hopd, "--config", str(cfg)], f"hopd-{node}")
         deadline = time.time() + 30
         while not all(self.socket(lab, n).exists() for n in range(lab.spec.topology.n)):
@@ -229,6 +238,20 @@ class HopDriver(Driver):
                 first = (lab.work / "hopd-0.log").read_text(errors="replace")[:500]
                 raise LabError(f"hopd did not open its API sockets; see {lab.work}/hopd-*.log:\n{first}")
             time.sleep(0.1)
+
+    def collect(self, lab) -> None:
+        """Evidence for the run's figures: every hopd's `hop status --json` (its transport's
+        counters: datagrams by type, retransmissions, overheard packets, ...) at the end of
+        the run, in hopd-<node>/status.json. Best effort: a node that does not answer in 2 s
+        gets no file."""
+        for node in range(lab.spec.topology.n):
+            try:
+                out = subprocess.run([self.binary("hop"), "--socket", str(self.socket(lab, node)),
+                                      "--json", "status"], capture_output=True, text=True, timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if out.returncode == 0 and out.stdout.strip():
+                (lab.work / f"hopd-{node}" / "status.json").write_text(out.stdout)
 
     def start_receiver(self, lab, flow, idx):
         d = lab.work / f"hop-recv-{idx}"

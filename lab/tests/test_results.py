@@ -92,8 +92,10 @@ def test_hopd_config_uses_lab_routes(tmp_path):
 
     lab = FakeLab()
     d = drivers.HopDriver()
-    text = d.config(lab, 1, "hop", {"backpressure_limit": 100})
+    text = d.config(lab, 1, "hop", {"backpressure_limit": 100}, control_dscp=8)
     cfg = tomllib.loads(text)
+    assert cfg["control_dscp"] == 8
+    assert "control_dscp" not in tomllib.loads(d.config(lab, 1, "hop", {}))  # hopd's default
     assert cfg["node_id"] == 2  # hop node ids start at 1
     assert sorted(n["id"] for n in cfg["neighbours"]) == [1, 3]
     assert {r["destination"]: r["next_hop"] for r in cfg["routes"]} == {1: 1, 3: 3, 4: 3}

@@ -145,8 +145,11 @@ def apply_variant(d: dict, v: Variant, measure: str = "m") -> dict:
 HOP_LINK_MODE = "broadcast"
 
 
-def hop(name: str = "hop", title: str = "Hop (hopd)", link_mode: str = HOP_LINK_MODE, **hopcfg) -> Variant:
+def hop(name: str = "hop", title: str = "Hop (hopd)", link_mode: str = HOP_LINK_MODE,
+        control_dscp: int | None = None, **hopcfg) -> Variant:
     flow: dict = {"driver": "hop", "options": {"link_mode": link_mode}}
+    if control_dscp is not None:
+        flow["options"]["control_dscp"] = control_dscp
     if hopcfg:
         flow["options"]["hop"] = hopcfg
     return Variant(name, title, flow)
