@@ -35,11 +35,19 @@ def _on_term(_sig, _frm):
 
 
 def _write(path: str, obj: dict) -> None:
-    with open(path + ".tmp", "w") as f:
-        json.dump(obj, f)
+    """The tool's result, written once at its end. The lab stops a run with SIGTERM to the
+    senders and, half a second later, to every process: a second signal arriving while the
+    result is written must not leave it half-written (the run would lose the flow's start)."""
     import os
 
-    os.replace(path + ".tmp", path)
+    before = [signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)]
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(obj, f)
+        os.replace(path + ".tmp", path)
+    finally:
+        for s, h in zip((signal.SIGTERM, signal.SIGINT), before):
+            signal.signal(s, h)
 
 
 def tcp_recv(a) -> int:
@@ -220,6 +228,9 @@ def exec_cmd(a) -> int:
         res["rc"] = child.returncode
         res["stdout"] = out[-4000:]
     except Stop:
+        # Stopping: a repeated signal must not cut short the child's exit or the result.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if child is not None and child.poll() is None:
             child.terminate()
             try:

@@ -65,6 +65,31 @@ def test_flowtool_exec_records_command(tmp_path):
     assert r["rc"] == 3 and r["stdout"].strip() == "hi" and r["end"] >= r["start"]
 
 
+def test_flowtool_exec_keeps_its_result_when_stopped_twice(tmp_path):
+    # The lab stops senders with SIGTERM and, half a second later, every process again; the
+    # child here takes longer than that to exit, so the second signal arrives while the tool
+    # is still stopping. Its result (with the start time) must be complete.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "s.json"
+    lab_dir = Path(__file__).resolve().parents[1]
+    p = subprocess.Popen([sys.executable, "-m", "hoplab.flowtool", "exec", "--out", str(out), "--",
+                          "sh", "-c", "trap 'sleep 1; exit 0' TERM; while :; do sleep 0.1; done"],
+                         cwd=lab_dir)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=10)
+    r = json.loads(out.read_text())
+    assert r["start"] and r["end"] >= r["start"] and r.get("error") == "stopped", r
+    assert not os.path.exists(str(out) + ".tmp")
+
+
 def test_flowtool_options_before_mode_args(tmp_path):
     import pytest
 
