@@ -167,6 +167,16 @@ pub struct MediumSpec {
     /// link and is lost at its rate, like any frame.
     #[serde(default)]
     pub lossless_acks: bool,
+    /// Control frames go before any queued data frame (their own, higher-priority 802.11e
+    /// access category: hopd's default DSCP EF, AC_VO). Off: control and data share one
+    /// queue in the order the transport handed them over (both in the data's access
+    /// category, e.g. hopd `control_dscp = 8`).
+    #[serde(default = "d_true")]
+    pub control_priority: bool,
+}
+
+fn d_true() -> bool {
+    true
 }
 
 fn d_preamble() -> f64 {
@@ -238,6 +248,7 @@ impl Default for MediumSpec {
             data_arq: false,
             data_broadcast: false,
             lossless_acks: false,
+            control_priority: true,
         }
     }
 }

@@ -983,7 +983,17 @@ impl Simulation {
     fn start_next(&mut self, n: usize) {
         self.expire_queued(n);
         let sn = &mut self.nodes[n];
-        let Some(mut p) = sn.ctrl_q.pop_front().or_else(|| sn.data_q.pop_front()) else {
+        let data_first = !self.sc.medium.control_priority
+            && match (sn.data_q.front(), sn.ctrl_q.front()) {
+                (Some(d), Some(c)) => d.seq < c.seq,
+                _ => false,
+            };
+        let popped = if data_first {
+            sn.data_q.pop_front()
+        } else {
+            sn.ctrl_q.pop_front().or_else(|| sn.data_q.pop_front())
+        };
+        let Some(mut p) = popped else {
             return;
         };
         p.cw = match p.class {
@@ -1184,7 +1194,12 @@ impl Simulation {
             self.nodes[n].state = MacState::Burst;
             self.kick(n);
             let sn = &self.nodes[n];
-            let fits = sn.ctrl_q.is_empty()
+            let control_waits = match (sn.ctrl_q.front(), sn.data_q.front()) {
+                (None, _) => false,
+                (Some(c), Some(d)) => self.sc.medium.control_priority || c.seq < d.seq,
+                (Some(_), None) => true,
+            };
+            let fits = !control_waits
                 && sn.data_q.front().is_some_and(|p| {
                     let air = self.airtime(n, p.next_hop, p.payload.len());
                     self.now + self.sifs + air <= sn.burst_start + self.txop
