@@ -503,3 +503,29 @@ size = "600KB"
     assert_complete(&r);
     assert_eq!(r.medium.queue_drops + r.medium.queue_expired, 0);
 }
+
+#[test]
+fn control_without_priority_waits_behind_the_data_queued_before_it() {
+    // Push model, unbounded sender: the MAC queue holds much of the block. With control frames
+    // ahead of data (their own higher-priority queue) each BSYN overtakes the queued data and
+    // its BACK reports packets still queued; in the data's queue it arrives after them.
+    let sc = |priority: bool| {
+        format!(
+            "seed = 3\nduration = 120.0\n[medium]\nqueue_mode = \"push\"\ncontrol_priority = {priority}\n\
+             [topology]\nnodes = 2\ngenerator = \"chain\"\n[[flows]]\nsrc = 0\ndst = 1\nsize = \"600KB\"\n\
+             [transports.hop]\nlink_window_packets = 0\n"
+        )
+    };
+    let ahead = run(&sc(true));
+    let fifo = run(&sc(false));
+    assert_complete(&ahead);
+    assert_complete(&fifo);
+    let kept = |r: &SimResult| r.nodes[0].extra.get("kept_in_flight").copied().unwrap_or(0);
+    assert!(
+        kept(&fifo) < kept(&ahead),
+        "in flight when a BACK came: {} without priority, {} with",
+        kept(&fifo),
+        kept(&ahead)
+    );
+    assert!(sent(&fifo.nodes[0], "bsyn") < sent(&ahead.nodes[0], "bsyn"));
+}
