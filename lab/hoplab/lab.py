@@ -399,15 +399,16 @@ class Lab:
         wall = time.time() - self.t0
         steal1 = host_steal_seconds()
         steal = (steal1 - steal0) if steal0 is not None and steal1 is not None else None
-        for name in sorted({f.driver for f in flows}):
-            collect = getattr(DRIVERS[name](), "collect", None)
-            if collect is not None:
-                collect(self)
         # stop senders first, then give receivers a moment to record the last bytes
         for k, p in senders.items():
             if p is not None and p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
         time.sleep(0.5)
+        # Daemons' final counters, once no sender adds work and before the daemons stop.
+        for name in sorted({f.driver for f in flows}):
+            collect = getattr(DRIVERS[name](), "collect", None)
+            if collect is not None:
+                collect(self)
         for p in self.procs:
             if p.poll() is None:
                 try:

@@ -3,6 +3,7 @@ hops) carries one small file with `options.transport` = hop, hxh and atp. Needs 
 (namespaces and taps) and the release hopd (`cargo build --release -p hopd`); CI runs as root
 and never skips it."""
 
+import json
 import os
 import re
 from pathlib import Path
@@ -76,4 +77,8 @@ def test_emulated_transport_three_node_chain(tmp_path, transport, link_mode):
         assert hosted_transport(raw / f"hopd-{node}.log") == transport
         assert (f'link_mode = "{link_mode}"' in (raw / f"hopd-{node}" / "hopd.toml").read_text()) == (
             link_mode == "broadcast")
+        # its final counters were kept: source and relay sent datagrams of that transport
+        status = json.loads((raw / f"hopd-{node}" / "status.json").read_text())
+        sent_by = dict(status["node"]["transports"])[transport]["sent_by_type"]
+        assert node == 2 or sum(sent_by.values()) > 0, (node, sent_by)
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
