@@ -1,11 +1,12 @@
 //! Hop-by-hop authentication of envelopes with a pre-shared mesh key.
 //!
 //! A sealed envelope has `FLAG_AUTH` set (covered by its crc32c) and carries a 24-byte trailer
-//! after the crc: an 8-byte big-endian send counter and a 16-byte ChaCha20-Poly1305 tag. The
-//! tag authenticates every byte before the trailer (as associated data, empty plaintext) under
-//! the nonce `link source node id (4 bytes) || counter (8 bytes)`, so each (sender, counter)
-//! pair is used once. Receivers keep, per sender, the highest counter seen and a sliding
-//! window of the [`REPLAY_WINDOW`] counters below it, and drop anything seen before.
+//! after the crc: an 8-byte big-endian send counter and a 16-byte ChaCha20-Poly1305 tag
+//! (RFC 8439, computed with `ring`). The tag authenticates every byte before the trailer (as
+//! associated data, empty plaintext) under the nonce `link source node id (4 bytes) || counter
+//! (8 bytes)`, so each (sender, counter) pair is used once. Receivers keep, per sender, the
+//! highest counter seen and a sliding window of the [`REPLAY_WINDOW`] counters below it, and
+//! drop anything seen before.
 //!
 //! A sender keeps one counter [`Stream`] per datagram class, told apart by the counter's top
 //! bit, and receivers keep one window per sender and stream. Control datagrams travel in the
@@ -15,10 +16,9 @@
 
 use std::collections::HashMap;
 
-use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
 use hop_wire::envelope::{CRC_LEN, FLAG_AUTH, HEADER_LEN, MAGIC};
 use hop_wire::{Envelope, NodeId};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 
 /// Bytes of the authentication trailer: counter + tag.
 pub const TRAILER_LEN: usize = 8 + 16;
@@ -118,7 +118,7 @@ impl Window {
 
 /// Seals outgoing and opens incoming envelopes.
 pub struct Authenticator {
-    aead: ChaCha20Poly1305,
+    aead: LessSafeKey,
     local: NodeId,
     /// Next counter of each stream (index `Stream as usize`), the stream bit included.
     counters: [u64; 2],
@@ -134,7 +134,9 @@ impl Authenticator {
     pub fn new(key: &[u8; 32], local: NodeId, first_counter: u64, max_peers: usize) -> Self {
         let first = first_counter & !STREAM_BIT;
         Authenticator {
-            aead: ChaCha20Poly1305::new(Key::from_slice(key)),
+            aead: LessSafeKey::new(
+                UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte ChaCha20-Poly1305 key"),
+            ),
             local,
             counters: [first, first | STREAM_BIT],
             windows: HashMap::new(),
@@ -150,7 +152,7 @@ impl Authenticator {
         let mut n = [0u8; 12];
         n[..4].copy_from_slice(&src.to_be_bytes());
         n[4..].copy_from_slice(&counter.to_be_bytes());
-        *Nonce::from_slice(&n)
+        Nonce::assume_unique_for_key(n)
     }
 
     /// Offset of the crc32c of a datagram emitted by the local node (header and body length
@@ -203,9 +205,9 @@ impl Authenticator {
         aad.extend_from_slice(&counter.to_be_bytes());
         let tag = self
             .aead
-            .encrypt_in_place_detached(&nonce, &aad, &mut [])
+            .seal_in_place_separate_tag(nonce, Aad::from(&aad[..]), &mut [])
             .map_err(|_| AuthError::BadTag)?;
-        aad.extend_from_slice(&tag);
+        aad.extend_from_slice(tag.as_ref());
         *datagram = aad;
         Ok(())
     }
@@ -229,9 +231,11 @@ impl Authenticator {
         }
         let covered = HEADER_LEN + env.body.len() + CRC_LEN + 8;
         let aad = &datagram[..covered];
-        let tag = Tag::from_slice(&env.trailer[8..]);
+        // Empty ciphertext followed by the tag: `open_in_place` checks the tag in constant time.
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&env.trailer[8..]);
         self.aead
-            .decrypt_in_place_detached(&Self::nonce(src, counter), aad, &mut [], tag)
+            .open_in_place(Self::nonce(src, counter), Aad::from(aad), &mut tag)
             .map_err(|_| AuthError::BadTag)?;
         let ws = self.windows.entry(src).or_insert([None, None]);
         match &mut ws[stream] {
@@ -272,6 +276,20 @@ mod tests {
         assert_eq!(env.body, b"payload");
         assert_eq!(b.open(&d), Ok(1));
         assert_eq!(b.open(&d), Err(AuthError::Replay(100)));
+    }
+
+    /// The sealed bytes are fixed by the wire format (ChaCha20-Poly1305 of RFC 8439 over the
+    /// nonce and associated data documented above), whatever crate computes them: a change of
+    /// implementation must leave nodes of both versions able to talk.
+    #[test]
+    fn sealed_bytes_match_the_wire_format() {
+        let mut a = Authenticator::new(&[7u8; 32], 1, 0x0102_0304_0506_0708, 8);
+        let mut d = datagram(1);
+        a.seal(&mut d, Stream::Data).unwrap();
+        let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "485001010100000700000001000000027061796c6f6164dbcd3be50102030405060708c2cfd59cc5c4992a074c7f370c83f049");
+        let mut b = Authenticator::new(&[7u8; 32], 2, 0, 8);
+        assert_eq!(b.open(&d), Ok(1));
     }
 
     #[test]
