@@ -191,6 +191,8 @@ pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, Stri
     o.secs("back_quiet", &mut c.back_quiet)?;
     o.bool("queue_aware", &mut c.queue_aware)?;
     o.uint("link_window_packets", &mut c.link_window_packets)?;
+    o.uint("link_window_max_packets", &mut c.link_window_max_packets)?;
+    o.secs("link_queue_target", &mut c.link_queue_target)?;
     o.bool("early_bsyn", &mut c.early_bsyn)?;
     o.uint("cache_limit_bytes", &mut c.cache_limit_bytes)?;
     o.uint("max_flows", &mut c.max_flows)?;

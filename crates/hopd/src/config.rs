@@ -158,6 +158,8 @@ pub struct HopParams {
     pub vtx_ttl: Option<u8>,
     pub queue_aware: Option<bool>,
     pub link_window_packets: Option<usize>,
+    pub link_window_max_packets: Option<usize>,
+    pub link_queue_target_ms: Option<u64>,
     pub adaptive_bsyn_timeout: Option<bool>,
     pub early_bsyn: Option<bool>,
 }

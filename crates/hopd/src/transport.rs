@@ -54,6 +54,12 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.link_window_packets {
         h.link_window_packets = v;
     }
+    if let Some(v) = p.link_window_max_packets {
+        h.link_window_max_packets = v;
+    }
+    if let Some(v) = p.link_queue_target_ms {
+        h.link_queue_target = std::time::Duration::from_millis(v);
+    }
     if let Some(v) = p.adaptive_bsyn_timeout {
         h.adaptive_bsyn_timeout = v;
     }

@@ -71,6 +71,19 @@ pub const DEFAULT_BACK_QUIET: Duration = Duration::from_millis(10);
 /// packets per second.
 pub const DEFAULT_LINK_WINDOW_PACKETS: usize = 32;
 
+/// Ceiling of the link window when the link is fast (see [`DEFAULT_LINK_QUEUE_TARGET`]): half
+/// of an 802.11 MAC queue of 500 frames per access category (ns-3's `WifiMacQueue`, the lab's
+/// medium), so that even a wrong rate estimate cannot overflow such a queue. Not in the paper.
+pub const DEFAULT_LINK_WINDOW_MAX_PACKETS: usize = 256;
+
+/// The link window grows above `link_window_packets` to the packets the node's links
+/// delivered in this much time (rate measured from BACKs, see `link_window_max_packets`):
+/// on a fast link (Ethernet, veth, 802.11g/n) 32 packets drain within one control round and
+/// the link idles between rounds, while on 802.11b (at most ~550 packets/s, §5) the window
+/// stays at its floor. 50 ms of queued data is a tenth of an 802.11 MAC queue's delay limit
+/// (500 ms in ns-3's `WifiMacQueue`). Not in the paper.
+pub const DEFAULT_LINK_QUEUE_TARGET: Duration = Duration::from_millis(50);
+
 /// Ack withholding releases a receiver from its current sender after this long without hearing
 /// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
 pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
@@ -156,6 +169,12 @@ pub struct HopConfig {
     /// Bound on data packets handed to the link and not yet known to have left it (see
     /// [`DEFAULT_LINK_WINDOW_PACKETS`]); 0 = unbounded (the paper).
     pub link_window_packets: usize,
+    /// Largest link window: the window grows from `link_window_packets` up to this to hold
+    /// `link_queue_target` of the node's measured delivery rate (see
+    /// [`DEFAULT_LINK_QUEUE_TARGET`]). Equal to `link_window_packets` (or below it): fixed.
+    pub link_window_max_packets: usize,
+    /// Time of delivery the link window may hold above its floor.
+    pub link_queue_target: Duration,
     /// A transfer asks for a BACK once it has handed half a link window to the link since
     /// its last BSYN, and keeps sending while that BACK is on its way, so the control round
     /// overlaps the other half of the window (not in the paper). Only with a link window.
@@ -199,6 +218,8 @@ impl Default for HopConfig {
             back_quiet: DEFAULT_BACK_QUIET,
             queue_aware: true,
             link_window_packets: DEFAULT_LINK_WINDOW_PACKETS,
+            link_window_max_packets: DEFAULT_LINK_WINDOW_MAX_PACKETS,
+            link_queue_target: DEFAULT_LINK_QUEUE_TARGET,
             early_bsyn: false,
             cache_limit_bytes: DEFAULT_CACHE_LIMIT_BYTES,
             max_flows: DEFAULT_MAX_FLOWS,

@@ -299,7 +299,54 @@ pub struct HopTransport {
     delivery_delay: Option<Duration>,
     /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
     bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
+    /// The link window and the delivery rate that sizes it.
+    lw: LinkWindow,
 }
+
+/// The node's link window (`link_window_packets` up to `link_window_max_packets`).
+#[derive(Debug, Clone)]
+struct LinkWindow {
+    /// Packets handed to the link that next hops newly reported holding, over all transfers.
+    delivered: u64,
+    /// Start of the current rate interval and `delivered` then.
+    rate_mark: Option<(Instant, u64)>,
+    /// Current window in packets (0 = unbounded).
+    window: usize,
+}
+
+impl LinkWindow {
+    /// Count `newly` packets of ours a next hop reported holding and, once per [`RATE_INTERVAL`], set
+    /// the window to the packets delivered in `link_queue_target` at the rate of the interval
+    /// just ended, between `link_window_packets` and `link_window_max_packets`. A
+    /// window-limited interval measures window / round time, so on a link faster than the
+    /// window the window grows by the ratio of the target to the round time per interval; a
+    /// saturated link's rate does not grow with the window, so neither does the window.
+    fn note(&mut self, cfg: &HopConfig, now: Instant, newly: u64) {
+        self.delivered += newly;
+        let floor = cfg.link_window_packets;
+        let ceiling = cfg.link_window_max_packets;
+        if floor == 0 || ceiling <= floor {
+            self.window = floor;
+            return;
+        }
+        let Some((since, mark)) = self.rate_mark else {
+            self.rate_mark = Some((now, self.delivered));
+            return;
+        };
+        let elapsed = now.saturating_duration_since(since);
+        if elapsed < RATE_INTERVAL {
+            return;
+        }
+        let packets = (self.delivered - mark) as f64;
+        let target = packets * cfg.link_queue_target.as_secs_f64() / elapsed.as_secs_f64();
+        self.window = (target.ceil() as usize).clamp(floor, ceiling);
+        self.rate_mark = Some((now, self.delivered));
+    }
+}
+
+/// Length of one delivery-rate measurement behind the link window: several control rounds on
+/// a fast link, about one round of a full 32-packet window on 802.11b.
+const RATE_INTERVAL: Duration = Duration::from_millis(100);
 
 fn bump(map: &mut BTreeMap<&'static str, u64>, k: &'static str) {
     *map.entry(k).or_insert(0) += 1;
@@ -387,6 +434,7 @@ impl HopTransport {
     pub fn with_store(cfg: HopConfig, store: Box<dyn CustodyStore>) -> Self {
         let pkt = cfg.packet_size();
         let txop_pkts = cfg.txop_packets();
+        let cfg_window = cfg.link_window_packets;
         HopTransport {
             cfg,
             pkt,
@@ -409,6 +457,11 @@ impl HopTransport {
             arrived_seq: 0,
             delivery_delay: None,
             bsyn_rtt: BTreeMap::new(),
+            lw: LinkWindow {
+                delivered: 0,
+                rate_mark: None,
+                window: cfg_window,
+            },
         }
     }
 
@@ -508,15 +561,20 @@ impl HopTransport {
     /// window, `early_bsyn`); 0 = never early.
     fn early_bsyn_at(&self) -> usize {
         if self.cfg.early_bsyn {
-            self.cfg.link_window_packets / 2
+            self.lw.window / 2
         } else {
             0
         }
     }
 
     fn window_full(&self) -> bool {
-        let w = self.cfg.link_window_packets;
+        let w = self.lw.window;
         w > 0 && self.in_flight_total() >= w
+    }
+
+    /// The current link window in packets (0 = unbounded).
+    pub fn link_window(&self) -> usize {
+        self.lw.window
     }
 
     fn extra(&mut self, k: &'static str) {
@@ -1623,6 +1681,10 @@ impl HopTransport {
             return;
         }
         b.last_used = now;
+        // Packets of ours in flight before and after this BACK: the difference arrived (a
+        // block the next hop completes from elsewhere adds only what we had sent).
+        let none = Bitmap::new(0);
+        let in_flight_before = x.sent_round.count_in_not(&x.peer, &none);
         if complete {
             x.peer.fill();
         } else if matches!(x.state, OutState::AwaitBack { .. }) {
@@ -1633,6 +1695,9 @@ impl HopTransport {
             // A late duplicate BACK: it can only add information.
             x.peer.union_bytes(bitmap);
         }
+        let in_flight_after = x.sent_round.count_in_not(&x.peer, &none);
+        let newly = u64::from(in_flight_before.saturating_sub(in_flight_after));
+        self.lw.note(&self.cfg, now, newly);
         if x.attempts == 1 && matches!(x.state, OutState::AwaitBack { .. }) {
             // Answer to a BSYN sent once (Karn's rule): a round-trip sample.
             let r = now.saturating_duration_since(x.bsyn_at);

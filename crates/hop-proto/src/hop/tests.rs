@@ -785,6 +785,77 @@ fn link_window_bounds_packets_not_known_to_have_left() {
     assert_eq!(data_nums(&h.drain()), vec![8, 9]);
 }
 
+/// The link window seen after each BACK while a source moves one 600-packet block over a
+/// link that carries `capacity` packets per second: each BSYN is answered `base` plus the
+/// time the link takes for the packets sent before it, and the BACK reports them all held.
+fn windows_over_rounds(base: Duration, capacity: f64) -> Vec<usize> {
+    let cfg = HopConfig {
+        link_window_packets: 4,
+        link_window_max_packets: 64,
+        link_queue_target: Duration::from_millis(50),
+        ..small_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 4 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 60_000])))
+        .unwrap();
+    let mut held = vec![0u8; 75];
+    let mut windows = Vec::new();
+    for _ in 0..2_000 {
+        let sent = data_nums(&h.drain());
+        for p in &sent {
+            held[usize::from(p / 8)] |= 1 << (p % 8);
+        }
+        if held.iter().all(|b| *b == 0xff) {
+            break;
+        }
+        h.now = h.now + base + Duration::from_secs_f64(sent.len() as f64 / capacity);
+        h.recv(
+            2,
+            &HopMessage {
+                header: HopHeader {
+                    src: 1,
+                    flow_id: 4,
+                    ..hdr(0, 0)
+                },
+                body: HopBody::Back {
+                    block_len: 60_000,
+                    packets: 600,
+                    bitmap: &held,
+                },
+            },
+        );
+        windows.push(h.t.link_window());
+    }
+    assert!(held.iter().all(|b| *b == 0xff), "the block was not moved");
+    windows
+}
+
+#[test]
+fn link_window_grows_to_the_queue_target_on_a_fast_link_only() {
+    let ms = Duration::from_millis;
+    // 100 000 packets/s, 1 ms per round: 4 packets per round to start with; the window grows
+    // to its ceiling (5 000 packets in 50 ms).
+    let fast = windows_over_rounds(ms(1), 100_000.0);
+    assert_eq!(fast.iter().max(), Some(&64));
+    assert!(fast.iter().all(|w| (4..=64).contains(w)));
+    // 400 packets/s: the window settles near the 20 packets the link carries in 50 ms.
+    let medium = windows_over_rounds(ms(1), 400.0);
+    let settled = &medium[medium.len() / 2..];
+    assert!(settled.iter().all(|w| (17..=21).contains(w)), "{medium:?}");
+    // 60 packets/s (3 in 50 ms): the window stays at its floor.
+    let slow = windows_over_rounds(ms(1), 60.0);
+    assert!(slow.iter().all(|w| *w == 4), "{slow:?}");
+    // A fixed window when the ceiling is not above the floor.
+    let (h, _) = source_round(HopConfig {
+        link_window_packets: 4,
+        link_window_max_packets: 4,
+        ..small_cfg()
+    });
+    assert_eq!(h.t.link_window(), 4);
+}
+
 #[test]
 fn early_bsyn_asks_at_half_a_window_and_keeps_sending() {
     let cfg = HopConfig {
