@@ -230,6 +230,20 @@ impl Node {
         }
     }
 
+    /// A custody write that `transport`'s store deferred has finished (`ok`: durable).
+    pub fn custody_persisted(
+        &mut self,
+        now: Instant,
+        transport: TransportId,
+        flow: FlowKey,
+        block: u32,
+        ok: bool,
+    ) -> Result<(), AppError> {
+        let idx = self.index_of(transport)?;
+        self.with_ctx(now, idx, |t, ctx| t.custody_persisted(ctx, flow, block, ok));
+        Ok(())
+    }
+
     /// Next datagram to send. Transports are served round robin.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         let n = self.transports.len();

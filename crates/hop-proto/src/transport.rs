@@ -114,6 +114,10 @@ pub trait Transport: Send {
 
     fn stats(&self) -> TransportStats;
 
+    /// A custody write the transport's store deferred has finished (`ok`: durable). Only Hop
+    /// keeps custody (see [`crate::hop::Persist::Later`]); other transports ignore it.
+    fn custody_persisted(&mut self, _ctx: &mut Ctx<'_>, _flow: FlowKey, _block: u32, _ok: bool) {}
+
     /// Flows this node is the destination of and still holds state for, each with the unique
     /// payload bytes received so far: what was delivered plus the packets held towards
     /// blocks not yet delivered. This is the goodput the papers measure for a transfer cut

@@ -3,7 +3,11 @@
 //! Each block is one file `custody/<src>-<flow id>-<block>.blk`: a fixed header then the
 //! block's bytes. It is written to a temporary name, fsynced, renamed and the directory
 //! fsynced before the transport acknowledges the block upstream, so a node killed at any
-//! moment either still holds the block or never acknowledged it.
+//! moment either still holds the block or never acknowledged it. The writing happens on a
+//! writer thread, off the event loop ([`Persist::Later`]): the relay keeps receiving and
+//! forwarding while the disk works, and the daemon hands each finished write to the transport
+//! ([`CustodyDone`]), which then sends the completing BACK. Writes queued together share one
+//! directory fsync. Deleting released blocks happens on the same thread, in order.
 //!
 //! The same store makes a destination's deliveries durable ([`Spool`]): each block delivered
 //! in order is written at its offset into `incoming/<src>-<flow id>.part`, and the flow's
@@ -15,15 +19,16 @@
 //! block that does not fit is refused: for custody the BACK is withheld, for a delivery the
 //! end-to-end BACK and the flow's next blocks are (backpressure), never dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hop_proto::hop::{CustodyStore, Delivery, DestProgress, StoreFull, StoredBlock};
+use hop_proto::hop::{CustodyStore, Delivery, DestProgress, Persist, StoreFull, StoredBlock};
 use hop_proto::FlowKey;
 use tracing::{info, warn};
 
@@ -55,6 +60,139 @@ impl CustodyUsage {
     }
 }
 
+/// Custody writes the writer thread has finished, for the daemon to hand to the transport
+/// (`ok`: the block is durable).
+#[derive(Default)]
+pub struct CustodyDone {
+    done: Mutex<Vec<(FlowKey, u32, bool)>>,
+    /// Woken after each batch of writes.
+    pub notify: tokio::sync::Notify,
+}
+
+impl CustodyDone {
+    /// Take the finished writes.
+    pub fn take(&self) -> Vec<(FlowKey, u32, bool)> {
+        self.done
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
+    }
+}
+
+enum Job {
+    Write {
+        flow: FlowKey,
+        block: u32,
+        path: PathBuf,
+        bytes: Vec<u8>,
+    },
+    Remove(PathBuf),
+}
+
+/// The writer thread and what it shares with the store.
+struct Writer {
+    jobs: Option<mpsc::Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Blocks queued or being written.
+    writing: Arc<Mutex<HashSet<(FlowKey, u32)>>>,
+}
+
+impl Writer {
+    fn start(dir: PathBuf, done: Arc<CustodyDone>) -> std::io::Result<Writer> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let writing: Arc<Mutex<HashSet<(FlowKey, u32)>>> = Arc::default();
+        let w = writing.clone();
+        let thread = std::thread::Builder::new()
+            .name("hopd-custody".into())
+            .spawn(move || writer_loop(&dir, &rx, &w, &done))?;
+        Ok(Writer {
+            jobs: Some(tx),
+            thread: Some(thread),
+            writing,
+        })
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Finish what is queued (a clean shutdown leaves every accepted write on disk).
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Write `bytes` to `path` through a temporary file, fsynced; the directory is synced by the
+/// caller.
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let r = (|| {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+fn writer_loop(
+    dir: &Path,
+    rx: &mpsc::Receiver<Job>,
+    writing: &Mutex<HashSet<(FlowKey, u32)>>,
+    done: &CustodyDone,
+) {
+    while let Ok(first) = rx.recv() {
+        // Everything queued meanwhile forms one batch with one directory fsync.
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        let mut finished = Vec::new();
+        let mut renamed = false;
+        for job in batch {
+            match job {
+                Job::Write {
+                    flow,
+                    block,
+                    path,
+                    bytes,
+                } => {
+                    let ok = match write_file(&path, &bytes) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            warn!(error = %e, path = %path.display(), "custody write failed: acknowledgement withheld");
+                            false
+                        }
+                    };
+                    renamed |= ok;
+                    finished.push((flow, block, ok));
+                }
+                Job::Remove(path) => {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        if renamed {
+            sync_dir(dir);
+        }
+        if let Ok(mut w) = writing.lock() {
+            for (flow, block, _) in &finished {
+                w.remove(&(*flow, *block));
+            }
+        }
+        if let Ok(mut d) = done.done.lock() {
+            d.extend(finished);
+        }
+        done.notify.notify_one();
+    }
+}
+
 /// A [`CustodyStore`] on disk, bounded to `limit` bytes.
 pub struct DiskCustody {
     dir: PathBuf,
@@ -62,6 +200,8 @@ pub struct DiskCustody {
     held: HashMap<(FlowKey, u32), (PathBuf, u64)>,
     usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>>,
     spool: Option<Spool>,
+    /// Writes off the event loop (`with_writer`); without it writes are synchronous.
+    writer: Option<Writer>,
 }
 
 fn file_name(flow: FlowKey, block: u32) -> String {
@@ -150,9 +290,19 @@ impl DiskCustody {
             held,
             usage,
             spool: None,
+            writer: None,
         };
         store.publish(0, 0);
         Ok((store, blocks))
+    }
+
+    /// Write custody blocks on a writer thread; finished writes are reported through the
+    /// returned [`CustodyDone`], which the runtime must hand to the transport
+    /// (`Transport::custody_persisted`).
+    pub fn with_writer(mut self) -> std::io::Result<(DiskCustody, Arc<CustodyDone>)> {
+        let done = Arc::new(CustodyDone::default());
+        self.writer = Some(Writer::start(self.dir.clone(), done.clone())?);
+        Ok((self, done))
     }
 
     /// Also make the destination's deliveries durable in `incoming`; returns the progress of
@@ -200,25 +350,22 @@ impl DiskCustody {
     }
 
     fn write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
+        write_file(path, data)?;
         sync_dir(&self.dir);
         Ok(())
     }
 }
 
 impl CustodyStore for DiskCustody {
-    fn persist(&mut self, block: &StoredBlock) -> Result<(), StoreFull> {
+    fn persist(&mut self, block: &StoredBlock) -> Result<Persist, StoreFull> {
         let key = (block.flow, block.block_num);
+        if let Some(w) = &self.writer {
+            if w.writing.lock().is_ok_and(|s| s.contains(&key)) {
+                return Ok(Persist::Later);
+            }
+        }
         if self.held.contains_key(&key) {
-            return Ok(());
+            return Ok(Persist::Done);
         }
         let size = block.data.len() as u64;
         if self.disk_bytes() + size > self.limit {
@@ -227,6 +374,26 @@ impl CustodyStore for DiskCustody {
             return Err(StoreFull);
         }
         let path = self.dir.join(file_name(block.flow, block.block_num));
+        if let Some(w) = &self.writer {
+            if let Ok(mut s) = w.writing.lock() {
+                s.insert(key);
+            }
+            let job = Job::Write {
+                flow: block.flow,
+                block: block.block_num,
+                path: path.clone(),
+                bytes: encode(block),
+            };
+            if w.jobs.as_ref().is_some_and(|j| j.send(job).is_ok()) {
+                self.held.insert(key, (path, size));
+                self.publish(1, 0);
+                return Ok(Persist::Later);
+            }
+            if let Ok(mut s) = w.writing.lock() {
+                s.remove(&key);
+            }
+            warn!("custody writer stopped: writing on the event loop");
+        }
         if let Err(e) = self.write(&path, &encode(block)) {
             warn!(error = %e, "custody write failed: acknowledgement withheld");
             let _ = std::fs::remove_file(path.with_extension("tmp"));
@@ -235,12 +402,20 @@ impl CustodyStore for DiskCustody {
         }
         self.held.insert(key, (path, size));
         self.publish(1, 0);
-        Ok(())
+        Ok(Persist::Done)
     }
 
     fn release(&mut self, flow: FlowKey, block_num: u32) {
         if let Some((path, _)) = self.held.remove(&(flow, block_num)) {
-            let _ = std::fs::remove_file(path);
+            // Queued behind the block's write, if it is still being written.
+            let queued = self
+                .writer
+                .as_ref()
+                .and_then(|w| w.jobs.as_ref())
+                .is_some_and(|j| j.send(Job::Remove(path.clone())).is_ok());
+            if !queued {
+                let _ = std::fs::remove_file(path);
+            }
             self.publish(0, 0);
         }
     }
@@ -537,6 +712,56 @@ mod tests {
             fin: n == 2,
             data: Bytes::from(vec![n as u8; len]),
         }
+    }
+
+    /// Wait for the writer to report `n` finished writes.
+    fn finished(done: &CustodyDone, n: usize) -> Vec<(FlowKey, u32, bool)> {
+        let mut got = Vec::new();
+        for _ in 0..500 {
+            got.extend(done.take());
+            if got.len() >= n {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        got
+    }
+
+    #[test]
+    fn writer_thread_persists_later_and_releases_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let usage = std::sync::Arc::default();
+        let (s, _) = DiskCustody::open(dir.path(), 2500, usage).unwrap();
+        let (mut s, done) = s.with_writer().unwrap();
+        assert_eq!(s.persist(&block(0, 1000)), Ok(Persist::Later));
+        assert_eq!(s.persist(&block(1, 1000)), Ok(Persist::Later));
+        // Both count against the limit while they are written.
+        assert_eq!(s.persist(&block(2, 1000)), Err(StoreFull));
+        // Released while (possibly) still being written: deleted after its write.
+        s.release(FlowKey { src: 1, id: 0xabc }, 0);
+        let flow = FlowKey { src: 1, id: 0xabc };
+        let mut got = finished(&done, 2);
+        got.sort_by_key(|(_, b, _)| *b);
+        assert_eq!(got, vec![(flow, 0, true), (flow, 1, true)]);
+        // Written: asking again is answered at once.
+        assert_eq!(s.persist(&block(1, 1000)), Ok(Persist::Done));
+        drop(s);
+        let usage = std::sync::Arc::default();
+        let (_, restored) = DiskCustody::open(dir.path(), 2500, usage).unwrap();
+        assert_eq!(restored, vec![block(1, 1000)]);
+    }
+
+    #[test]
+    fn writer_reports_a_failed_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let usage = std::sync::Arc::default();
+        let (s, _) = DiskCustody::open(dir.path(), 1 << 20, usage).unwrap();
+        let (mut s, done) = s.with_writer().unwrap();
+        // The directory disappears under the store: the write fails and is reported.
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        assert_eq!(s.persist(&block(0, 100)), Ok(Persist::Later));
+        let flow = FlowKey { src: 1, id: 0xabc };
+        assert_eq!(finished(&done, 1), vec![(flow, 0, false)]);
     }
 
     #[test]

@@ -106,6 +106,8 @@ struct InFlow {
 pub struct Daemon {
     cfg: Config,
     custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
+    /// Custody writes finished on the store's writer thread.
+    custody_done: Arc<crate::custody::CustodyDone>,
     transport_id: TransportId,
     node: Node,
     clock: std::time::Instant,
@@ -240,6 +242,7 @@ impl Daemon {
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             custody: built.custody,
+            custody_done: built.custody_done.unwrap_or_default(),
             transport_id,
             node,
             clock: std::time::Instant::now(),
@@ -291,6 +294,7 @@ impl Daemon {
             let blocked = self.txq.blocked();
             let more_tx = blocked.is_none() && self.counters.tx_budget_exhausted;
             let ctrl = self.ctrl.clone();
+            let done = self.custody_done.clone();
             let wsock = match blocked {
                 Some(true) => self.data.clone(),
                 _ => self.ctrl.clone(),
@@ -303,6 +307,7 @@ impl Daemon {
                     self.receive_batch();
                 }
                 Some(cmd) = cmds.recv() => self.handle_cmd(cmd),
+                _ = done.notify.notified() => self.custody_written(),
                 r = wsock.writable(), if blocked.is_some() => {
                     r?;
                     self.send_queued();
@@ -317,6 +322,17 @@ impl Daemon {
         info!("hopd stopping");
         self.spool.sync_all();
         Ok(())
+    }
+
+    /// Hand the custody writes the store's writer finished to the transport (it sends the
+    /// completing BACKs).
+    fn custody_written(&mut self) {
+        let now = self.now();
+        for (flow, block, ok) in self.custody_done.take() {
+            let _ = self
+                .node
+                .custody_persisted(now, self.transport_id, flow, block, ok);
+        }
     }
 
     fn receive_batch(&mut self) {

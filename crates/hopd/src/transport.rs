@@ -9,12 +9,14 @@ use hop_proto::{Instant, Transport};
 use tracing::info;
 
 use crate::config::{Config, TransportKind};
-use crate::custody::{CustodyUsage, DiskCustody};
+use crate::custody::{CustodyDone, CustodyUsage, DiskCustody};
 
 /// The transport and a view of its custody storage.
 pub struct Built {
     pub transport: Box<dyn Transport>,
     pub custody: Arc<Mutex<CustodyUsage>>,
+    /// Custody writes finished off the event loop, to hand to the transport (Hop only).
+    pub custody_done: Option<Arc<CustodyDone>>,
 }
 
 /// The Hop parameters of `cfg`: the paper's defaults with the file's overrides.
@@ -106,6 +108,7 @@ pub fn atp_variant(kind: TransportKind) -> Option<AtpVariant> {
 /// earlier Hop run stay on disk for a later Hop run.
 pub fn build(cfg: &Config) -> std::io::Result<Built> {
     let custody = Arc::new(Mutex::new(CustodyUsage::default()));
+    let mut custody_done = None;
     info!("hosting transport {}", cfg.transport.name());
     let transport: Box<dyn Transport> = match cfg.transport {
         TransportKind::Hxh => Box::new(HxhTransport::new(hxh_config(cfg))),
@@ -122,6 +125,8 @@ pub fn build(cfg: &Config) -> std::io::Result<Built> {
             let hc = hop_config(cfg);
             let (store, progress) =
                 store.with_spool(&cfg.storage_dir.join("incoming"), hc.flow_idle_timeout)?;
+            let (store, done) = store.with_writer()?;
+            custody_done = Some(done);
             let mut t = HopTransport::with_store(hc, Box::new(store));
             if !blocks.is_empty() {
                 info!(blocks = blocks.len(), "restoring blocks in custody");
@@ -134,7 +139,11 @@ pub fn build(cfg: &Config) -> std::io::Result<Built> {
             Box::new(t)
         }
     };
-    Ok(Built { transport, custody })
+    Ok(Built {
+        transport,
+        custody,
+        custody_done,
+    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,10 @@
 //! upstream neighbour: from then on the upstream may forget it, so the block must survive until
 //! it is acknowledged downstream (or end to end). [`CustodyStore::persist`] is called just
 //! before that BACK; if it fails the BACK is withheld (the upstream keeps retrying, nothing is
-//! lost). [`CustodyStore::release`] is called once the block has been acknowledged by the next
+//! lost). A store may also finish the write later ([`Persist::Later`]), off the protocol path:
+//! the BACK then waits until the runtime reports the outcome through
+//! [`Transport::custody_persisted`](crate::transport::Transport::custody_persisted), while the
+//! block is already forwarded downstream. [`CustodyStore::release`] is called once the block has been acknowledged by the next
 //! hop or end to end. After a restart the runtime reads its store and hands the blocks to
 //! [`HopTransport::restore`](super::HopTransport::restore).
 //!
@@ -34,10 +37,21 @@ pub struct StoredBlock {
 #[error("custody store full")]
 pub struct StoreFull;
 
-/// Durable storage for blocks in custody; synchronous by design (called on the protocol path).
+/// How a store took a block into custody.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persist {
+    /// Durable now: the completing BACK may go.
+    Done,
+    /// Being written: the runtime reports the outcome through
+    /// [`Transport::custody_persisted`](crate::transport::Transport::custody_persisted); the
+    /// completing BACK waits for it.
+    Later,
+}
+
+/// Durable storage for blocks in custody.
 pub trait CustodyStore: Send {
     /// Persist `block` before its completing BACK is sent upstream.
-    fn persist(&mut self, block: &StoredBlock) -> Result<(), StoreFull>;
+    fn persist(&mut self, block: &StoredBlock) -> Result<Persist, StoreFull>;
     /// The block is no longer in this node's custody.
     fn release(&mut self, flow: FlowKey, block_num: u32);
     /// Destination: make a block delivered in order durable before the end-to-end BACK that
@@ -79,8 +93,8 @@ pub struct DestProgress {
 pub struct MemoryOnly;
 
 impl CustodyStore for MemoryOnly {
-    fn persist(&mut self, _block: &StoredBlock) -> Result<(), StoreFull> {
-        Ok(())
+    fn persist(&mut self, _block: &StoredBlock) -> Result<Persist, StoreFull> {
+        Ok(Persist::Done)
     }
 
     fn release(&mut self, _flow: FlowKey, _block_num: u32) {}

@@ -33,7 +33,9 @@ use crate::{AppError, Event, FailReason, FlowKey};
 
 pub use bitmap::Bitmap;
 pub use config::*;
-pub use custody::{CustodyStore, Delivery, DestProgress, MemoryOnly, StoreFull, StoredBlock};
+pub use custody::{
+    CustodyStore, Delivery, DestProgress, MemoryOnly, Persist, StoreFull, StoredBlock,
+};
 
 /// Why a BSYN was not answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +116,9 @@ struct Block {
     vtx_fwd: Option<u8>,
     /// When custody was taken (expiry).
     custody_since: Instant,
+    /// The store is writing the block ([`Persist::Later`]); the completing BACK goes to this
+    /// upstream neighbour once it is durable.
+    persisting: Option<NodeId>,
     /// Source only: first BSYN (round-trip measurement) and virtual retransmission timer.
     first_sent: Option<Instant>,
     vtx_deadline: Option<Instant>,
@@ -137,6 +142,7 @@ impl Block {
             last_back: None,
             vtx_fwd: None,
             custody_since: now,
+            persisting: None,
             first_sent: None,
             vtx_deadline: None,
             vtx_count: 0,
@@ -237,7 +243,7 @@ impl Flow {
     fn held_unmoved(&self) -> usize {
         self.blocks
             .values()
-            .filter(|b| b.custody && !b.moved && b.complete())
+            .filter(|b| (b.custody || b.persisting.is_some()) && !b.moved && b.complete())
             .count()
     }
 
@@ -469,6 +475,40 @@ impl HopTransport {
         &self.cfg
     }
 
+    /// The store finished writing a block it took with [`Persist::Later`]: durable (`ok`),
+    /// the node now has custody and sends the completing BACK upstream; failed, the BACK
+    /// stays withheld (the upstream's next BSYN asks again) and the store is told to forget
+    /// the block. A block that has meanwhile moved downstream, or whose flow is gone, is
+    /// released at once (its BACK still goes upstream: the block reached the next hop).
+    fn on_custody_persisted(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey, block_num: u32, ok: bool) {
+        let now = ctx.now;
+        let Some(b) = self
+            .flows
+            .get_mut(&flow)
+            .and_then(|f| f.blocks.get_mut(&block_num))
+        else {
+            self.store.release(flow, block_num);
+            return;
+        };
+        let Some(to) = b.persisting.take() else {
+            return;
+        };
+        if !ok {
+            self.store.release(flow, block_num);
+            bump(&mut self.stats.extra, "custody_write_failed");
+            return;
+        }
+        if b.moved {
+            self.store.release(flow, block_num);
+        } else {
+            b.custody = true;
+            b.custody_since = now;
+        }
+        self.note_buffered(flow);
+        self.send_back(flow, block_num, to, now);
+        self.pump_flow(ctx, flow);
+    }
+
     /// Put blocks read back from a [`CustodyStore`] after a restart into custody again; they
     /// are forwarded as soon as the next hop answers. Blocks of flows this node is the source
     /// or destination of are ignored (the application owns those bytes).
@@ -614,7 +654,7 @@ impl HopTransport {
         };
         if let Some(b) = f.blocks.remove(&num) {
             self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
-            if b.custody && !b.moved && f.source.is_none() {
+            if (b.custody || b.persisting.is_some()) && !b.moved && f.source.is_none() {
                 self.store.release(key, num);
             }
         }
@@ -666,9 +706,10 @@ impl HopTransport {
     }
 
     /// A block that must not be evicted: in custody (at a source, until acknowledged end to
-    /// end), being sent, or being received.
+    /// end), being written to the store, being sent, or being received.
     fn pinned(&self, k: FlowKey, f: &Flow, n: u32, b: &Block) -> bool {
         (b.custody && (!b.moved || f.source.is_some()))
+            || b.persisting.is_some()
             || f.outs.contains_key(&n)
             || self.admitted.contains_key(&(k, n))
     }
@@ -1429,6 +1470,11 @@ impl HopTransport {
         let dst = f.dst;
         let is_relay = f.source.is_none() && f.dest.is_none();
         if let Some(b) = f.blocks.get_mut(&n) {
+            if b.persisting.is_some() {
+                // Still being written: the BACK goes when the store reports it durable.
+                b.persisting = Some(to);
+                return;
+            }
             if is_relay && !b.custody && !b.moved && b.admitted_from.is_some() {
                 let sb = StoredBlock {
                     flow: key,
@@ -1438,9 +1484,17 @@ impl HopTransport {
                     fin: b.fin,
                     data: Bytes::copy_from_slice(&b.data),
                 };
-                if self.store.persist(&sb).is_err() {
-                    bump(&mut self.stats.extra, "custody_store_full");
-                    return;
+                match self.store.persist(&sb) {
+                    Err(StoreFull) => {
+                        bump(&mut self.stats.extra, "custody_store_full");
+                        return;
+                    }
+                    Ok(Persist::Later) => {
+                        b.persisting = Some(to);
+                        bump(&mut self.stats.extra, "custody_writes_deferred");
+                        return;
+                    }
+                    Ok(Persist::Done) => {}
                 }
                 b.custody = true;
                 b.custody_since = now;
@@ -2193,6 +2247,10 @@ impl HopTransport {
 impl Transport for HopTransport {
     fn id(&self) -> TransportId {
         TransportId::Hop
+    }
+
+    fn custody_persisted(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey, block: u32, ok: bool) {
+        self.on_custody_persisted(ctx, flow, block, ok);
     }
 
     fn open(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, dst: NodeId) -> Result<(), AppError> {

@@ -139,18 +139,24 @@ struct Log {
     persisted: Vec<(FlowKey, u32, usize)>,
     released: Vec<(FlowKey, u32)>,
     full: bool,
+    /// Answer `Persist::Later` (the write completes when the test says so).
+    later: bool,
 }
 
 struct Recording(Arc<Mutex<Log>>);
 
 impl CustodyStore for Recording {
-    fn persist(&mut self, b: &StoredBlock) -> Result<(), StoreFull> {
+    fn persist(&mut self, b: &StoredBlock) -> Result<Persist, StoreFull> {
         let mut l = self.0.lock().unwrap();
         if l.full {
             return Err(StoreFull);
         }
         l.persisted.push((b.flow, b.block_num, b.data.len()));
-        Ok(())
+        Ok(if l.later {
+            Persist::Later
+        } else {
+            Persist::Done
+        })
     }
     fn release(&mut self, flow: FlowKey, block_num: u32) {
         self.0.lock().unwrap().released.push((flow, block_num));
@@ -205,6 +211,112 @@ fn custody_is_persisted_before_the_completing_back_and_released_downstream() {
             },
         },
     );
+    assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+}
+
+fn relay_bsyn(block_len: u32) -> HopMessage<'static> {
+    HopMessage {
+        header: hdr(0, 0),
+        body: HopBody::Bsyn {
+            offset: 0,
+            geom: BlockGeom {
+                block_len,
+                packet_size: 100,
+            },
+            packet_num: 0,
+            expect: 0,
+            payload: &[],
+        },
+    }
+}
+
+#[test]
+fn completing_back_waits_for_a_deferred_write_while_the_block_moves_on() {
+    let log = Arc::new(Mutex::new(Log {
+        later: true,
+        ..Log::default()
+    }));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    feed_block(&mut h, 0, &[5u8; 250]);
+    let out = h.drain();
+    // Written later: no completing BACK yet, but the block is forwarded already.
+    assert!(backs_to(&out, 1)
+        .iter()
+        .all(|(f, _)| f & FLAG_COMPLETE == 0));
+    assert!(out.iter().any(|o| o.next_hop == 3));
+    assert_eq!(log.lock().unwrap().persisted, vec![(FLOW, 0, 250)]);
+    // The upstream asks again meanwhile: still no completing BACK, and no second write.
+    h.recv(1, &relay_bsyn(250));
+    assert!(backs_to(&h.drain(), 1)
+        .iter()
+        .all(|(f, _)| f & FLAG_COMPLETE == 0));
+    assert_eq!(log.lock().unwrap().persisted.len(), 1);
+    // Durable: the completing BACK goes; the block is in custody until node 3 has it.
+    h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, true));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 3)]);
+    assert!(log.lock().unwrap().released.is_empty());
+    h.recv(
+        3,
+        &HopMessage {
+            header: hdr(0, FLAG_COMPLETE),
+            body: HopBody::Back {
+                block_len: 250,
+                packets: 3,
+                bitmap: &[0x07],
+            },
+        },
+    );
+    assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+}
+
+#[test]
+fn failed_deferred_write_withholds_the_back_until_the_next_bsyn() {
+    let log = Arc::new(Mutex::new(Log {
+        later: true,
+        ..Log::default()
+    }));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    feed_block(&mut h, 0, &[5u8; 250]);
+    h.drain();
+    h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, false));
+    assert!(backs_to(&h.drain(), 1)
+        .iter()
+        .all(|(f, _)| f & FLAG_COMPLETE == 0));
+    assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+    assert_eq!(h.t.stats().extra["custody_write_failed"], 1);
+    // The upstream's next BSYN writes it again; this time it is done at once.
+    log.lock().unwrap().later = false;
+    h.recv(1, &relay_bsyn(250));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 3)]);
+    assert_eq!(log.lock().unwrap().persisted.len(), 2);
+}
+
+#[test]
+fn a_write_finishing_after_the_block_moved_downstream_is_released() {
+    let log = Arc::new(Mutex::new(Log {
+        later: true,
+        ..Log::default()
+    }));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    feed_block(&mut h, 0, &[5u8; 250]);
+    h.drain();
+    h.recv(
+        3,
+        &HopMessage {
+            header: hdr(0, FLAG_COMPLETE),
+            body: HopBody::Back {
+                block_len: 250,
+                packets: 3,
+                bitmap: &[0x07],
+            },
+        },
+    );
+    assert!(log.lock().unwrap().released.is_empty());
+    h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, true));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 3)]);
     assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
 }
 
@@ -888,8 +1000,8 @@ type DeliveryLog = (bool, Vec<(u32, u64, usize)>);
 struct Deliveries(Arc<Mutex<DeliveryLog>>);
 
 impl CustodyStore for Deliveries {
-    fn persist(&mut self, _b: &StoredBlock) -> Result<(), StoreFull> {
-        Ok(())
+    fn persist(&mut self, _b: &StoredBlock) -> Result<Persist, StoreFull> {
+        Ok(Persist::Done)
     }
     fn release(&mut self, _flow: FlowKey, _block_num: u32) {}
     fn deliver(&mut self, d: &Delivery<'_>) -> Result<(), StoreFull> {
