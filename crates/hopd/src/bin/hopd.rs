@@ -68,6 +68,7 @@ fn main() -> ExitCode {
     } else {
         builder.init();
     }
+    tune_allocator(&cfg);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -86,6 +87,28 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Keep block buffers in the heap. Each block a node receives, forwards or writes is a buffer
+/// of up to `max_block_bytes` (1 MiB by default) that lives a few milliseconds on a fast
+/// link; with glibc's defaults such buffers cycle through fresh `mmap`s or a heap top that
+/// is trimmed and regrown, and every cycle page-faults the whole buffer in again. Buffers
+/// below the mmap threshold (4 MiB, or two blocks if larger) come from the heap, and up to
+/// `max_memory_bytes` (what hopd may hold in blocks anyway) of free heap is kept.
+fn tune_allocator(cfg: &Config) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let block = hopd::transport::hop_config(cfg).max_block_bytes;
+        let mmap = (2 * block).max(4 << 20).min(i32::MAX as usize) as libc::c_int;
+        let trim = cfg.max_memory_bytes.min(i32::MAX as u64) as libc::c_int;
+        // SAFETY: mallopt only sets allocator parameters; called before any other thread.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, mmap);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, trim);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = cfg;
 }
 
 async fn run(cfg: Config) -> std::io::Result<()> {
