@@ -134,9 +134,12 @@ size = "3MB"
 #[test]
 fn relay_crash_recovered_by_virtual_retransmission_from_caches() {
     let ppb = packets(DEFAULT_MAX_BLOCK_BYTES as u64);
-    // Find the first moment relay 3 holds a complete block in custody (so that node 2 has
-    // handed it over and the crash destroys the only copy downstream of node 2): coarse
-    // steps, then fine ones, since relay 3 forwards the block while receiving it.
+    // Find the first moment relay 3 holds a complete block in custody: coarse steps, then
+    // 1 ms ones, since relay 3 forwards the block while receiving it. The crash comes 5 ms
+    // later, once the completing BACK (one control frame, about 1 ms at 11 Mbit/s) has
+    // reached node 2, so node 2 has handed custody over and the crash destroys the only copy
+    // downstream of node 2; crashing at the very instant of completion can swallow that
+    // BACK and leave node 2 in custody.
     let holds = |t: f64| run(&crash_chain("", t)).nodes[3].buffered_blocks_peak >= 1;
     let mut t = 0.25;
     while !holds(t) {
@@ -145,8 +148,9 @@ fn relay_crash_recovered_by_virtual_retransmission_from_caches() {
     }
     let mut crash_at = t - 0.25;
     while !holds(crash_at) {
-        crash_at += 0.01;
+        crash_at += 0.001;
     }
+    crash_at += 0.005;
     // The premise: the destination still lacks part of that block.
     let before = run(&crash_chain("", crash_at));
     assert!(

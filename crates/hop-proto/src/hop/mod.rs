@@ -409,13 +409,38 @@ impl RttEstimate {
     }
 }
 
+/// Floor of the adaptive BSYN timer: `bsyn_min_timeout`, lowered on a link whose data
+/// drains fast. A BSYN overtakes the data queued before it, so its BACK may rightly wait for
+/// that data to arrive plus `back_quiet`; twice the measured delivery delay (hand-over to
+/// BACK) plus `back_quiet` covers that. On 802.11b a window of data takes longer than
+/// `bsyn_min_timeout` to drain and the floor stays there; on a wired or veth link (delivery
+/// in about a millisecond) it falls to [`MIN_BSYN_FLOOR`], so a lost BSYN or BACK costs
+/// milliseconds, not 50 ms.
+fn bsyn_floor(cfg: &HopConfig, delivery_delay: Option<Duration>) -> Duration {
+    match delivery_delay {
+        Some(d) => (d * 2 + cfg.back_quiet)
+            .max(MIN_BSYN_FLOOR)
+            .min(cfg.bsyn_min_timeout),
+        None => cfg.bsyn_min_timeout,
+    }
+}
+
+/// Lowest floor of the adaptive BSYN timer: two BACK deferrals (`back_quiet`, 10 ms).
+const MIN_BSYN_FLOOR: Duration = Duration::from_millis(20);
+
 /// How long to wait for the BACK of a BSYN sent after `attempts` unanswered ones.
-fn bsyn_wait(cfg: &HopConfig, rtt: Option<&RttEstimate>, attempts: u32) -> Duration {
+fn bsyn_wait(
+    cfg: &HopConfig,
+    rtt: Option<&RttEstimate>,
+    delivery_delay: Option<Duration>,
+    attempts: u32,
+) -> Duration {
     if !cfg.adaptive_bsyn_timeout {
         return backoff(cfg.bsyn_timeout, cfg.bsyn_max_backoff, attempts);
     }
+    let floor = bsyn_floor(cfg, delivery_delay);
     let first = match rtt {
-        Some(e) => (e.srtt + e.rttvar * 4).max(cfg.bsyn_min_timeout),
+        Some(e) => (e.srtt + e.rttvar * 4).max(floor),
         None => cfg.bsyn_timeout,
     };
     if attempts == 0 {
@@ -426,9 +451,9 @@ fn bsyn_wait(cfg: &HopConfig, rtt: Option<&RttEstimate>, attempts: u32) -> Durat
     // a multiple of the floor, growing linearly (under random loss a round fails often, and
     // doubling would let the waits, not the losses, set the rate); an unreachable next hop
     // still slows to one BSYN per bsyn_max_backoff.
-    cfg.bsyn_min_timeout
+    floor
         .saturating_mul(attempts)
-        .min(cfg.bsyn_max_backoff.max(cfg.bsyn_min_timeout))
+        .min(cfg.bsyn_max_backoff.max(floor))
 }
 
 impl HopTransport {
@@ -946,7 +971,12 @@ impl HopTransport {
         }
         let ttl = if x.vtx { x.ttl } else { 0 };
         let repeat = x.attempts > 0;
-        let wait = bsyn_wait(&self.cfg, self.bsyn_rtt.get(&next_hop), x.attempts);
+        let wait = bsyn_wait(
+            &self.cfg,
+            self.bsyn_rtt.get(&next_hop),
+            self.delivery_delay,
+            x.attempts,
+        );
         // Up to 25 % jitter so senders withheld by the same receiver, or hidden from each
         // other, do not retry in lockstep.
         let jitter = u64::try_from(wait.as_nanos() / 4).unwrap_or(u64::MAX);
