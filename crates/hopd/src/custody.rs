@@ -84,7 +84,8 @@ enum Job {
         flow: FlowKey,
         block: u32,
         path: PathBuf,
-        bytes: Vec<u8>,
+        header: [u8; HEADER_LEN],
+        data: Bytes,
     },
     Remove(PathBuf),
 }
@@ -123,9 +124,9 @@ impl Drop for Writer {
     }
 }
 
-/// Write `bytes` to `path` through a temporary file, fsynced; the directory is synced by the
-/// caller.
-fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Write `header` then `data` to `path` through a temporary file, fsynced; the directory is
+/// synced by the caller.
+fn write_file(path: &Path, header: &[u8], data: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let r = (|| {
         let mut f = OpenOptions::new()
@@ -133,7 +134,8 @@ fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .truncate(true)
             .write(true)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        f.write_all(header)?;
+        f.write_all(data)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
@@ -161,9 +163,10 @@ fn writer_loop(
                     flow,
                     block,
                     path,
-                    bytes,
+                    header,
+                    data,
                 } => {
-                    let ok = match write_file(&path, &bytes) {
+                    let ok = match write_file(&path, &header, &data) {
                         Ok(()) => true,
                         Err(e) => {
                             warn!(error = %e, path = %path.display(), "custody write failed: acknowledgement withheld");
@@ -208,8 +211,9 @@ fn file_name(flow: FlowKey, block: u32) -> String {
     format!("{}-{:08x}-{block}.blk", flow.src, flow.id)
 }
 
-fn encode(b: &StoredBlock) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER_LEN + b.data.len());
+/// The file header of a block; its bytes follow it (written as they are, not copied).
+fn encode_header(b: &StoredBlock) -> [u8; HEADER_LEN] {
+    let mut v = Vec::with_capacity(HEADER_LEN);
     v.extend_from_slice(MAGIC);
     v.extend_from_slice(&b.flow.src.to_be_bytes());
     v.extend_from_slice(&b.flow.id.to_be_bytes());
@@ -218,8 +222,9 @@ fn encode(b: &StoredBlock) -> Vec<u8> {
     v.extend_from_slice(&b.offset.to_be_bytes());
     v.push(u8::from(b.fin));
     v.extend_from_slice(&(b.data.len() as u64).to_be_bytes());
-    v.extend_from_slice(&b.data);
-    v
+    let mut h = [0u8; HEADER_LEN];
+    h.copy_from_slice(&v);
+    h
 }
 
 fn decode(v: &[u8]) -> Option<StoredBlock> {
@@ -349,8 +354,8 @@ impl DiskCustody {
         }
     }
 
-    fn write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
-        write_file(path, data)?;
+    fn write(&self, path: &Path, block: &StoredBlock) -> std::io::Result<()> {
+        write_file(path, &encode_header(block), &block.data)?;
         sync_dir(&self.dir);
         Ok(())
     }
@@ -382,7 +387,8 @@ impl CustodyStore for DiskCustody {
                 flow: block.flow,
                 block: block.block_num,
                 path: path.clone(),
-                bytes: encode(block),
+                header: encode_header(block),
+                data: block.data.clone(),
             };
             if w.jobs.as_ref().is_some_and(|j| j.send(job).is_ok()) {
                 self.held.insert(key, (path, size));
@@ -394,7 +400,7 @@ impl CustodyStore for DiskCustody {
             }
             warn!("custody writer stopped: writing on the event loop");
         }
-        if let Err(e) = self.write(&path, &encode(block)) {
+        if let Err(e) = self.write(&path, block) {
             warn!(error = %e, "custody write failed: acknowledgement withheld");
             let _ = std::fs::remove_file(path.with_extension("tmp"));
             self.publish(0, 1);

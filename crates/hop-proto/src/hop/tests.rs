@@ -200,18 +200,32 @@ fn custody_is_persisted_before_the_completing_back_and_released_downstream() {
         .iter()
         .any(|o| o.next_hop == 3 && o.class == Class::Control));
     // Node 3 reports the whole block: custody is released.
-    h.recv(
-        3,
-        &HopMessage {
-            header: hdr(0, FLAG_COMPLETE),
-            body: HopBody::Back {
-                block_len: 250,
-                packets: 3,
-                bitmap: &[0x07],
-            },
-        },
-    );
+    h.recv(3, &whole_block_back());
     assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+}
+
+/// Node 3's BACK holding the whole 250-byte block 0.
+fn whole_block_back() -> HopMessage<'static> {
+    HopMessage {
+        header: hdr(0, FLAG_COMPLETE),
+        body: HopBody::Back {
+            block_len: 250,
+            packets: 3,
+            bitmap: &[0x07],
+        },
+    }
+}
+
+/// Relay 2 with a store that writes later, having received block 0 whole from node 1.
+fn deferred_relay() -> (Harness, Arc<Mutex<Log>>) {
+    let log = Arc::new(Mutex::new(Log {
+        later: true,
+        ..Log::default()
+    }));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    feed_block(&mut h, 0, &[5u8; 250]);
+    (h, log)
 }
 
 fn relay_bsyn(block_len: u32) -> HopMessage<'static> {
@@ -232,13 +246,7 @@ fn relay_bsyn(block_len: u32) -> HopMessage<'static> {
 
 #[test]
 fn completing_back_waits_for_a_deferred_write_while_the_block_moves_on() {
-    let log = Arc::new(Mutex::new(Log {
-        later: true,
-        ..Log::default()
-    }));
-    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
-    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
-    feed_block(&mut h, 0, &[5u8; 250]);
+    let (mut h, log) = deferred_relay();
     let out = h.drain();
     // Written later: no completing BACK yet, but the block is forwarded already.
     assert!(backs_to(&out, 1)
@@ -256,29 +264,13 @@ fn completing_back_waits_for_a_deferred_write_while_the_block_moves_on() {
     h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, true));
     assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 3)]);
     assert!(log.lock().unwrap().released.is_empty());
-    h.recv(
-        3,
-        &HopMessage {
-            header: hdr(0, FLAG_COMPLETE),
-            body: HopBody::Back {
-                block_len: 250,
-                packets: 3,
-                bitmap: &[0x07],
-            },
-        },
-    );
+    h.recv(3, &whole_block_back());
     assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
 }
 
 #[test]
 fn failed_deferred_write_withholds_the_back_until_the_next_bsyn() {
-    let log = Arc::new(Mutex::new(Log {
-        later: true,
-        ..Log::default()
-    }));
-    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
-    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
-    feed_block(&mut h, 0, &[5u8; 250]);
+    let (mut h, log) = deferred_relay();
     h.drain();
     h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, false));
     assert!(backs_to(&h.drain(), 1)
@@ -295,25 +287,9 @@ fn failed_deferred_write_withholds_the_back_until_the_next_bsyn() {
 
 #[test]
 fn a_write_finishing_after_the_block_moved_downstream_is_released() {
-    let log = Arc::new(Mutex::new(Log {
-        later: true,
-        ..Log::default()
-    }));
-    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
-    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
-    feed_block(&mut h, 0, &[5u8; 250]);
+    let (mut h, log) = deferred_relay();
     h.drain();
-    h.recv(
-        3,
-        &HopMessage {
-            header: hdr(0, FLAG_COMPLETE),
-            body: HopBody::Back {
-                block_len: 250,
-                packets: 3,
-                bitmap: &[0x07],
-            },
-        },
-    );
+    h.recv(3, &whole_block_back());
     assert!(log.lock().unwrap().released.is_empty());
     h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, true));
     assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 3)]);
@@ -337,22 +313,7 @@ fn full_custody_store_withholds_the_back() {
     assert_eq!(h.t.stats().extra["custody_store_full"], 1);
     // Room again: the upstream's next BSYN gets the completing BACK.
     log.lock().unwrap().full = false;
-    h.recv(
-        1,
-        &HopMessage {
-            header: hdr(0, 0),
-            body: HopBody::Bsyn {
-                offset: 0,
-                geom: BlockGeom {
-                    block_len: 250,
-                    packet_size: 100,
-                },
-                packet_num: 0,
-                expect: 0,
-                payload: &[],
-            },
-        },
-    );
+    h.recv(1, &relay_bsyn(250));
     let out = h.drain();
     assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 3)]);
     assert_eq!(log.lock().unwrap().persisted.len(), 1);
