@@ -194,6 +194,7 @@ pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, Stri
     o.uint("link_window_max_packets", &mut c.link_window_max_packets)?;
     o.secs("link_queue_target", &mut c.link_queue_target)?;
     o.bool("early_bsyn", &mut c.early_bsyn)?;
+    o.bool("round_per_next_hop", &mut c.round_per_next_hop)?;
     o.uint("cache_limit_bytes", &mut c.cache_limit_bytes)?;
     o.uint("max_flows", &mut c.max_flows)?;
     o.secs("flow_idle_timeout", &mut c.flow_idle_timeout)?;

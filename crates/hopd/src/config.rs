@@ -162,6 +162,7 @@ pub struct HopParams {
     pub link_queue_target_ms: Option<u64>,
     pub adaptive_bsyn_timeout: Option<bool>,
     pub early_bsyn: Option<bool>,
+    pub round_per_next_hop: Option<bool>,
 }
 
 /// A neighbour: node id and UDP address.

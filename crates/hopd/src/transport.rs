@@ -68,6 +68,9 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.early_bsyn {
         h.early_bsyn = v;
     }
+    if let Some(v) = p.round_per_next_hop {
+        h.round_per_next_hop = v;
+    }
     h.cache_limit_bytes = cfg.max_memory_bytes;
     h.max_flows = cfg.max_incoming_flows;
     h

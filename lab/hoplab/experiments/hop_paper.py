@@ -261,13 +261,20 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
             [hop(), hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
-                        control_dscp=8), tcp(), HBHTCP], build_53, point_name="flows",
+                        control_dscp=8),
+             hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
+                 round_per_next_hop=False),
+             tcp(), HBHTCP], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
                    "`hop-cs1` is hopd with `control_dscp = 8`: BSYN/BACK leave in the data's 802.11e "
                    "background queue instead of ahead of it in the voice queue, so a node's retried "
-                   "control frames cannot starve its own data (docs/scenarios.md, `mesh-30-flows`)."]),
+                   "control frames cannot starve its own data (docs/scenarios.md, `mesh-30-flows`).",
+                   "`hop-txop` is hopd with `[hop] round_per_next_hop = false`: flows sharing a next hop "
+                   "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
+                   "the link window is split among their blocks and each round carries a few packets "
+                   "(docs/wire-format.md)."]),
         Experiment(
             "hop-5.4", "Hop breakdown: ack withholding and backpressure", "hop", "Hop §5.4, Fig. 12, Table 1",
             HOP_VARIANTS_54, build_54, point_name="flows",

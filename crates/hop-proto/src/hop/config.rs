@@ -181,6 +181,17 @@ pub struct HopConfig {
     /// Off by default: twice the BSYN/BACK rounds cost more than the overlap gains on a
     /// multi-hop chain over a deep MAC queue (docs/wire-format.md).
     pub early_bsyn: bool,
+    /// Rounds to a next hop carry more than a few packets when many flows share it (not in
+    /// the paper, whose scheduler interleaves a txop of every flow, §3.6): at most one
+    /// transfer per next hop is in the middle of a round (has handed packets of the round
+    /// to the link and can send more), so flows sharing a next hop take turns by rounds
+    /// while flows to different next hops still interleave by txops; a round ends at half
+    /// the link window when another transfer waits for the same next hop; and a full window
+    /// asks for a BACK only after the transfer has handed a txop (or half the window) to
+    /// the link since its last BSYN, or a loss age after it. Interleaving many blocks to one
+    /// next hop otherwise splits the link window among them, and every BSYN/BACK round
+    /// carries a few packets (docs/wire-format.md). Off: the paper's scheduler.
+    pub round_per_next_hop: bool,
     /// Bytes of blocks kept on a node.
     pub cache_limit_bytes: u64,
     /// Flows with state on a node.
@@ -221,6 +232,7 @@ impl Default for HopConfig {
             link_window_max_packets: DEFAULT_LINK_WINDOW_MAX_PACKETS,
             link_queue_target: DEFAULT_LINK_QUEUE_TARGET,
             early_bsyn: false,
+            round_per_next_hop: true,
             cache_limit_bytes: DEFAULT_CACHE_LIMIT_BYTES,
             max_flows: DEFAULT_MAX_FLOWS,
             flow_idle_timeout: DEFAULT_FLOW_IDLE_TIMEOUT,

@@ -632,6 +632,57 @@ impl HopTransport {
         }
     }
 
+    /// Per next hop, the transfer in the middle of a round: it has handed packets of the
+    /// round to the link and has more to send (`round_per_next_hop`; empty when off).
+    fn mid_round(&self) -> BTreeMap<NodeId, (FlowKey, u32)> {
+        let mut mid = BTreeMap::new();
+        if !self.cfg.round_per_next_hop {
+            return mid;
+        }
+        let none = Bitmap::new(0);
+        for (k, f) in &self.flows {
+            for (n, x) in &f.outs {
+                if x.micro || x.state != OutState::Sending {
+                    continue;
+                }
+                let Some(b) = f.blocks.get(n) else { continue };
+                let in_flight = x.sent_round.count_in_not(&x.peer, &none);
+                let left = b.have.count_in_not(&x.peer, &x.sent_round);
+                // A relay's transfer waiting for a txop of new packets from upstream
+                // (pipelining, §3.1) cannot send now: it does not hold up the others.
+                let can_send =
+                    left >= self.txop_pkts || (left > 0 && (b.complete() || !self.cfg.pipelining));
+                if in_flight > 0 && can_send {
+                    mid.entry(x.next_hop).or_insert((*k, *n));
+                }
+            }
+        }
+        mid
+    }
+
+    /// Whether transfer (`key`, `n`) has handed half the link window to the link since its
+    /// last BSYN while another transfer to the same next hop has packets to send.
+    fn round_half_done(&self, key: FlowKey, n: u32) -> bool {
+        let Some(x) = self.flows.get(&key).and_then(|f| f.outs.get(&n)) else {
+            return false;
+        };
+        let half = self.lw.window / 2;
+        if half == 0 || (x.sent_since_bsyn as usize) < half {
+            return false;
+        }
+        self.flows.iter().any(|(k, f)| {
+            f.outs.iter().any(|(m, y)| {
+                (*k, *m) != (key, n)
+                    && y.next_hop == x.next_hop
+                    && !y.micro
+                    && y.state == OutState::Sending
+                    && f.blocks
+                        .get(m)
+                        .is_some_and(|b| b.have.count_in_not(&y.peer, &y.sent_round) > 0)
+            })
+        })
+    }
+
     fn window_full(&self) -> bool {
         let w = self.lw.window;
         w > 0 && self.in_flight_total() >= w
@@ -926,6 +977,11 @@ impl HopTransport {
             .is_some_and(|x| x.state == OutState::Sending && !x.micro);
         let window_full = sending && self.window_full();
         let early_half = self.early_bsyn_at();
+        let rounds = self.cfg.round_per_next_hop;
+        // With rounds per next hop, a round ends at half the window when another transfer
+        // waits to start its round to the same next hop: its BACK then returns while the
+        // next round's packets are still on the link.
+        let half_round = sending && rounds && self.round_half_done(key, n);
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -947,10 +1003,27 @@ impl HopTransport {
                     // Ask when everything was handed to the link, or when the link window
                     // is full and this transfer has packets in it (the BACK opens it).
                     let in_flight = x.sent_round.count_in_not(&x.peer, &Bitmap::new(0));
+                    let round_done = left == 0 && b.complete();
+                    if rounds && window_full && in_flight > 0 && !round_done && x.attempts == 0 {
+                        // A full window asks for a BACK once this transfer has handed at
+                        // least a txop (or half the window, if smaller) to the link since
+                        // its last BSYN; with less, the
+                        // window is full of packets still queued here (its BACK would
+                        // report next to nothing), so it asks a loss age (the tail rule of
+                        // the BACK handling) after its last BSYN.
+                        let enough = self.txop_pkts.min(self.lw.window as u32 / 2).max(1);
+                        if x.sent_since_bsyn < enough {
+                            let t =
+                                x.bsyn_at + tail_age(self.delivery_delay, self.cfg.bsyn_timeout);
+                            if t > now {
+                                x.not_before = Some(x.not_before.map_or(t, |u| u.max(t)));
+                            }
+                        }
+                    }
                     let due = x.not_before.map_or(true, |t| t <= now);
                     // Early BSYN: half a window handed over since the last one.
                     let half = early_half > 0 && x.sent_since_bsyn as usize >= early_half;
-                    due && ((left == 0 && b.complete()) || (window_full && in_flight > 0) || half)
+                    due && (round_done || (window_full && in_flight > 0) || half || half_round)
                 }
             }
         };
@@ -2157,6 +2230,7 @@ impl HopTransport {
         if self.window_full() {
             return None;
         }
+        let mid_round = self.mid_round();
         let mut tries = self.rr.len();
         while tries > 0 {
             let &key = self.rr.front()?;
@@ -2167,6 +2241,7 @@ impl HopTransport {
             let mut produced = None;
             let mut exhausted = true;
             let mut ask = false;
+            let mut behind_round = false;
             if let Some(f) = self.flows.get_mut(&key) {
                 let dst = f.dst;
                 for (n, x) in f.outs.iter_mut() {
@@ -2177,6 +2252,11 @@ impl HopTransport {
                             && x.attempts == 1
                             && matches!(x.state, OutState::AwaitBack { .. }));
                     if !sending || x.micro {
+                        continue;
+                    }
+                    // Another block's round to this next hop goes first (`round_per_next_hop`).
+                    if mid_round.get(&x.next_hop).is_some_and(|o| *o != (key, *n)) {
+                        behind_round = true;
                         continue;
                     }
                     let Some(b) = f.blocks.get(n) else { continue };
@@ -2268,6 +2348,10 @@ impl HopTransport {
             }
             self.turn_left = 0;
             self.rr.pop_front();
+            if behind_round {
+                // It keeps its place in the rotation: its round starts in turn.
+                self.rr.push_back(key);
+            }
             tries -= 1;
         }
         None
