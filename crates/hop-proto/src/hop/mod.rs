@@ -1007,10 +1007,9 @@ impl HopTransport {
                     if rounds && window_full && in_flight > 0 && !round_done && x.attempts == 0 {
                         // A full window asks for a BACK once this transfer has handed at
                         // least a txop (or half the window, if smaller) to the link since
-                        // its last BSYN; with less, the
-                        // window is full of packets still queued here (its BACK would
-                        // report next to nothing), so it asks a loss age (the tail rule of
-                        // the BACK handling) after its last BSYN.
+                        // its last BSYN; with less, the window is full of packets still
+                        // queued here (its BACK would report next to nothing), so it asks a
+                        // loss age (the tail rule of the BACK handling) after its last BSYN.
                         let enough = self.txop_pkts.min(self.lw.window as u32 / 2).max(1);
                         if x.sent_since_bsyn < enough {
                             let t =
