@@ -263,14 +263,16 @@ struct Waiting {
     geom: BlockGeom,
     flags: u8,
     ttl: u8,
+    /// Latest BSYN for this block (the sender's retries refresh it).
     at: Instant,
+    /// First BSYN for this block that was withheld: turns go in this order.
+    since: Instant,
     reason: Withhold,
 }
 
 /// An upstream block this node is receiving (ack withholding bookkeeping).
 #[derive(Debug, Clone, Copy)]
 struct Admitted {
-    from: NodeId,
     last_heard: Instant,
 }
 
@@ -285,6 +287,9 @@ pub struct HopTransport {
     turn_left: u32,
     events: VecDeque<Event>,
     admitted: BTreeMap<(FlowKey, u32), Admitted>,
+    /// The sender whose block completed last (ack withholding hands the next turn to the
+    /// others first).
+    last_holder: Option<NodeId>,
     waiting: Vec<Waiting>,
     store: Box<dyn CustodyStore>,
     stats: TransportStats,
@@ -476,6 +481,7 @@ impl HopTransport {
             turn_left: 0,
             events: VecDeque::new(),
             admitted: BTreeMap::new(),
+            last_holder: None,
             waiting: Vec::new(),
             store,
             stats: TransportStats::default(),
@@ -1259,7 +1265,10 @@ impl HopTransport {
             return Ok(());
         };
         if let Some(b) = f.blocks.get(&n) {
-            if b.admitted_from == Some(from) || b.complete() {
+            // The block this node is receiving from `from` now. One admitted earlier and
+            // released since (its sender went silent) asks again like any other.
+            let current = b.admitted_from == Some(from) && self.admitted.contains_key(&(key, n));
+            if current || b.complete() {
                 return Ok(());
             }
         }
@@ -1283,25 +1292,21 @@ impl HopTransport {
             return Err(Withhold::Backpressure);
         }
         if self.cfg.ack_withholding && !micro {
-            let busy_other = self.admitted.values().any(|a| a.from != from);
-            let others_waiting = self
-                .waiting
-                .iter()
-                .any(|w| w.from != from && w.reason == Withhold::AckWithholding);
-            if busy_other {
+            // One block at a time (§3.5: the receiver "is only receiving one block from any
+            // sender at a given time"), also from the sender it is serving: a sender with
+            // blocks of many flows for this node (a bridge relay) would otherwise keep
+            // several in progress and never let the others' turn come.
+            if !self.admitted.is_empty() {
                 return Err(Withhold::AckWithholding);
             }
             // Fairness: a sender that just finished does not jump ahead of waiting senders.
-            let holder_is_from = self.admitted.values().any(|a| a.from == from);
-            if others_waiting && !holder_is_from {
-                let smaller_waiting = self.waiting.iter().any(|w| {
-                    w.from != from
-                        && w.reason == Withhold::AckWithholding
-                        && w.geom.block_len <= geom.block_len
-                });
-                if smaller_waiting {
-                    return Err(Withhold::AckWithholding);
-                }
+            let waiting_first = self.waiting.iter().any(|w| {
+                w.from != from
+                    && w.reason == Withhold::AckWithholding
+                    && w.geom.block_len <= geom.block_len
+            });
+            if waiting_first {
+                return Err(Withhold::AckWithholding);
             }
         }
         Ok(())
@@ -1464,9 +1469,15 @@ impl HopTransport {
                         Withhold::Backpressure => "backpressure_withheld",
                         Withhold::AckWithholding => "acks_withheld",
                     });
+                    let since = self
+                        .waiting
+                        .iter()
+                        .find(|x| x.key == key && x.block == n && x.from == from)
+                        .map_or(now, |x| x.since);
                     self.waiting
                         .retain(|x| !(x.key == key && x.block == n && x.from == from));
                     self.waiting.push(Waiting {
+                        since,
                         from,
                         key,
                         dst: h.dst,
@@ -1516,13 +1527,7 @@ impl HopTransport {
         }
         let complete = b.complete();
         if !complete {
-            self.admitted.insert(
-                (key, n),
-                Admitted {
-                    from,
-                    last_heard: now,
-                },
-            );
+            self.admitted.insert((key, n), Admitted { last_heard: now });
         }
         self.note_cache();
         if complete {
@@ -1607,8 +1612,10 @@ impl HopTransport {
     }
 
     /// A block became complete on this node.
-    fn block_completed(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32, _from: NodeId) {
-        self.admitted.remove(&(key, n));
+    fn block_completed(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32, from: NodeId) {
+        if self.admitted.remove(&(key, n)).is_some() {
+            self.last_holder = Some(from);
+        }
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -2078,13 +2085,15 @@ impl HopTransport {
         }
     }
 
-    /// Answer withheld BSYNs whose reason cleared, smallest block first (§3.5, §3.6).
+    /// Answer withheld BSYNs whose reason cleared: smallest block first (§3.6), then the
+    /// senders other than the one just served, then in the order they first asked (§3.5).
     fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
         if self.waiting.is_empty() {
             return;
         }
         let mut list = std::mem::take(&mut self.waiting);
-        list.sort_by_key(|w| (w.geom.block_len, w.at));
+        let last = self.last_holder;
+        list.sort_by_key(|w| (w.geom.block_len, Some(w.from) == last, w.since));
         let mut keep = Vec::new();
         for w in list {
             // Evaluate against the remaining waiters only.

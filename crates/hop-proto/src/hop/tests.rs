@@ -582,6 +582,120 @@ fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
     panic!("node 3 never got a BACK");
 }
 
+/// A BSYN from `src`'s flow `flow` (block 0, 250 bytes in 100-byte packets) to node 2.
+fn bsyn_from(src: NodeId, flow: u32) -> HopMessage<'static> {
+    HopMessage {
+        header: HopHeader {
+            flags: 0,
+            ttl: 0,
+            src,
+            flow_id: flow,
+            dst: 2,
+            block_num: 0,
+        },
+        body: HopBody::Bsyn {
+            offset: 0,
+            geom: BlockGeom {
+                block_len: 250,
+                packet_size: 100,
+            },
+            packet_num: 0,
+            expect: 0,
+            payload: &[],
+        },
+    }
+}
+
+/// The three data packets of `bsyn_from`'s block.
+fn complete_block_from(h: &mut Harness, src: NodeId, flow: u32) {
+    let geom = BlockGeom {
+        block_len: 250,
+        packet_size: 100,
+    };
+    let data = [1u8; 100];
+    for p in 0..3u16 {
+        let r = geom.packet_range(u32::from(p)).unwrap();
+        h.recv(
+            src,
+            &HopMessage {
+                header: HopHeader {
+                    src,
+                    flow_id: flow,
+                    dst: 2,
+                    ..hdr(0, 0)
+                },
+                body: HopBody::Data {
+                    offset: 0,
+                    geom,
+                    packet_num: p,
+                    payload: &data[..r.len()],
+                },
+            },
+        );
+    }
+}
+
+#[test]
+fn ack_withholding_serves_one_block_at_a_time_in_order_of_asking() {
+    let mut h = Harness::new(2, &[(1, 1), (3, 3), (4, 4)], HopTransport::new(small_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    // A second block from the sender being served waits too (one block at a time, §3.5).
+    h.recv(1, &bsyn_from(1, 2));
+    h.now += Duration::from_millis(1);
+    h.recv(3, &bsyn_from(3, 1));
+    h.now += Duration::from_millis(1);
+    h.recv(4, &bsyn_from(4, 1));
+    // Node 3 asks again: a retry does not send it to the back of the queue.
+    h.now += Duration::from_millis(5);
+    h.recv(3, &bsyn_from(3, 1));
+    assert!(h.drain().is_empty());
+    assert_eq!(h.t.stats().extra["acks_withheld"], 4);
+    // Node 1's block completes: node 1's other block asked first but node 1 was just
+    // served, so node 3 (asked before node 4) is next.
+    complete_block_from(&mut h, 1, 1);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 3), vec![(0, 3)]);
+    assert!(backs_to(&out, 4).is_empty());
+    assert_eq!(
+        backs_to(&out, 1).len(),
+        1,
+        "only the completed block's BACK"
+    );
+    // Then node 1's second block (asked before node 4), then node 4.
+    complete_block_from(&mut h, 3, 1);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(0, 3)]);
+    assert!(backs_to(&out, 4).is_empty());
+    complete_block_from(&mut h, 1, 2);
+    assert_eq!(backs_to(&h.drain(), 4), vec![(0, 3)]);
+}
+
+#[test]
+fn a_block_released_by_silence_waits_for_its_next_turn() {
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    h.recv(3, &bsyn_from(3, 1));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1).len(), 1);
+    assert!(backs_to(&out, 3).is_empty());
+    // Node 1 goes silent: node 3 gets the turn.
+    let t = h.now + DEFAULT_WITHHOLD_TIMEOUT + HOUSEKEEPING_INTERVAL * 2;
+    let mut served = false;
+    while h.now < t && !served {
+        h.now = h.t.poll_timeout().unwrap().min(t);
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        served = !backs_to(&h.drain(), 3).is_empty();
+    }
+    assert!(served, "node 3 never got a BACK");
+    // Node 1 comes back to the block it had started: it waits until node 3's block is done.
+    h.recv(1, &bsyn_from(1, 1));
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    complete_block_from(&mut h, 3, 1);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(0, 3)]);
+}
+
 #[test]
 fn virtual_retransmission_ttl_decrements_and_expires() {
     for (ttl, forwarded) in [(5u8, Some(4u8)), (1, None)] {
@@ -670,8 +784,11 @@ fn data_packet(block: u32, len: u32, p: u16, payload: &[u8]) -> HopMessage<'_> {
 
 #[test]
 fn back_waits_only_for_announced_packets() {
+    // Blocks 0 and 1 of one sender are in progress together, which ack withholding (one
+    // block at a time) would not allow.
     let cfg = HopConfig {
         back_quiet: Duration::from_millis(10),
+        ack_withholding: false,
         ..small_cfg()
     };
     let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
