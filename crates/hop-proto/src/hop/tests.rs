@@ -584,54 +584,23 @@ fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
 
 /// A BSYN from `src`'s flow `flow` (block 0, 250 bytes in 100-byte packets) to node 2.
 fn bsyn_from(src: NodeId, flow: u32) -> HopMessage<'static> {
-    HopMessage {
-        header: HopHeader {
-            flags: 0,
-            ttl: 0,
-            src,
-            flow_id: flow,
-            dst: 2,
-            block_num: 0,
-        },
-        body: HopBody::Bsyn {
-            offset: 0,
-            geom: BlockGeom {
-                block_len: 250,
-                packet_size: 100,
-            },
-            packet_num: 0,
-            expect: 0,
-            payload: &[],
-        },
-    }
+    let mut m = bsyn_with_expect(0, 250, 0);
+    m.header.src = src;
+    m.header.flow_id = flow;
+    m.header.dst = 2;
+    m
 }
 
 /// The three data packets of `bsyn_from`'s block.
 fn complete_block_from(h: &mut Harness, src: NodeId, flow: u32) {
-    let geom = BlockGeom {
-        block_len: 250,
-        packet_size: 100,
-    };
     let data = [1u8; 100];
     for p in 0..3u16 {
-        let r = geom.packet_range(u32::from(p)).unwrap();
-        h.recv(
-            src,
-            &HopMessage {
-                header: HopHeader {
-                    src,
-                    flow_id: flow,
-                    dst: 2,
-                    ..hdr(0, 0)
-                },
-                body: HopBody::Data {
-                    offset: 0,
-                    geom,
-                    packet_num: p,
-                    payload: &data[..r.len()],
-                },
-            },
-        );
+        let len = if p == 2 { 50 } else { 100 };
+        let mut m = data_packet(0, 250, p, &data[..len]);
+        m.header.src = src;
+        m.header.flow_id = flow;
+        m.header.dst = 2;
+        h.recv(src, &m);
     }
 }
 
