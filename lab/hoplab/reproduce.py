@@ -217,10 +217,16 @@ def load_paper(path: Path = PAPER_TABLE) -> list[Row]:
             raise SpecError(f"{path}: row {i}: give value or range, not both")
         stat_fn(r["stat"])
         unit = r.get("unit", "x" if "versus" in r else STAT_UNITS.get(r["stat"], "Mbit/s"))
-        rows.append(Row(experiment=r["experiment"], what=r["what"], stat=r["stat"], variant=r["variant"],
-                        ref=r["ref"], versus=r.get("versus"), point=r.get("point"),
-                        value=float(r["value"]) if "value" in r else None,
-                        range=(float(rng[0]), float(rng[1])) if rng else None, unit=unit))
+        # One figure of the paper may be compared with several experiments (the same setup on
+        # other topologies): `experiment` is then a list.
+        exps = r["experiment"] if isinstance(r["experiment"], list) else [r["experiment"]]
+        if not exps or not all(isinstance(x, str) for x in exps):
+            raise SpecError(f"{path}: row {i}: experiment must be an id or a non-empty list of ids")
+        for exp in exps:
+            rows.append(Row(experiment=exp, what=r["what"], stat=r["stat"], variant=r["variant"],
+                            ref=r["ref"], versus=r.get("versus"), point=r.get("point"),
+                            value=float(r["value"]) if "value" in r else None,
+                            range=(float(rng[0]), float(rng[1])) if rng else None, unit=unit))
     return rows
 
 
@@ -700,7 +706,7 @@ def main(a) -> int:
             raise SpecError(f"unknown experiment(s) {bad}; known: {sorted(reg)}")
         exps = [reg[x] for x in ids]
     else:
-        exps = [e for e in reg.values() if e.scale(quick) is not None]
+        exps = [e for e in reg.values() if e.scale(quick) is not None and not e.opt_in]
     exps = [e for e in exps if e.scale(quick) is not None]
     if not exps:
         raise SpecError("no experiment has a " + ("quick" if quick else "full") + " preset in this selection")
@@ -716,6 +722,11 @@ def main(a) -> int:
         print(f"hoplab reproduce ({'quick' if quick else 'full'}): {n} runs, estimated {secs / 60:.0f} min "
               f"(~{RUN_OVERHEAD_S:.0f} s set-up per run plus its flows; each repeat of an invalid run adds one run)")
         print("\n".join(lines))
+        chosen = {e.id for e in exps}
+        extra = [e for e in reg.values() if e.opt_in and e.id not in chosen and e.scale(quick) is not None]
+        if a.list and extra:
+            print("not in the preset, run with --only ID:")
+            print("\n".join(estimate(extra, quick, a.reps, points)[2]))
     if a.list:
         return 0
     out = Path(a.out) if a.out else Path("results") / "reproduce" / (

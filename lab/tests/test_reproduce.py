@@ -86,6 +86,8 @@ def test_paper_table_loads_and_matches_the_registry():
     # spot checks against the papers' text
     assert by[("hop-5.5", "median goodput, Hop")].value == pytest.approx(0.652)
     assert by[("hop-5.3", "hop-weighted Jain index, TCP")].value == pytest.approx(0.12)
+    # a figure compared with several experiments gives one row for each
+    assert by[("hop-5.3-good", "hop-weighted Jain index, TCP")].value == pytest.approx(0.12)
     assert by[("hop-5.2", "median goodput, Hop / TCP")].unit == "x"
     assert by[("hop-5.7", "goodput, DTN")].unit == "Mbit/s"
     assert all(r.value is None or r.range is None for r in rows)
@@ -102,6 +104,60 @@ def test_paper_table_rejects_bad_rows(tmp_path):
     p.write_text('[[row]]\nexperiment = "nope"\nwhat = "w"\nstat = "median"\nvariant = "a"\nref = "r"\n')
     with pytest.raises(SpecError):
         rp.check_rows(rp.load_paper(p), registry())
+
+
+def test_paper_row_with_an_experiment_list(tmp_path):
+    p = tmp_path / "paper.toml"
+    row = 'what = "w"\nstat = "median"\nvariant = "a"\nref = "r"\nvalue = 1.0\n'
+    p.write_text('[[row]]\nexperiment = ["x", "y"]\n' + row)
+    assert [r.experiment for r in rp.load_paper(p)] == ["x", "y"]
+    for bad in ("[]", "[1]"):
+        p.write_text(f"[[row]]\nexperiment = {bad}\n" + row)
+        with pytest.raises(SpecError):
+            rp.load_paper(p)
+
+
+def test_good_route_mesh_avoids_the_lossy_bridge():
+    from hoplab import routes
+    from hoplab.experiments import hop_paper as hp
+
+    # seed 1's clusters meet only across links losing most frames; the comparison mesh's
+    # routes stay on links losing at most half
+    assert hp.worst_route_loss(hp.mesh()) > 0.75
+    good = hp.mesh(hp.GOOD_MESH_SEED)
+    assert hp.GOOD_MESH_SEED != hp.MESH_SEED
+    assert hp.worst_route_loss(good) <= hp.GOOD_ROUTE_MAX_LOSS
+    e = registry()["hop-5.3-good"]
+    d = e.spec(e.variant("hop"), 30, 0, quick=False)
+    assert d["topology"]["seed"] == hp.GOOD_MESH_SEED
+    table = routes.next_hops(good, "etx")
+    assert len(d["flow"]) == 30
+    assert all(routes.hop_count(table, f["src"], f["dst"]) >= 2 for f in d["flow"])
+
+
+def test_thirty_minute_53_runs_the_same_flows_longer_and_is_opt_in():
+    reg = registry()
+    short, long = reg["hop-5.3"], reg["hop-5.3-30min"]
+    a = short.spec(short.variant("hop"), 30, 0, quick=False)
+    b = long.spec(long.variant("hop"), 30, 0, quick=False)
+    assert [(f["src"], f["dst"], f["start"]) for f in a["flow"]] == [(f["src"], f["dst"], f["start"]) for f in b["flow"]]
+    assert a["topology"] == b["topology"]
+    assert b["duration"] == 1800.0 and a["duration"] == 120.0
+    # no flow can finish early: more than TCP's fastest 120 s flow (1.65 Mbit/s) moves in 30 min
+    assert min(f["size"] for f in b["flow"]) > 1.65e6 / 8 * 1800
+    assert long.opt_in and not short.opt_in
+
+
+def test_opt_in_experiments_are_listed_but_not_run_by_the_full_preset(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    args = argparse.Namespace(quick=False, only=None, reps=None, points=None, out=str(tmp_path), list=True,
+                              report_only=False, resume=False, retry_invalid=None)
+    assert rp.main(args) == 0
+    out = capsys.readouterr().out
+    preset, extra = out.split("not in the preset")
+    assert "hop-5.3-30min" in extra and "hop-5.3-30min" not in preset
+    assert "hop-5.3-good" in preset
 
 
 def test_row_value_ratio_and_invalid_runs_excluded():

@@ -74,6 +74,8 @@ class Experiment:
     measure: str = "m"  # label prefix of the measured flows
     run_seconds: Callable[[dict, object], float] | None = None  # flow time of one run
     notes: list[str] = field(default_factory=list)
+    # Run only when named (`--only`): experiments too long for the full preset's budget.
+    opt_in: bool = False
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

@@ -19,18 +19,53 @@ HOP_CAPACITY_BPS = 6.2e6
 # "continually"); the same size for every protocol.
 BULK_SHARE = 8
 BULK_MAX = 64_000_000
+# Hop §5.3: "we measure the goodputs of flows half an hour into the experiment". The
+# experiment that does so is opt-in (an hour of emulation for Hop and TCP); its transfers are
+# larger so that no flow finishes early and leaves the medium to the others.
+LONG_RUN_S = 1800.0
+LONG_BULK_SHARE = 12
+LONG_BULK_MAX = 1_000_000_000
 
 
-def bulk_size(duration: float, flows: int) -> int:
-    return int(min(BULK_MAX, max(1_000_000, duration * HOP_CAPACITY_BPS / 8 * BULK_SHARE / flows)))
+def bulk_size(duration: float, flows: int, share: float = BULK_SHARE, cap: int = BULK_MAX) -> int:
+    return int(min(cap, max(1_000_000, duration * HOP_CAPACITY_BPS / 8 * share / flows)))
 
 
-def mesh() -> topology.Topology:
-    return topology.mesh(topology.MESH_NODES, topology.MESH_LINKS, MESH_SEED)
+def mesh(seed: int = MESH_SEED) -> topology.Topology:
+    return topology.mesh(topology.MESH_NODES, topology.MESH_LINKS, seed)
 
 
-def mesh_spec() -> dict:
-    return {"kind": "mesh", "nodes": topology.MESH_NODES, "links": topology.MESH_LINKS, "seed": MESH_SEED}
+def mesh_spec(seed: int = MESH_SEED) -> dict:
+    return {"kind": "mesh", "nodes": topology.MESH_NODES, "links": topology.MESH_LINKS, "seed": seed}
+
+
+def worst_route_loss(t: topology.Topology) -> float:
+    """The highest frame loss (either direction) of any link an ETX route of `t` uses."""
+    table = routes.next_hops(t, "etx")
+    worst = 0.0
+    for a, row in table.items():
+        for b, nh in row.items():
+            worst = max(worst, t.links[(a, nh)], t.links[(nh, a)])
+    return worst
+
+
+# Hop §5.2: the testbed's static routes came from OLSR/ETX, and "only good links selected by
+# OLSR are used". Seed 1's floor does not have that property: its two clusters meet only
+# across links that lose 77-94 % of frames, and 198 of its 380 node pairs are routed across
+# one. About half of the seeded floors do (seeds 2, 4, 6, 8, 9, 10 of the first 15). §5.3 also
+# runs on the first such floor, found by this rule rather than chosen, so the report shows
+# which of its findings belong to the lossy bridge and which to many flows.
+GOOD_ROUTE_MAX_LOSS = 0.5
+
+
+def first_good_mesh_seed(max_loss: float = GOOD_ROUTE_MAX_LOSS) -> int:
+    for seed in range(1, 100):
+        if worst_route_loss(mesh(seed)) <= max_loss:
+            return seed
+    raise ValueError(f"no mesh seed below 100 routes only over links losing at most {max_loss:.0%}")
+
+
+GOOD_MESH_SEED = first_good_mesh_seed()
 
 
 def pairs_by_hops(t: topology.Topology, lo: int, hi: int) -> list[tuple[int, int, int]]:
@@ -99,17 +134,18 @@ def build_52(e, v, hops, rep, p):
 # ---- §5.3/§5.4/§5.9/§5.10 many concurrent flows ------------------------------------------------
 
 def many_flows(e, n: int, rep: int, p: dict, lo: int, hi: int, t: topology.Topology | None = None) -> list[dict]:
-    t = t or mesh()
+    t = t or mesh(p.get("mesh_seed", MESH_SEED))
     pairs = pairs_by_hops(t, lo, hi)
-    rng = rng_for(e.id, n, rep)
-    size = bulk_size(p["duration"], n)
+    # An experiment may reuse another's draw (`flows_of`) to run the same flows differently.
+    rng = rng_for(p.get("flows_of", e.id), n, rep)
+    size = bulk_size(p["duration"], n, p.get("bulk_share", BULK_SHARE), p.get("bulk_max", BULK_MAX))
     return [{"label": f"m{i}", "src": a, "dst": b, "size": size, "start": round(rng.uniform(0, 1.0), 3)}
             for i, (a, b, _) in enumerate(rng.choice(pairs) for _ in range(n))]
 
 
 def build_53(e, v, n, rep, p):
     d = base(f"hop53-{n}f", p["duration"], rep)
-    d["topology"] = mesh_spec()
+    d["topology"] = mesh_spec(p.get("mesh_seed", MESH_SEED))
     # Hop §5.3: src-dst pairs that are not immediate neighbours.
     d["flow"] = many_flows(e, n, rep, p, 2, 99)
     return d
@@ -191,8 +227,9 @@ def build_58(e, v, n, rep, p):
     d = base(f"hop58-{n}f", p["duration"], rep)
     d["topology"] = mesh_spec()
     pairs = pairs_by_hops(mesh(), 3, 3)  # Hop §5.8: randomly picked 3-hop paths
-    rng = rng_for(e.id, n, rep)
-    size = bulk_size(p["duration"], n)
+    # An experiment may reuse another's draw (`flows_of`) to run the same flows differently.
+    rng = rng_for(p.get("flows_of", e.id), n, rep)
+    size = bulk_size(p["duration"], n, p.get("bulk_share", BULK_SHARE), p.get("bulk_max", BULK_MAX))
     flows = [{"label": f"m{i}", "src": a, "dst": b, "size": size, "start": round(rng.uniform(0, 1.0), 3)}
              for i, (a, b, _) in enumerate(rng.choice(pairs) for _ in range(n))]
     a, b, _ = rng.choice(pairs)
@@ -275,6 +312,30 @@ def experiments() -> list[Experiment]:
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
                    "(docs/wire-format.md)."]),
+        Experiment(
+            "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
+            "Hop §5.3, Fig. 11, Table 2",
+            [hop(), tcp(), HBHTCP], build_53, point_name="flows",
+            full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
+            run_seconds=flows_time,
+            notes=[f"§5.3 again on the mesh of seed {GOOD_MESH_SEED}, the first seeded floor whose ETX routes "
+                   f"cross no link losing more than {GOOD_ROUTE_MAX_LOSS:.0%} of frames (Hop §5.2: the "
+                   "testbed's OLSR routes used good links). The main §5.3 mesh (seed 1) routes 24 of its 30 "
+                   "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
+                   "neighbours); 120 s, one repetition."]),
+        Experiment(
+            "hop-5.3-30min", "30 concurrent flows, measured at 30 minutes as in the paper", "hop",
+            "Hop §5.3, Fig. 11, Table 2",
+            [hop(), tcp()], build_53, point_name="flows",
+            full=Scale(reps=1, points=[30], params={"duration": LONG_RUN_S, "bulk_share": LONG_BULK_SHARE,
+                                                    "bulk_max": LONG_BULK_MAX, "flows_of": "hop-5.3"}),
+            run_seconds=flows_time, opt_in=True,
+            notes=["§5.3 on the same mesh, flows and start times as `hop-5.3`, but each run lasts 30 minutes, "
+                   "the time of the paper's snapshot, instead of 120 s. Not in the full preset (one hour for "
+                   "Hop and TCP): `hoplab reproduce --only hop-5.3-30min`.",
+                   f"Transfers of {LONG_BULK_SHARE} fair shares of one hop's capacity over the run, "
+                   f"{bulk_size(LONG_RUN_S, 30, LONG_BULK_SHARE, LONG_BULK_MAX) / 1e6:.0f} MB each, so that "
+                   "TCP's fastest flow of the 120 s runs (1.65 Mbit/s) cannot finish."]),
         Experiment(
             "hop-5.4", "Hop breakdown: ack withholding and backpressure", "hop", "Hop §5.4, Fig. 12, Table 1",
             HOP_VARIANTS_54, build_54, point_name="flows",
