@@ -111,6 +111,29 @@ def cmd_reproduce(a) -> int:
     return reproduce_main(a)
 
 
+def cmd_snapshot(a) -> int:
+    import json
+
+    from .reproduce import snapshot
+
+    try:
+        res = json.loads(Path(a.results).read_text())
+    except (OSError, ValueError) as e:
+        raise LabError(f"cannot read {a.results}: {e}") from e
+    end = (res.get("progress") or {}).get("rows", [[0.0]])[-1][0]
+    for at in a.at or [end]:
+        s = snapshot(res, at)
+        st = s["stats"]
+        print(f"{res.get('name', a.results)} at {s['at']:.1f} s: {s['bytes'] / 1e6:.2f} MB over "
+              f"{len(s['flows'])} flows, {s['empty']} with nothing; goodput (Mbit/s) median {st['median']:.4f} "
+              f"mean {st['mean']:.4f} total {st['total']:.3f}; hop-weighted Jain {st['jain_hw']:.2f}")
+        if a.flows:
+            for f in s["flows"]:
+                print(f"  {f['label']:<8} {f.get('src', '?')}->{f.get('dst', '?')} hops {f.get('hops', '?')}  "
+                      f"{f['bytes'] / 1e6:8.3f} MB  {f['goodput_mbps']:.4f} Mbit/s")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hoplab", description="Emulated 802.11 mesh experiments")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -119,6 +142,12 @@ def main(argv=None) -> int:
     r.add_argument("--out")
     r.add_argument("--duration", type=float, help="override the spec's duration (s)")
     r.set_defaults(fn=cmd_run)
+    sn = sub.add_parser("snapshot", help="a run's flows and statistics at given times (from its results.json)")
+    sn.add_argument("results", help="results.json of a run")
+    sn.add_argument("--at", type=float, action="append", help="seconds into the run (repeatable; default: the end)")
+    sn.add_argument("--flows", action="store_true", help="also list every flow")
+    sn.set_defaults(fn=cmd_snapshot)
+
     c = sub.add_parser("clean", help="remove every namespace/tap/process left by the lab")
     c.set_defaults(fn=cmd_clean)
     d = sub.add_parser("demo", help="5-hop 802.11b chain with a lossy link: TCP vs UDP bound")

@@ -27,6 +27,7 @@ MEDIUM_PID = Path("/run/hoplab-medium.pid")
 LOCK_WAIT_S = float(os.environ.get("HOPLAB_LOCK_WAIT", "900"))  # wait for a running emulation
 IN_RANGE_DB = 50.0  # path loss between nodes in range (rx at about -34 dBm: strong, carrier sensed)
 OUT_OF_RANGE_DB = 1000.0
+PROGRESS_INTERVAL_S = 2.0  # how often the run samples every flow's received bytes
 IFACE = "wl0"
 SUBNET = "10.77"
 BROADCAST = f"{SUBNET}.255.255"
@@ -361,6 +362,9 @@ class Lab:
         waiting: set[int] = set()
         end_at = self.t0 + spec.duration
         last_report = 0.0
+        # [t, bytes of flow 0, flow 1, ...] every PROGRESS_INTERVAL_S: what each flow had at any
+        # moment of the run (e.g. a long run's snapshot at the time a shorter one stops)
+        series: list[list[float]] = []
         timed_out = False
         while True:
             now = time.time()
@@ -390,9 +394,11 @@ class Lab:
             if now >= end_at:
                 timed_out = True
                 break
-            if now - last_report >= 2.0:
+            if now - last_report >= PROGRESS_INTERVAL_S:
                 last_report = now
-                got = sum(d.progress(self, f, i) for i, (f, d) in enumerate(zip(flows, drivers)))
+                per_flow = [d.progress(self, f, i) for i, (f, d) in enumerate(zip(flows, drivers))]
+                series.append([round(rel, 2), *per_flow])
+                got = sum(per_flow)
                 self.progress(f"  t={rel:5.1f}s  flows done {len(done)}/{len(flows)}  "
                               f"received {got / 1e6:7.2f} MB")
             time.sleep(0.05)
@@ -438,7 +444,9 @@ class Lab:
         return {"flows": results, "medium": medium_out, "wall_seconds": wall, "timed_out": timed_out,
                 "host_steal_seconds": steal,
                 "medium_forked": isinstance(self.medium, mediumserver.ForkedMedium),
-                "t0": self.t0, "events": self.events_log}
+                "t0": self.t0, "events": self.events_log,
+                "progress": {"interval_s": PROGRESS_INTERVAL_S, "columns": ["t", *[f.label for f in flows]],
+                             "rows": series}}
 
     def _apply(self, e) -> None:
         t = self.spec.topology

@@ -366,6 +366,33 @@ def cut_off_goodput(flows: list[dict], wall_s: float | None, timed_out: bool) ->
     return out
 
 
+def snapshot(res: dict, at: float) -> dict:
+    """A run's flows as they stood `at` seconds in (from its `progress` series), with the
+    goodput the report uses for flows still running: bytes over the time each had by then.
+    Returns {"at": time of the sample used, "flows": [...], "stats": {median, mean, total,
+    jain_hw, ...}, "bytes": total, "empty": flows with nothing}."""
+    prog = res.get("progress") or {}
+    rows = [r for r in prog.get("rows", []) if r[0] <= at]
+    if not rows:
+        raise LabError(f"the run has no progress sample at or before {at:g} s "
+                       "(runs before the lab recorded its progress series have none)")
+    row = rows[-1]
+    t = float(row[0])
+    labels = prog["columns"][1:]
+    by_label = {f["label"]: f for f in res.get("flows", [])}
+    flows = []
+    for label, nbytes in zip(labels, row[1:]):
+        f = dict(by_label.get(label, {"label": label}))
+        had = t - float(f.get("start_offset") or 0.0)
+        f["bytes"] = int(nbytes)
+        f["goodput_mbps"] = nbytes * 8 / 1e6 / had if had > 0 else 0.0
+        flows.append(f)
+    run = {"flows": flows, "duration": t}
+    stats = {k: STATS[k]([run], "") for k in ("median", "mean", "q1", "q3", "total", "jain", "jain_hw")}
+    return {"at": t, "flows": flows, "stats": stats, "bytes": sum(f["bytes"] for f in flows),
+            "empty": sum(1 for f in flows if f["bytes"] == 0)}
+
+
 def materialize(d: dict, run_dir: Path) -> dict:
     """Write an inline topology (`_topology`) as a file the spec points to."""
     d = json.loads(json.dumps(d))

@@ -66,6 +66,7 @@ def assemble(spec, run: dict) -> dict:
         "topology": spec.topology.to_dict(),
         "routing": spec.routing,
         "flows": run.get("flows", []),
+        "progress": run.get("progress"),
         "events": run.get("events", []),
         "spec": spec.source,
     }

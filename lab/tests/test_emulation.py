@@ -38,6 +38,13 @@ def test_two_hop_udp_and_node_down(tmp_path, medium, request, monkeypatch):
     assert sum(i in got for i in early) >= 0.9 * len(early)
     assert late and not any(i in got for i in late)
     assert res["lag"]["samples"] > 100
+    # every flow's received bytes, sampled through the run
+    prog = res["progress"]
+    assert prog["columns"] == ["t", "v", "u"]
+    ts = [r[0] for r in prog["rows"]]
+    assert len(ts) >= 2 and ts == sorted(ts)
+    u = [r[2] for r in prog["rows"]]
+    assert u == sorted(u) and u[-1] > 0
     assert res["medium"]["totals"]["phy_tx"] > 0
     assert res["medium_forked"] == (medium == "forked")
     # nothing left behind

@@ -11,7 +11,7 @@ import pytest
 
 from hoplab import reproduce as rp
 from hoplab import spec as specmod
-from hoplab.errors import SpecError
+from hoplab.errors import LabError, SpecError
 from hoplab.experiments import Experiment, Scale, Variant, apply_variant, registry
 
 
@@ -158,6 +158,25 @@ def test_opt_in_experiments_are_listed_but_not_run_by_the_full_preset(tmp_path, 
     preset, extra = out.split("not in the preset")
     assert "hop-5.3-30min" in extra and "hop-5.3-30min" not in preset
     assert "hop-5.3-good" in preset
+
+
+def test_snapshot_of_a_run_at_a_time_from_its_progress_series():
+    res = {"name": "r", "flows": [flow("m0", 9.9, hops=2, start=0.0), flow("m1", 9.9, hops=1, start=2.0)],
+           "progress": {"interval_s": 2.0, "columns": ["t", "m0", "m1"],
+                        "rows": [[2.0, 1000, 0], [4.1, 50_000, 0], [6.0, 100_000, 25_000]]}}
+    s = rp.snapshot(res, 5.0)  # the last sample at or before 5 s
+    assert s["at"] == 4.1 and s["bytes"] == 50_000 and s["empty"] == 1
+    g = {f["label"]: f["goodput_mbps"] for f in s["flows"]}
+    assert g["m0"] == pytest.approx(50_000 * 8 / 1e6 / 4.1) and g["m1"] == 0.0
+    end = rp.snapshot(res, 60.0)
+    assert end["at"] == 6.0 and end["empty"] == 0
+    # goodput over the time each flow had: m1 started 2 s in
+    assert {f["label"]: f["goodput_mbps"] for f in end["flows"]}["m1"] == pytest.approx(25_000 * 8 / 1e6 / 4.0)
+    assert end["stats"]["jain_hw"] == pytest.approx(rp.jain_hop_weighted([100_000 * 8 / 6e6, 0.05], [2, 1]))
+    with pytest.raises(LabError):
+        rp.snapshot(res, 1.0)
+    with pytest.raises(LabError):
+        rp.snapshot({"flows": []}, 10.0)
 
 
 def test_row_value_ratio_and_invalid_runs_excluded():
