@@ -133,14 +133,19 @@ def build_52(e, v, hops, rep, p):
 
 # ---- §5.3/§5.4/§5.9/§5.10 many concurrent flows ------------------------------------------------
 
-def many_flows(e, n: int, rep: int, p: dict, lo: int, hi: int, t: topology.Topology | None = None) -> list[dict]:
-    t = t or mesh(p.get("mesh_seed", MESH_SEED))
-    pairs = pairs_by_hops(t, lo, hi)
-    # An experiment may reuse another's draw (`flows_of`) to run the same flows differently.
+def draw_flows(e, n: int, rep: int, p: dict, pairs: list) -> tuple[random.Random, list[dict]]:
+    """n long-lived flows between seeded random pairs, starting in the first second; the
+    generator is returned for any further draws of the run. An experiment may reuse another's
+    draw (`flows_of`) to run the same flows differently."""
     rng = rng_for(p.get("flows_of", e.id), n, rep)
     size = bulk_size(p["duration"], n, p.get("bulk_share", BULK_SHARE), p.get("bulk_max", BULK_MAX))
-    return [{"label": f"m{i}", "src": a, "dst": b, "size": size, "start": round(rng.uniform(0, 1.0), 3)}
-            for i, (a, b, _) in enumerate(rng.choice(pairs) for _ in range(n))]
+    return rng, [{"label": f"m{i}", "src": a, "dst": b, "size": size, "start": round(rng.uniform(0, 1.0), 3)}
+                 for i, (a, b, _) in enumerate(rng.choice(pairs) for _ in range(n))]
+
+
+def many_flows(e, n: int, rep: int, p: dict, lo: int, hi: int, t: topology.Topology | None = None) -> list[dict]:
+    t = t or mesh(p.get("mesh_seed", MESH_SEED))
+    return draw_flows(e, n, rep, p, pairs_by_hops(t, lo, hi))[1]
 
 
 def build_53(e, v, n, rep, p):
@@ -227,11 +232,7 @@ def build_58(e, v, n, rep, p):
     d = base(f"hop58-{n}f", p["duration"], rep)
     d["topology"] = mesh_spec()
     pairs = pairs_by_hops(mesh(), 3, 3)  # Hop §5.8: randomly picked 3-hop paths
-    # An experiment may reuse another's draw (`flows_of`) to run the same flows differently.
-    rng = rng_for(p.get("flows_of", e.id), n, rep)
-    size = bulk_size(p["duration"], n, p.get("bulk_share", BULK_SHARE), p.get("bulk_max", BULK_MAX))
-    flows = [{"label": f"m{i}", "src": a, "dst": b, "size": size, "start": round(rng.uniform(0, 1.0), 3)}
-             for i, (a, b, _) in enumerate(rng.choice(pairs) for _ in range(n))]
+    rng, flows = draw_flows(e, n, rep, p, pairs)
     a, b, _ = rng.choice(pairs)
     flows.append({"label": "voip", "driver": "voip", "src": a, "dst": b, "start": 2.0,
                   "duration": p["duration"] - 6.0})
