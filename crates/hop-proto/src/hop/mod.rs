@@ -995,6 +995,7 @@ impl HopTransport {
         let (Some(x), Some(b)) = (f.outs.get_mut(&n), f.blocks.get(&n)) else {
             return;
         };
+        let mut why = "bsyn_start";
         let need = match x.state {
             OutState::NeedBsyn => true,
             OutState::AwaitBack { .. } => false,
@@ -1028,7 +1029,20 @@ impl HopTransport {
                     let due = x.not_before.map_or(true, |t| t <= now);
                     // Early BSYN: half a window handed over since the last one.
                     let half = early_half > 0 && x.sent_since_bsyn as usize >= early_half;
-                    due && (round_done || (window_full && in_flight > 0) || half || half_round)
+                    let need =
+                        due && (round_done || (window_full && in_flight > 0) || half || half_round);
+                    if need {
+                        why = if round_done {
+                            "bsyn_round_done"
+                        } else if half_round {
+                            "bsyn_half_round"
+                        } else if half {
+                            "bsyn_early"
+                        } else {
+                            "bsyn_window_full"
+                        };
+                    }
+                    need
                 }
             }
         };
@@ -1141,6 +1155,10 @@ impl HopTransport {
         }
         let name = name_of(MsgType::Bsyn, flags);
         let nh = x.next_hop;
+        bump(
+            &mut self.stats.extra,
+            if repeat { "bsyn_repeat" } else { why },
+        );
         self.stats.data_retransmissions += retx;
         for body in msgs {
             bump(&mut self.stats.sent_by_type, name);
