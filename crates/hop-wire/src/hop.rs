@@ -43,7 +43,12 @@ pub const FLAG_ABORT: u8 = 0x08;
 pub const FLAG_COMPLETE: u8 = 0x10;
 /// Flag: the sender of this micro-block BSYN asks for a BACK (set on the last BSYN of a round).
 pub const FLAG_ASK: u8 = 0x20;
-const KNOWN_FLAGS: u8 = FLAG_VTX | FLAG_FIN | FLAG_MICRO | FLAG_ABORT | FLAG_COMPLETE | FLAG_ASK;
+/// Flag: the BACK is a wait notice. The receiver holds the BSYN for later (ack withholding,
+/// §3.5, or backpressure, §3.3) and will send the real BACK when the sender's turn comes; the
+/// notice carries no bitmap (0 packets).
+pub const FLAG_WAIT: u8 = 0x40;
+const KNOWN_FLAGS: u8 =
+    FLAG_VTX | FLAG_FIN | FLAG_MICRO | FLAG_ABORT | FLAG_COMPLETE | FLAG_ASK | FLAG_WAIT;
 
 /// The `msg_type` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -163,6 +163,8 @@ pub struct HopParams {
     pub adaptive_bsyn_timeout: Option<bool>,
     pub early_bsyn: Option<bool>,
     pub round_per_next_hop: Option<bool>,
+    pub wait_notice: Option<bool>,
+    pub txop_past_full_window: Option<bool>,
 }
 
 /// A neighbour: node id and UDP address.

@@ -71,6 +71,12 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.round_per_next_hop {
         h.round_per_next_hop = v;
     }
+    if let Some(v) = p.wait_notice {
+        h.wait_notice = v;
+    }
+    if let Some(v) = p.txop_past_full_window {
+        h.txop_past_full_window = v;
+    }
     h.cache_limit_bytes = cfg.max_memory_bytes;
     h.max_flows = cfg.max_incoming_flows;
     h

@@ -88,6 +88,14 @@ pub const DEFAULT_LINK_QUEUE_TARGET: Duration = Duration::from_millis(50);
 /// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
 pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// A sender told to wait (a BACK with `FLAG_WAIT`: its BSYN is held by ack withholding, §3.5,
+/// or backpressure, §3.3) asks again after this long unless its turn comes first. The
+/// receiver calls the sender when its turn comes, so this only bounds what a lost turn or a
+/// restarted receiver costs; a block at the ~50-100 kbit/s a flow gets among 30 (§5.3) takes
+/// 80 s or more, during which a withheld sender otherwise asks every few hundred ms. Five
+/// `withhold_timeout`s. Not in the paper.
+pub const DEFAULT_WAIT_HOLD: Duration = Duration::from_secs(5);
+
 /// Bytes of blocks a node keeps (custody, in-progress and cache). §4.2 keeps every block in
 /// memory; this bounds it. Cached (non-custody) blocks are evicted least recently used first.
 pub const DEFAULT_CACHE_LIMIT_BYTES: u64 = 64 << 20;
@@ -132,6 +140,22 @@ pub struct HopConfig {
     pub ack_withholding: bool,
     /// Silence after which ack withholding moves on to another sender.
     pub withhold_timeout: Duration,
+    /// A receiver that withholds a BSYN (§3.3, §3.5) answers it with a wait notice (a BACK
+    /// with `FLAG_WAIT`), and the sender then asks again only after `wait_hold`. Off (the
+    /// paper, and the default): the receiver stays silent and the sender repeats its BSYN on
+    /// its timer. A sender always honours a notice, whatever its own setting. Measured in
+    /// docs/scenarios.md ("Withheld BSYNs"): fewer control frames, and without
+    /// `txop_past_full_window` far fewer bytes over 30 minutes.
+    pub wait_notice: bool,
+    /// How long a sender told to wait holds before asking again.
+    pub wait_hold: Duration,
+    /// A transfer with none of its packets in the link window may hand one txop to the link
+    /// even when the window is full of other transfers' packets. With ack withholding a
+    /// transfer that may send holds its receiver's only turn (§3.5), which the receiver
+    /// takes back after `withhold_timeout` of silence; a window full of other transfers'
+    /// packets would otherwise keep it silent. The window's bound on queued data then
+    /// grows by at most a txop per transfer. Not in the paper; off by default.
+    pub txop_past_full_window: bool,
     /// Enable spatial pipelining (§3.1); otherwise a relay forwards only complete blocks.
     pub pipelining: bool,
     /// Cache packets overheard on a shared medium (§3.2).
@@ -217,6 +241,9 @@ impl Default for HopConfig {
             backpressure: true,
             ack_withholding: true,
             withhold_timeout: DEFAULT_WITHHOLD_TIMEOUT,
+            wait_notice: false,
+            wait_hold: DEFAULT_WAIT_HOLD,
+            txop_past_full_window: false,
             pipelining: true,
             cache_overheard: true,
             virtual_retransmission: true,

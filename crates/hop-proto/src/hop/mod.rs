@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hop_wire::hop::{
     BlockGeom, HopBody, HopHeader, HopMessage, MsgType, FLAG_ABORT, FLAG_ASK, FLAG_COMPLETE,
-    FLAG_FIN, FLAG_MICRO, FLAG_VTX,
+    FLAG_FIN, FLAG_MICRO, FLAG_VTX, FLAG_WAIT,
 };
 use hop_wire::{NodeId, TransportId};
 use rand::Rng;
@@ -93,6 +93,11 @@ struct OutXfer {
     /// Unanswered BSYNs in a row (backoff exponent).
     attempts: u32,
     cursor: u32,
+    /// The next hop said it holds our BSYN for later (`wait_notice`) and has not answered
+    /// it since: the packets of ours it has not reported do not count against the link
+    /// window, or a node whose window is full of them could send nothing else, not even
+    /// to the receivers that gave it a turn, until the wait ends.
+    told_wait: bool,
 }
 
 #[derive(Debug)]
@@ -369,6 +374,7 @@ fn name_of(t: MsgType, flags: u8) -> &'static str {
         MsgType::Bsyn if flags & FLAG_MICRO != 0 => "micro",
         MsgType::Bsyn if flags & FLAG_VTX != 0 => "vtx",
         MsgType::Bsyn => "bsyn",
+        MsgType::Back if flags & FLAG_WAIT != 0 => "wait",
         MsgType::Back => "back",
         MsgType::E2eBack => "e2e_back",
         MsgType::Fin => "fin",
@@ -623,7 +629,7 @@ impl HopTransport {
         self.flows
             .values()
             .flat_map(|f| f.outs.values())
-            .filter(|x| !x.micro)
+            .filter(|x| !x.micro && !x.told_wait)
             .map(|x| x.sent_round.count_in_not(&x.peer, &none) as usize)
             .sum()
     }
@@ -924,6 +930,7 @@ impl HopTransport {
             micro,
             attempts: 0,
             cursor: 0,
+            told_wait: false,
         }
     }
 
@@ -1508,6 +1515,19 @@ impl HopTransport {
                         reason: w,
                     });
                 }
+                if self.cfg.wait_notice {
+                    // Tell the sender it is queued, so it does not keep asking; its BACK
+                    // comes when its turn does (`service_waiting`).
+                    let msg = HopMessage {
+                        header: Self::header(key, h.dst, n, FLAG_WAIT, 0),
+                        body: HopBody::Back {
+                            block_len: geom.block_len,
+                            packets: 0,
+                            bitmap: &[],
+                        },
+                    };
+                    self.push_ctrl(from, &msg);
+                }
                 // Keep a micro payload anyway if the block is known; it costs nothing more.
                 return;
             }
@@ -1857,10 +1877,26 @@ impl HopTransport {
         if x.next_hop != from {
             return;
         }
+        if h.flags & FLAG_WAIT != 0 {
+            // The next hop holds our BSYN and will answer when our turn comes: ask again only
+            // after `wait_hold`, in case that answer is lost or the next hop forgets us.
+            if matches!(x.state, OutState::AwaitBack { .. }) {
+                let hold = self.cfg.wait_hold;
+                let jitter = u64::try_from(hold.as_nanos() / 4).unwrap_or(u64::MAX);
+                let hold = hold + Duration::from_nanos(ctx.rng.gen_range(0..=jitter));
+                x.state = OutState::AwaitBack {
+                    deadline: now + hold,
+                };
+                x.told_wait = true;
+                bump(&mut self.stats.extra, "waits_heard");
+            }
+            return;
+        }
         let complete = h.flags & FLAG_COMPLETE != 0;
         if !complete && u32::from(packets) != b.geom.packets() {
             return;
         }
+        x.told_wait = false;
         b.last_used = now;
         // Packets of ours in flight before and after this BACK: the difference arrived (a
         // block the next hop completes from elsewhere adds only what we had sent).
@@ -2121,6 +2157,7 @@ impl HopTransport {
                 .is_ok()
             {
                 let h = Self::header(w.key, w.dst, w.block, w.flags & !FLAG_MICRO, w.ttl);
+                self.extra("turns_given");
                 self.on_bsyn(ctx, w.from, &h, w.offset, w.geom, 0, 0, &[], true);
                 let k = w.key;
                 self.pump_flow(ctx, k);
@@ -2139,8 +2176,16 @@ impl HopTransport {
         let silence = self.cfg.withhold_timeout;
         let before = self.admitted.len();
         self.admitted.retain(|_, a| a.last_heard + silence > now);
-        // Withheld BSYNs are refreshed by the sender's retries.
-        let stale = self.cfg.bsyn_max_backoff * 3;
+        for _ in self.admitted.len()..before {
+            self.extra("released_silent");
+        }
+        // Withheld BSYNs are refreshed by the sender's retries: those of a sender told to
+        // wait come every `wait_hold` (plus a quarter of jitter), so an entry outlives two
+        // of them lost.
+        let mut stale = self.cfg.bsyn_max_backoff * 3;
+        if self.cfg.wait_notice {
+            stale = stale.max(self.cfg.wait_hold * 3);
+        }
         self.waiting.retain(|w| w.at + stale > now);
         if self.admitted.len() != before {
             self.service_waiting(ctx);
@@ -2253,9 +2298,11 @@ impl HopTransport {
 
     /// Next data packet to send: round robin over flows, one txop per flow per turn (§3.6).
     fn next_data(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
-        if self.window_full() {
+        let full = self.window_full();
+        if full && !self.cfg.txop_past_full_window {
             return None;
         }
+        let none = Bitmap::new(0);
         let mid_round = self.mid_round();
         let mut tries = self.rr.len();
         while tries > 0 {
@@ -2278,6 +2325,14 @@ impl HopTransport {
                             && x.attempts == 1
                             && matches!(x.state, OutState::AwaitBack { .. }));
                     if !sending || x.micro {
+                        continue;
+                    }
+                    // A full window still takes a txop from a transfer with nothing in it
+                    // (`txop_past_full_window`).
+                    if full
+                        && (x.sent_round.count_in_not(&x.peer, &none) as usize)
+                            >= self.txop_pkts as usize
+                    {
                         continue;
                     }
                     // Another block's round to this next hop goes first (`round_per_next_hop`).

@@ -121,7 +121,23 @@ fn feed_block(h: &mut Harness, block: u32, data: &[u8]) {
     }
 }
 
+/// BACKs to `to` (flags, packets), wait notices left out.
 fn backs_to(out: &[Outgoing], to: NodeId) -> Vec<(u8, u16)> {
+    backs_and_waits_to(out, to)
+        .into_iter()
+        .filter(|(f, _)| f & FLAG_WAIT == 0)
+        .collect()
+}
+
+/// Wait notices to `to` (BACKs with `FLAG_WAIT`).
+fn waits_to(out: &[Outgoing], to: NodeId) -> usize {
+    backs_and_waits_to(out, to)
+        .iter()
+        .filter(|(f, _)| f & FLAG_WAIT != 0)
+        .count()
+}
+
+fn backs_and_waits_to(out: &[Outgoing], to: NodeId) -> Vec<(u8, u16)> {
     out.iter()
         .filter(|o| o.next_hop == to)
         .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
@@ -172,6 +188,8 @@ fn defaults_are_the_papers() {
     assert_eq!(c.vtx_initial_timeout, Duration::from_secs(60));
     assert_eq!(c.vtx_ttl, 50);
     assert!(c.backpressure && c.ack_withholding && c.pipelining);
+    // Withheld BSYNs are answered by silence, as in §3.5.
+    assert!(!c.wait_notice && !c.txop_past_full_window);
     // A full data datagram with envelope, crc and auth trailer fits a 1472-byte UDP payload.
     let worst = hop_wire::envelope::HEADER_LEN
         + hop_wire::hop::HEADER_LEN
@@ -1214,4 +1232,127 @@ fn destination_reports_unique_bytes_received_including_partial_blocks() {
     h.recv(1, &data_packet(1, 250, 1, &data[100..200]));
     assert_eq!(h.t.received(), vec![(FLOW, 500)]);
     assert_eq!(delivered(&mut h.t), vec![(250, 250)]);
+}
+
+#[test]
+fn a_withheld_bsyn_is_told_to_wait_and_answered_in_its_turn() {
+    for notice in [true, false] {
+        let cfg = HopConfig {
+            wait_notice: notice,
+            ..small_cfg()
+        };
+        let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(cfg));
+        h.recv(1, &bsyn_from(1, 1));
+        h.recv(3, &bsyn_from(3, 1));
+        let out = h.drain();
+        assert_eq!(backs_to(&out, 1).len(), 1);
+        assert!(backs_to(&out, 3).is_empty());
+        assert_eq!(waits_to(&out, 3), usize::from(notice));
+        assert_eq!(waits_to(&out, 1), 0);
+        // Node 3 asks again while node 1's block is in progress: told again.
+        h.recv(3, &bsyn_from(3, 1));
+        assert_eq!(waits_to(&h.drain(), 3), usize::from(notice));
+        // Node 1's block completes: node 3 gets its BACK unasked.
+        complete_block_from(&mut h, 1, 1);
+        let out = h.drain();
+        assert_eq!(backs_to(&out, 3), vec![(0, 3)]);
+        assert_eq!(waits_to(&out, 3), 0);
+    }
+}
+
+/// Steps a harness through its timers until it sends a BSYN or `until` passes; the time of
+/// that BSYN.
+fn next_bsyn_at(h: &mut Harness, until: Instant) -> Option<Instant> {
+    while let Some(t) = h.t.poll_timeout() {
+        if t > until {
+            return None;
+        }
+        h.now = t;
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        if !bsyn_expects(&h.drain()).is_empty() {
+            return Some(h.now);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_sender_told_to_wait_asks_again_only_after_the_hold() {
+    let (mut h, out) = source_round(small_cfg());
+    assert_eq!(bsyn_expects(&out).len(), 1, "the round ends with a BSYN");
+    let asked = h.now;
+    let mut wait = source_back(&[]);
+    wait.header.flags = FLAG_WAIT;
+    if let HopBody::Back { packets, .. } = &mut wait.body {
+        *packets = 0;
+    }
+    h.recv(2, &wait);
+    assert!(h.drain().is_empty());
+    assert_eq!(h.t.stats().extra["waits_heard"], 1);
+    let hold = DEFAULT_WAIT_HOLD;
+    let again = next_bsyn_at(&mut h, asked + hold * 2).expect("asks again after the hold");
+    assert!(
+        again >= asked + hold,
+        "asked again after {:?}",
+        again - asked
+    );
+    // Without a notice the same BSYN is repeated within the BSYN timer.
+    let (mut h, _) = source_round(small_cfg());
+    let asked = h.now;
+    let again = next_bsyn_at(&mut h, asked + hold).expect("repeats on its timer");
+    assert!(again < asked + DEFAULT_BSYN_TIMEOUT * 2);
+}
+
+/// A source (node 1) with two 1000-byte blocks of ten packets, flow 4 to node 3 via node 2 and
+/// flow 5 to node 5 via node 4, a link window of eight packets and a txop of two.
+fn two_flow_source(past_full: bool) -> Harness {
+    let cfg = HopConfig {
+        link_window_packets: 8,
+        link_window_max_packets: 8,
+        txop_bytes: 200,
+        txop_past_full_window: past_full,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2), (5, 4), (4, 4)], HopTransport::new(cfg));
+    for (id, dst) in [(4, 3), (5, 5)] {
+        let key = FlowKey { src: 1, id };
+        h.with(|t, ctx| t.open(ctx, key, dst)).unwrap();
+        h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
+            .unwrap();
+    }
+    h.drain();
+    h
+}
+
+#[test]
+fn a_full_window_takes_a_txop_from_a_transfer_with_nothing_in_it_only_when_asked() {
+    for past_full in [false, true] {
+        let mut h = two_flow_source(past_full);
+        // Flow 4's next hop answers: its packets fill the window.
+        h.recv(2, &source_back(&[0, 0]));
+        let out = h.drain();
+        assert_eq!(data_nums(&out).len(), 8);
+        assert_eq!(h.t.link_window(), 8);
+        // Flow 5's next hop answers while the window is full of flow 4's packets.
+        let mut back = source_back(&[0, 0]);
+        back.header.flow_id = 5;
+        back.header.dst = 5;
+        h.recv(4, &back);
+        let to4 = h
+            .drain()
+            .iter()
+            .filter(|o| o.next_hop == 4)
+            .filter(|o| {
+                matches!(
+                    HopMessage::parse(&o.body).unwrap().body,
+                    HopBody::Data { .. }
+                )
+            })
+            .count();
+        assert_eq!(
+            to4,
+            if past_full { 2 } else { 0 },
+            "past_full = {past_full}"
+        );
+    }
 }
