@@ -149,8 +149,8 @@ pub struct HopConfig {
     pub wait_notice: bool,
     /// How long a sender told to wait holds before asking again.
     pub wait_hold: Duration,
-    /// A transfer with none of its packets in the link window may hand one txop to the link
-    /// even when the window is full of other transfers' packets. With ack withholding a
+    /// A transfer with less than a txop of its packets in the link window may fill up to a
+    /// txop even when the window is full of other transfers' packets. With ack withholding a
     /// transfer that may send holds its receiver's only turn (§3.5), which the receiver
     /// takes back after `withhold_timeout` of silence; a window full of other transfers'
     /// packets would otherwise keep it silent. The window's bound on queued data then

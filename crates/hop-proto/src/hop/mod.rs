@@ -2327,8 +2327,8 @@ impl HopTransport {
                     if !sending || x.micro {
                         continue;
                     }
-                    // A full window still takes a txop from a transfer with nothing in it
-                    // (`txop_past_full_window`).
+                    // A full window still takes packets from a transfer with less than a
+                    // txop in it, up to a txop (`txop_past_full_window`).
                     if full
                         && (x.sent_round.count_in_not(&x.peer, &none) as usize)
                             >= self.txop_pkts as usize
