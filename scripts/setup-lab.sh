@@ -9,8 +9,9 @@ VENV="$REPO/.venv"
 
 # Debian packages: ip/nsenter/chrt for namespaces and SCHED_FIFO, iperf3 and ping for
 # manual checks, nftables for random drops outside ns-3, python3-venv for the venv, a C
-# compiler (ring, used by hopd, builds assembly; rustc links with cc).
-PKGS=(iproute2 util-linux procps iperf3 iputils-ping nftables python3-venv gcc libc6-dev)
+# compiler (ring, used by hopd, builds assembly; rustc links with cc), babeld for the
+# experiments with dynamic routing (spec routing = "babel").
+PKGS=(iproute2 util-linux procps iperf3 iputils-ping nftables python3-venv gcc libc6-dev babeld)
 if [ "$(id -u)" = 0 ]; then
     missing=()
     for p in "${PKGS[@]}"; do

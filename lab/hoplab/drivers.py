@@ -195,9 +195,18 @@ class HopDriver(Driver):
             lines[-1:-1] = ['link_mode = "broadcast"', f'broadcast_address = "{BROADCAST}:{self.PORT}"']
         for b in t.neighbours(node):
             lines += ["[[neighbours]]", f"id = {self.node_id(b)}", f'address = "{lab.ip(b)}:{self.PORT}"', ""]
-        for d, nh in sorted(lab.table[node].items()):
-            lines += ["[[routes]]", f"destination = {self.node_id(d)}",
-                      f"next_hop = {self.node_id(nh)}", ""]
+        if getattr(lab, "dynamic", False):
+            # A routing daemon owns the kernel table: hopd follows it (netlink) and needs the
+            # address of every node that is not a neighbour.
+            lines.insert(4, "kernel_routes = true")  # top level, before the first table
+            near = set(t.neighbours(node))
+            for d in range(t.n):
+                if d != node and d not in near:
+                    lines += ["[[hosts]]", f"id = {self.node_id(d)}", f'address = "{lab.ip(d)}:{self.PORT}"', ""]
+        else:
+            for d, nh in sorted(lab.table[node].items()):
+                lines += ["[[routes]]", f"destination = {self.node_id(d)}",
+                          f"next_hop = {self.node_id(nh)}", ""]
         lines += ["[storage]", f'dir = "{lab.work / f"hopd-{node}" / "store"}"', "",
                   "[security]", f'mesh_key = "{"4c" * 32}"', ""]
         if params:

@@ -16,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import mediumserver, routes, tapcreator
+from . import dynroute, mediumserver, routes, tapcreator
 from .drivers import DRIVERS
 from .errors import LabError
-from .spec import Spec
+from .spec import DYNAMIC_ROUTING, Spec
 
 PREFIX = "hl-"
 LOCK_PATH = Path("/run/hoplab.lock")
@@ -47,6 +47,15 @@ def mac_of(i: int) -> str:
 
 def ip_of(i: int) -> str:
     return f"{SUBNET}.{(i + 1) >> 8}.{(i + 1) & 0xFF}"
+
+
+def node_of(ip: str) -> int | None:
+    """The lab node with address `ip`, or None (inverse of ip_of)."""
+    parts = ip.split(".")
+    if len(parts) != 4 or ".".join(parts[:2]) != SUBNET or not all(p.isdigit() for p in parts[2:]):
+        return None
+    v = int(parts[2]) * 256 + int(parts[3])
+    return v - 1 if v >= 1 else None
 
 
 def sh(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
@@ -152,7 +161,11 @@ class Lab:
         self.procs: list[subprocess.Popen] = []
         self.medium: subprocess.Popen | mediumserver.ForkedMedium | None = None
         self.lock_fd: int | None = None
-        self.table = routes.next_hops(spec.topology, spec.routing)
+        # Next hop per node and destination: the lab's static routes, or with a routing daemon
+        # (spec.routing in DYNAMIC_ROUTING) the kernel tables read once routing converged.
+        self.dynamic = spec.routing in DYNAMIC_ROUTING
+        self.table = {} if self.dynamic else routes.next_hops(spec.topology, spec.routing)
+        self.routing_log: dict = {}
         self.t0: float | None = None
         self.events_log: list[dict] = []
 
@@ -323,7 +336,7 @@ class Lab:
                      f"link set {IFACE} up", "link set lo up"]
             for b in t.neighbours(i):
                 lines.append(f"neigh replace {ip_of(b)} lladdr {mac_of(b)} dev {IFACE} nud permanent")
-            for d, nh in sorted(self.table[i].items()):
+            for d, nh in sorted(self.table.get(i, {}).items()):
                 if nh == d:
                     lines.append(f"route replace {ip_of(d)}/32 dev {IFACE} scope link")
                 else:
@@ -331,6 +344,38 @@ class Lab:
             _ip_batch(lines, nsn)
             sh("ip", "netns", "exec", nsn, "sysctl", "-qw", f"net.ipv4.conf.{IFACE}.rp_filter=0",
                f"net.ipv4.conf.{IFACE}.send_redirects=0")
+        if self.dynamic:
+            self.start_routing()
+
+    def read_routes(self) -> dict[int, dict[int, int]]:
+        return dynroute.read_tables(self.spec.topology.n, ns_name, node_of)
+
+    def start_routing(self) -> None:
+        """babeld in every node; wait until every flow has a route (or the timeout)."""
+        n = self.spec.topology.n
+        # IPv6 (Babel's transport) only now that every tap is up: the medium aborts when it
+        # delivers a frame (an MLD report) to a tap that is still down.
+        for i in range(n):
+            sh("ip", "netns", "exec", ns_name(i), "sysctl", "-qw", *dynroute.ipv6_sysctls(IFACE))
+        for i in range(n):
+            self.spawn_cmd(i, dynroute.babeld_argv(i, IFACE, self.work), f"babeld-{i}")
+        pairs = sorted({(f.src, f.dst) for f in self.spec.flows})
+        self.progress(f"routing: babeld in {n} nodes, waiting for the routes of {len(pairs)} flows")
+        table, waited, missing = dynroute.wait_converged(self.read_routes, pairs, self.progress)
+        self.table = table
+        self.routing_log = {"protocol": dynroute.PROTO, "converged_s": round(waited, 1),
+                            "unrouted_at_start": [list(p) for p in missing],
+                            "routes_at_start": sum(len(r) for r in table.values()),
+                            "poll_interval_s": dynroute.ROUTE_POLL_S, "polls": [], "next_hop_changes": 0}
+        self.progress(f"routing: {self.routing_log['routes_at_start']} routes after {waited:.0f} s")
+
+    def poll_routes(self, rel: float) -> None:
+        """Count next-hop changes since the last poll (dynamic routing only)."""
+        new = self.read_routes()
+        k = dynroute.changes(self.table, new)
+        self.table = new
+        self.routing_log["polls"].append([round(rel, 1), k, sum(len(r) for r in new.values())])
+        self.routing_log["next_hop_changes"] += k
 
     def run(self) -> dict:
         spec = self.spec
@@ -366,6 +411,8 @@ class Lab:
         # moment of the run (e.g. a long run's snapshot at the time a shorter one stops)
         series: list[list[float]] = []
         timed_out = False
+        last_routes = 0.0
+        routes_at_start = self.table
         while True:
             now = time.time()
             rel = now - self.t0
@@ -394,6 +441,9 @@ class Lab:
             if now >= end_at:
                 timed_out = True
                 break
+            if self.dynamic and rel - last_routes >= dynroute.ROUTE_POLL_S:
+                last_routes = rel
+                self.poll_routes(rel)
             if now - last_report >= PROGRESS_INTERVAL_S:
                 last_report = now
                 per_flow = [d.progress(self, f, i) for i, (f, d) in enumerate(zip(flows, drivers))]
@@ -440,8 +490,10 @@ class Lab:
         results = []
         for idx, (f, d) in enumerate(zip(flows, drivers)):
             r = d.result(self, f, idx)
-            results.append(flow_summary(f, r, routes.hop_count(self.table, f.src, f.dst), idx))
-        return {"flows": results, "medium": medium_out, "wall_seconds": wall, "timed_out": timed_out,
+            # Hops along the routes the flows started on (static routes never change).
+            results.append(flow_summary(f, r, routes.hop_count(routes_at_start, f.src, f.dst), idx))
+        return {"flows": results, "medium": medium_out, "routing_dynamics": self.routing_log or None,
+                "wall_seconds": wall, "timed_out": timed_out,
                 "host_steal_seconds": steal,
                 "medium_forked": isinstance(self.medium, mediumserver.ForkedMedium),
                 "t0": self.t0, "events": self.events_log,

@@ -65,6 +65,7 @@ def assemble(spec, run: dict) -> dict:
         },
         "topology": spec.topology.to_dict(),
         "routing": spec.routing,
+        "routing_dynamics": run.get("routing_dynamics"),
         "flows": run.get("flows", []),
         "progress": run.get("progress"),
         "events": run.get("events", []),

@@ -92,6 +92,12 @@ class Event:
     loss: float | None = None
 
 
+# Static routes the lab computes once ("etx", "hops"), or a routing daemon in every node
+# ("babel": babeld, whose routes follow the medium while the run goes on).
+ROUTING = ("etx", "hops", "babel")
+DYNAMIC_ROUTING = ("babel",)
+
+
 @dataclass
 class Spec:
     name: str
@@ -252,8 +258,10 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
     events.sort(key=lambda e: e.at)
 
     routing = _take(d, "routing", str, "etx", "spec")
-    if routing not in ("etx", "hops"):
-        raise SpecError("routing must be 'etx' or 'hops'")
+    if routing not in ROUTING:
+        raise SpecError(f"routing must be one of {', '.join(ROUTING)}: static shortest paths by ETX or "
+                        "hop count, computed by the lab, or 'babel' (babeld in every node, routes that change "
+                        "with the medium)")
     spec = Spec(
         name=_take(d, "name", str, "experiment", "spec"),
         topology=t,

@@ -37,13 +37,15 @@ RUN_OVERHEAD_S = 10.0
 @dataclass
 class Variant:
     """One compared protocol: flow fields merged into every measured flow, medium keys
-    merged into the spec's [medium]. `unsupported` = why it cannot be hosted at all."""
+    merged into the spec's [medium], `spec` keys set at the spec's top level (routing).
+    `unsupported` = why it cannot be hosted at all."""
 
     name: str
     title: str
     flow: dict
     medium: dict = field(default_factory=lambda: copy.deepcopy(BEST_MEDIUM))
     unsupported: str | None = None
+    spec: dict = field(default_factory=dict)  # top-level spec keys, e.g. {"routing": "babel"}
 
     @property
     def driver(self) -> str:
@@ -114,6 +116,8 @@ class Experiment:
 
 def apply_variant(d: dict, v: Variant, measure: str = "m") -> dict:
     d = copy.deepcopy(d)
+    for k, val in v.spec.items():
+        d[k] = copy.deepcopy(val)
     med = d.setdefault("medium", {})
     for k, val in v.medium.items():
         med[k] = copy.deepcopy(val)

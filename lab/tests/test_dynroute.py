@@ -1,0 +1,149 @@
+"""Dynamic routing in the lab (routing = "babel"): the pieces without an emulation, and one
+emulated diamond whose preferred relay goes down mid-transfer (needs root and babeld; CI
+runs as root and installs babeld through scripts/setup-lab.sh)."""
+
+import json
+import os
+import tomllib
+from types import SimpleNamespace
+
+import pytest
+
+from hoplab import dynroute, lab, spec
+from hoplab.cli import run_spec
+from hoplab.drivers import HopDriver
+from hoplab.errors import SpecError
+from hoplab.experiments import registry
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
+                                reason="needs root (CI runs as root)")
+
+
+def test_node_of_inverts_ip_of():
+    for i in (0, 1, 254, 255, 300):
+        assert lab.node_of(lab.ip_of(i)) == i
+    assert lab.node_of("10.1.0.1") is None
+    assert lab.node_of("fe80::1") is None
+    assert lab.node_of(f"{lab.SUBNET}.0.0") is None
+
+
+def test_parse_table_reads_babel_host_routes():
+    text = json.dumps([
+        {"dst": lab.ip_of(3), "gateway": lab.ip_of(1), "dev": "wl0", "protocol": "babel", "flags": ["onlink"]},
+        {"dst": lab.ip_of(1), "gateway": lab.ip_of(1), "dev": "wl0", "protocol": "babel", "flags": ["onlink"]},
+        {"dst": "192.168.1.0/24", "gateway": lab.ip_of(1)},  # not a lab node: ignored
+    ])
+    assert dynroute.parse_table(text, lab.node_of) == {3: 1, 1: 1}
+    assert dynroute.parse_table("", lab.node_of) == {}
+    assert dynroute.parse_table("not json", lab.node_of) == {}
+
+
+def test_unrouted_follows_next_hops_and_stops_on_loops():
+    table = {0: {3: 1}, 1: {3: 3}, 2: {3: 0}, 3: {}}
+    assert dynroute.unrouted(table, [(0, 3), (1, 3)]) == []
+    assert dynroute.unrouted(table, [(2, 3)]) == []  # 2 -> 0 -> 1 -> 3
+    loop = {0: {3: 1}, 1: {3: 0}}
+    assert dynroute.unrouted(loop, [(0, 3)]) == [(0, 3)]
+    assert dynroute.unrouted({0: {}}, [(0, 3)]) == [(0, 3)]
+
+
+def test_changes_counts_moved_new_and_lost_entries():
+    old = {0: {3: 1, 2: 2}, 1: {3: 3}}
+    new = {0: {3: 2, 1: 1}, 1: {3: 3}}
+    assert dynroute.changes(old, new) == 3  # 3 moved, 2 lost, 1 new
+    assert dynroute.changes(new, new) == 0
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_wait_converged_needs_routes_that_stay_put():
+    clock = FakeClock()
+    tables = iter([{0: {}}, {0: {2: 1}, 1: {2: 2}}, {0: {2: 1}, 1: {2: 2}}] + [{0: {2: 1}, 1: {2: 2}}] * 20)
+    table, waited, missing = dynroute.wait_converged(lambda: next(tables), [(0, 2)], print, timeout=60,
+                                                     stable=4, poll=2, clock=clock, sleep=clock.sleep)
+    assert table == {0: {2: 1}, 1: {2: 2}} and missing == []
+    assert waited == 6.0  # first seen at 2 s, unchanged for 4 s
+
+
+def test_wait_converged_gives_up_after_the_timeout():
+    clock = FakeClock()
+    said = []
+    table, waited, missing = dynroute.wait_converged(lambda: {0: {}}, [(0, 2)], said.append, timeout=10,
+                                                     stable=4, poll=2, clock=clock, sleep=clock.sleep)
+    assert missing == [(0, 2)] and waited == 10.0
+    assert said and "without a route" in said[0]
+
+
+def test_spec_accepts_babel_and_names_the_choices():
+    base = {"name": "x", "topology": {"kind": "chain", "nodes": 3},
+            "flow": [{"driver": "udp", "src": 0, "dst": 2, "duration": 1}]}
+    assert spec.from_dict({**base, "routing": "babel"}).routing == "babel"
+    with pytest.raises(SpecError, match="babel"):
+        spec.from_dict({**base, "routing": "olsr"})
+
+
+def test_hopd_follows_the_kernel_under_dynamic_routing(tmp_path):
+    sp = spec.from_dict({"name": "x", "routing": "babel", "topology": {"kind": "chain", "nodes": 4},
+                         "flow": [{"driver": "hop", "src": 0, "dst": 3, "size": 1000}]})
+    fake = SimpleNamespace(spec=sp, dynamic=True, table={}, work=tmp_path, ip=lab.ip_of)
+    cfg = tomllib.loads(HopDriver().config(fake, 1, "hop", {}, "broadcast"))
+    assert cfg["kernel_routes"] is True
+    assert "routes" not in cfg
+    assert sorted(n["id"] for n in cfg["neighbours"]) == [1, 3]  # hop ids of nodes 0 and 2
+    assert [h["id"] for h in cfg["hosts"]] == [4]  # node 3, not in range of node 1
+    static = SimpleNamespace(spec=sp, dynamic=False, table={1: {3: 2, 0: 0, 2: 2}}, work=tmp_path, ip=lab.ip_of)
+    cfg = tomllib.loads(HopDriver().config(static, 1, "hop", {}))
+    assert "kernel_routes" not in cfg and {r["destination"]: r["next_hop"] for r in cfg["routes"]}[4] == 3
+
+
+def test_hop_59_runs_dynamic_routing_variants():
+    e = registry()["hop-5.9"]
+    names = [v.name for v in e.variants]
+    assert {"hop-babel", "tcp-babel", "tcp-babel-auto"} <= set(names)
+    assert e.spec(e.variant("tcp-babel"), 30, 0, False)["routing"] == "babel"
+    assert e.spec(e.variant("tcp"), 30, 0, False)["routing"] == "etx"
+    # same flows for static and dynamic routing (side by side)
+    assert e.spec(e.variant("hop-babel"), 30, 0, False)["flow"] == e.spec(e.variant("hop"), 30, 0, False)["flow"]
+
+
+@needs_root
+@pytest.mark.usefixtures("medium_server")
+def test_babel_reroutes_around_a_relay_that_goes_down(tmp_path):
+    # A diamond: 0-1-3 clean, 0-2-3 lossy, so Babel starts on relay 1. Relay 1 goes down while a
+    # Hop file is under way: it must finish over relay 2 once Babel moved the routes (hopd follows
+    # the kernel table). A TCP transfer started later must find the new routes too. (TCP is not
+    # started before the change: its retransmission backoff over the ~20 s Babel takes to
+    # reroute would make the test's length depend on luck.)
+    diamond = tmp_path / "diamond.json"
+    diamond.write_text(json.dumps({"nodes": 4, "links": [
+        {"a": 0, "b": 1, "loss": 0.0}, {"a": 1, "b": 3, "loss": 0.0},
+        {"a": 0, "b": 2, "loss": 0.25}, {"a": 2, "b": 3, "loss": 0.25}]}))
+    sp = spec.from_dict({
+        "name": "pytest-babel-diamond", "duration": 120, "routing": "babel",
+        "topology": {"kind": "file", "file": str(diamond)},
+        "medium": {"broadcast_rate_mbps": 11.0},
+        "flow": [{"driver": "hop", "src": 0, "dst": 3, "size": "3MB", "label": "hop",
+                  "options": {"link_mode": "broadcast"}},
+                 {"driver": "tcp", "src": 3, "dst": 0, "size": "1MB", "label": "tcp", "start": 50.0}],
+        "schedule": [{"at": 5.0, "action": "down", "node": 1}],
+    })
+    res = run_spec(sp, tmp_path / "out", progress=lambda *_: None)
+    dyn = res["routing_dynamics"]
+    assert dyn["protocol"] == "babel" and dyn["unrouted_at_start"] == []
+    fl = {f["label"]: f for f in res["flows"]}
+    assert fl["hop"]["hops"] == 2 and fl["tcp"]["hops"] == 2
+    # routes moved off relay 1 ...
+    assert dyn["next_hop_changes"] > 0
+    # ... and both transfers completed without relay 1
+    assert fl["hop"]["complete"], fl["hop"]
+    assert fl["tcp"]["complete"], fl["tcp"]
+    assert lab.lab_namespaces() == [] and lab.lab_links() == []
