@@ -39,6 +39,7 @@ from . import mediumserver
 from .errors import LabError, SpecError
 from .experiments import RUN_OVERHEAD_S, Experiment, Variant, registry
 from .results import percentile
+from .spec import DYNAMIC_ROUTING
 
 PAPER_TABLE = Path(__file__).parent / "experiments" / "paper.toml"
 BOOT_RESAMPLES = 2000
@@ -249,6 +250,10 @@ def unavailable(v: Variant) -> str | None:
     if v.unsupported:
         return v.unsupported
     try:
+        if v.spec.get("routing") in DYNAMIC_ROUTING:
+            from .dynroute import binary as routing_daemon
+
+            routing_daemon()
         if v.driver == "hop":
             from .drivers import HopDriver
 

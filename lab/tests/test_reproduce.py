@@ -253,10 +253,15 @@ def test_apply_variant_leaves_background_flows():
     assert out["medium"]["retry_limit"] == 18
 
 
-def test_unsupported_variant_is_reported():
-    reg = registry()
-    olsr = reg["hop-5.9"].variant("tcp-olsr")
-    assert "OLSR" in rp.unavailable(olsr)
+def test_unsupported_variant_is_reported(monkeypatch):
+    from hoplab import dynroute
+    from hoplab.experiments import Variant
+
+    v = Variant("x", "X", {"driver": "tcp"}, unsupported="the lab cannot host X")
+    assert rp.unavailable(v) == "the lab cannot host X"
+    dyn = registry()["hop-5.9"].variant("tcp-babel")
+    monkeypatch.setattr(dynroute.shutil, "which", lambda name: None)
+    assert "babeld not found" in rp.unavailable(dyn)
 
 
 def test_report_markdown_counts_and_not_run(tmp_path):
