@@ -456,8 +456,10 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
     for r in previous or []:
         done.setdefault(_run_id(r), []).append(r)
     todo = plan(exps, quick, reps, points)
+    later = {(e.id, v.name, _key(p), rep) for e, p, rep, v in todo}  # plan items not reached yet
     t_start = time.time()
     for i, (e, p, rep, v) in enumerate(todo):
+        later.discard((e.id, v.name, _key(p), rep))
         why = reasons.setdefault((e.id, v.name), unavailable(v))
         if why:
             records.append({"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": 0,
@@ -473,7 +475,10 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
                      + (f" (repeat {attempt}: the previous attempt was invalid)" if attempt else ""))
             rec = run_one(e, v, p, rep, attempt, quick, out, progress)
             records.append(rec)
-            (out / "runs.json").write_text(json.dumps(records, indent=1, default=str))
+            # With the kept records of the items not reached yet, so that interrupting a
+            # resumed reproduction loses none of them.
+            kept = [r for k in later for r in done.get(k, [])]
+            (out / "runs.json").write_text(json.dumps(records + kept, indent=1, default=str))
             if rec["status"] != "invalid":
                 break
     return records

@@ -3,6 +3,7 @@ and the accounting of invalid runs, on synthetic run records (no emulation)."""
 
 from __future__ import annotations
 
+import json as _json
 import random
 import tempfile
 from pathlib import Path
@@ -370,6 +371,32 @@ def test_run_all_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path, monkey
     a = [(r["rep"], r["attempt"], r["status"]) for r in recs if r["variant"] == "a"]
     assert a == [(0, 0, "valid"), (1, 0, "invalid"), (1, 1, "valid"), (2, 0, "invalid"), (2, 1, "invalid"),
                  (3, 0, "valid")]
+
+
+def test_interrupted_resume_keeps_the_records_it_had_not_reached(tmp_path, monkeypatch):
+    e = dummy_experiment()
+    e.full = Scale(reps=4, points=[None])
+
+    def prev(rep, status):
+        return {"experiment": e.id, "variant": "a", "point": None, "rep": rep, "attempt": 0,
+                "status": status, "flows": []}
+
+    def interrupted(e_, v, p, rep, attempt, quick, out, progress):
+        if rep == 1 and attempt == 0:
+            return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": 0,
+                    "status": "error", "flows": []}
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rp, "run_one", interrupted)
+    monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
+    # rep 1 failed before and is run again; rep 3 never ran: the interruption comes there
+    previous = [prev(0, "valid"), prev(1, "error"), prev(2, "valid")]
+    with pytest.raises(KeyboardInterrupt):
+        rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=0, previous=previous)
+    written = _json.loads((tmp_path / "runs.json").read_text())
+    # rep 2's valid record, not reached when the run stopped, is still there
+    assert sorted((r["rep"], r["status"]) for r in written if r["variant"] == "a") == [
+        (0, "valid"), (1, "error"), (2, "valid")]
 
 
 def test_single_repetition_interval_is_over_flows_paired_for_ratios():
