@@ -457,6 +457,8 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
         done.setdefault(_run_id(r), []).append(r)
     todo = plan(exps, quick, reps, points)
     later = {(e.id, v.name, _key(p), rep) for e, p, rep, v in todo}  # plan items not reached yet
+    # Records of runs outside this plan (e.g. other experiments than --only's) stay in runs.json.
+    outside = [r for r in previous or [] if _run_id(r) not in later]
     t_start = time.time()
     for i, (e, p, rep, v) in enumerate(todo):
         later.discard((e.id, v.name, _key(p), rep))
@@ -475,10 +477,10 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
                      + (f" (repeat {attempt}: the previous attempt was invalid)" if attempt else ""))
             rec = run_one(e, v, p, rep, attempt, quick, out, progress)
             records.append(rec)
-            # With the kept records of the items not reached yet, so that interrupting a
-            # resumed reproduction loses none of them.
+            # With the kept records of the items not reached yet and of runs outside the plan,
+            # so that interrupting a resumed reproduction, or resuming part of one, loses none.
             kept = [r for k in later for r in done.get(k, [])]
-            (out / "runs.json").write_text(json.dumps(records + kept, indent=1, default=str))
+            (out / "runs.json").write_text(json.dumps(records + kept + outside, indent=1, default=str))
             if rec["status"] != "invalid":
                 break
     return records

@@ -390,13 +390,16 @@ def test_interrupted_resume_keeps_the_records_it_had_not_reached(tmp_path, monke
     monkeypatch.setattr(rp, "run_one", interrupted)
     monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
     # rep 1 failed before and is run again; rep 3 never ran: the interruption comes there
-    previous = [prev(0, "valid"), prev(1, "error"), prev(2, "valid")]
+    other = {"experiment": "other", "variant": "a", "point": None, "rep": 0, "attempt": 0, "status": "valid",
+             "flows": []}  # another experiment of the same directory (--only resumes a part)
+    previous = [prev(0, "valid"), prev(1, "error"), prev(2, "valid"), other]
     with pytest.raises(KeyboardInterrupt):
         rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=0, previous=previous)
     written = _json.loads((tmp_path / "runs.json").read_text())
     # rep 2's valid record, not reached when the run stopped, is still there
-    assert sorted((r["rep"], r["status"]) for r in written if r["variant"] == "a") == [
+    assert sorted((r["rep"], r["status"]) for r in written if r["experiment"] == e.id and r["variant"] == "a") == [
         (0, "valid"), (1, "error"), (2, "valid")]
+    assert other in written
 
 
 def test_single_repetition_interval_is_over_flows_paired_for_ratios():
