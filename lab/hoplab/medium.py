@@ -128,6 +128,8 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
         "sim_seconds": sim_s,
         "wall_seconds": wall,
         "lag_ms": list(hl.LagSamples()),
+        "probe_real_s": list(hl.ProbeRealSeconds()),
+        "probe_cpu_s": list(hl.ProbeCpuSeconds()),
         "control_log": [str(s) for s in hl.ControlLog()],
         "counters": [
             dict(zip(COUNTER_NAMES, [int(x) for x in hl.CountersOf(i)])) for i in range(n)

@@ -2,6 +2,7 @@
 // Everything that runs per frame or per timer lives here so the Python
 // interpreter is never entered from the simulator's event loop.
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -231,9 +232,23 @@ SetTxop(Ptr<WifiNetDevice> dev, uint8_t ac, double us)
 }
 
 // ---- lag probe -------------------------------------------------------------
+// Every probe records how far simulated time is behind real time, and the real time
+// and the CPU time of this thread (the event loop's) at that moment: whether a loop
+// that fell behind was busy (it needed more than a core) or waited for the CPU.
 static std::vector<double> g_lag_ms;
+static std::vector<double> g_real_s;
+static std::vector<double> g_cpu_s;
 static bool g_lag_on{false};
 static Time g_probe_period = MilliSeconds(5);
+
+static double
+ThreadCpuSeconds()
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return -1.0;
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
 
 static void
 Probe()
@@ -244,7 +259,10 @@ Probe()
             DynamicCast<RealtimeSimulatorImpl>(Simulator::GetImplementation());
         if (rt)
         {
-            g_lag_ms.push_back((rt->RealtimeNow() - Simulator::Now()).GetSeconds() * 1e3);
+            Time real = rt->RealtimeNow();
+            g_lag_ms.push_back((real - Simulator::Now()).GetSeconds() * 1e3);
+            g_real_s.push_back(real.GetSeconds());
+            g_cpu_s.push_back(ThreadCpuSeconds());
         }
     }
     Simulator::Schedule(g_probe_period, &Probe);
@@ -254,6 +272,18 @@ std::vector<double>
 LagSamples()
 {
     return g_lag_ms;
+}
+
+std::vector<double>
+ProbeRealSeconds()
+{
+    return g_real_s;
+}
+
+std::vector<double>
+ProbeCpuSeconds()
+{
+    return g_cpu_s;
 }
 
 // ---- control channel: line commands on a file descriptor --------------------
@@ -280,6 +310,8 @@ Exec(const std::string& line)
     else if (cmd == "mark")
     {
         g_lag_ms.clear();
+        g_real_s.clear();
+        g_cpu_s.clear();
         g_lag_on = true;
     }
     else if (cmd == "down" || cmd == "up")

@@ -19,11 +19,49 @@ def percentile(xs: list[float], p: float) -> float | None:
     return s[k]
 
 
-def lag_stats(samples: list[float], bound_ms: float) -> dict:
+# A real-time event loop that is behind never sleeps. If its thread was on the CPU nearly
+# all the time it was behind, the medium needed more than the one core it can use; if not,
+# it was runnable but waiting for the CPU (other processes, the hypervisor's steal).
+SATURATED_BUSY = 0.9
+
+
+def loop_busy(lag_ms: list[float], real_s: list[float], cpu_s: list[float], bound_ms: float) -> dict | None:
+    """CPU share of the medium's event loop (thread CPU time over real time) for the whole
+    measured window and for the probe intervals that ended more than half the bound behind."""
+    n = min(len(lag_ms), len(real_s), len(cpu_s))
+    if n < 2 or any(c < 0 for c in cpu_s[:n]):
+        return None
+    whole_real = real_s[n - 1] - real_s[0]
+    behind_real = behind_cpu = 0.0
+    for i in range(1, n):
+        if lag_ms[i] > bound_ms / 2:
+            behind_real += real_s[i] - real_s[i - 1]
+            behind_cpu += cpu_s[i] - cpu_s[i - 1]
+    return {
+        "busy": (cpu_s[n - 1] - cpu_s[0]) / whole_real if whole_real > 0 else None,
+        "behind_s": behind_real,
+        "busy_while_behind": behind_cpu / behind_real if behind_real > 0 else None,
+    }
+
+
+def lag_stats(samples: list[float], bound_ms: float, real_s: list[float] | None = None,
+              cpu_s: list[float] | None = None) -> dict:
+    """Lag percentiles and validity; with the probes' real and CPU times, also how busy the
+    event loop was and, for an invalid run, whether it was short of CPU (`saturated`) or
+    waited for it (`starved`)."""
     if not samples:
         return {"samples": 0, "max_ms": None, "valid": False, "bound_ms": bound_ms,
                 "reason": "no lag samples (medium did not report)"}
     mx = max(samples)
+    busy = loop_busy(samples, real_s or [], cpu_s or [], bound_ms)
+    reason = cause = None
+    if mx > bound_ms:
+        reason = f"max lag {mx:.1f} ms exceeds bound {bound_ms:g} ms"
+        share = busy and busy["busy_while_behind"]
+        if share is not None:
+            cause = "saturated" if share >= SATURATED_BUSY else "starved"
+            reason += (f"; the medium's event loop had the CPU {100 * share:.0f} % of the "
+                       f"{busy['behind_s']:.1f} s it was behind ({cause})")
     return {
         "samples": len(samples),
         "max_ms": mx,
@@ -34,7 +72,9 @@ def lag_stats(samples: list[float], bound_ms: float) -> dict:
         "mean_ms": sum(samples) / len(samples),
         "bound_ms": bound_ms,
         "valid": mx <= bound_ms,
-        "reason": None if mx <= bound_ms else f"max lag {mx:.1f} ms exceeds bound {bound_ms:g} ms",
+        "reason": reason,
+        "loop": busy,
+        "cause": cause,
     }
 
 
@@ -44,7 +84,7 @@ def medium_totals(counters: list[dict]) -> dict:
 
 def assemble(spec, run: dict) -> dict:
     med = run.get("medium", {})
-    lag = lag_stats(med.get("lag_ms", []), spec.lag_bound_ms)
+    lag = lag_stats(med.get("lag_ms", []), spec.lag_bound_ms, med.get("probe_real_s"), med.get("probe_cpu_s"))
     counters = med.get("counters", [])
     return {
         "name": spec.name,
@@ -164,6 +204,12 @@ def markdown(res: dict) -> str:
                      f"(p99 {_fmt(lag.get('p99_ms'), 1)} ms, bound {lag['bound_ms']:g} ms).")
     else:
         lines.append(f"**INVALID RUN**: {res['invalid_reason']}. Numbers below are not trustworthy.")
+    loop = lag.get("loop") or {}
+    if loop.get("busy") is not None:
+        lines.append(f"The medium's event loop had the CPU {100 * loop['busy']:.0f} % of the measured time"
+                     + (f", {100 * loop['busy_while_behind']:.0f} % of the {loop['behind_s']:.1f} s it was "
+                        f"more than {lag['bound_ms'] / 2:g} ms behind" if loop.get("busy_while_behind") is not None
+                        else "") + ".")
     if res.get("host_steal_seconds") is not None:
         lines.append(f"CPU time taken by the hypervisor during the run (steal): "
                      f"{res['host_steal_seconds']:.2f} s.")

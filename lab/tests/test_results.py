@@ -16,6 +16,26 @@ def test_percentile_and_lag_validity():
     assert not results.lag_stats([], 50.0)["valid"]
 
 
+def test_lag_cause_tells_a_busy_loop_from_a_waiting_one():
+    # Probes every 5 ms of real time; the loop falls behind from the 3rd probe on.
+    real = [0.005 * i for i in range(10)]
+    lag = [1.0, 2.0, 40.0, 60.0, 80.0, 100.0, 120.0, 140.0, 160.0, 180.0]
+    busy_cpu = [0.005 * i for i in range(10)]  # on the CPU the whole time
+    waiting_cpu = [0.0] + [0.005 + 0.001 * (i - 1) for i in range(1, 10)]  # 20 % once behind
+    sat = results.lag_stats(lag, 50.0, real, busy_cpu)
+    assert not sat["valid"] and sat["cause"] == "saturated"
+    assert sat["loop"]["busy_while_behind"] == 1.0 and abs(sat["loop"]["behind_s"] - 0.040) < 1e-9
+    assert "(saturated)" in sat["reason"] and "exceeds bound" in sat["reason"]
+    starved = results.lag_stats(lag, 50.0, real, waiting_cpu)
+    assert starved["cause"] == "starved" and abs(starved["loop"]["busy_while_behind"] - 0.2) < 1e-9
+    # A valid run has no cause; without CPU samples (an older medium) there is none either.
+    assert results.lag_stats([1.0, 2.0], 50.0, real[:2], busy_cpu[:2])["cause"] is None
+    old = results.lag_stats(lag, 50.0)
+    assert old["cause"] is None and old["loop"] is None and old["reason"].endswith("bound 50 ms")
+    # A clock that could not be read (-1) gives no verdict.
+    assert results.lag_stats(lag, 50.0, real, [-1.0] * 10)["loop"] is None
+
+
 def test_goodput_is_unique_bytes_over_time_to_last_byte():
     f = spec.Flow(driver="tcp", src=0, dst=1, size=1_000_000)
     s = flow_summary(f, {"bytes": 1_000_000, "start": 100.0, "last": 104.0, "complete": True}, 1, 0)
