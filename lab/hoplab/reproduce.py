@@ -502,7 +502,8 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
         rec.update(status="valid" if res["valid"] else "invalid", reason=res.get("invalid_reason"),
                    flows=cut_off_goodput(res["flows"], res.get("wall_seconds"), bool(res.get("timed_out"))),
                    totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
-                   duration=sp.duration, steal_s=res.get("host_steal_seconds"))
+                   duration=sp.duration, steal_s=res.get("host_steal_seconds"),
+                   lag_cause=res["lag"].get("cause"))
     except (LabError, SpecError, ValueError) as ex:
         rec.update(status="error", reason=str(ex))
         progress(f"  error: {ex}")
@@ -639,7 +640,8 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
               "variants": {v.name: v.title for v in e.variants},
               "runs": run_accounting(runs),
               "invalid": [{"variant": r["variant"], "point": r["point"], "rep": r["rep"],
-                           "attempt": r.get("attempt", 0), "status": r["status"], "reason": r.get("reason")}
+                           "attempt": r.get("attempt", 0), "status": r["status"], "reason": r.get("reason"),
+                           "cause": r.get("lag_cause")}
                           for r in runs if r["status"] in ("invalid", "error")],
               "counters": counters_table(runs),
               "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
@@ -669,7 +671,16 @@ def markdown(rep: dict) -> str:
         for a in e["runs"].values():
             for k in tot:
                 tot[k] += a.get(k, 0)
-    lines += [f"Runs: {tot['valid']} valid, {tot['invalid']} invalid (excluded), {tot['error']} failed "
+    causes = {"saturated": 0, "starved": 0}
+    for e in rep["experiments"]:
+        for inv in e["invalid"]:
+            if inv.get("cause") in causes:
+                causes[inv["cause"]] += 1
+    why = ""
+    if any(causes.values()):
+        why = (f" (of them, {causes['saturated']} with the medium's event loop on the CPU at least 90 % of "
+               f"the time it was behind, {causes['starved']} with the loop waiting for the CPU)")
+    lines += [f"Runs: {tot['valid']} valid, {tot['invalid']} invalid{why} (excluded), {tot['error']} failed "
               f"(excluded), {tot['not run']} not run.", ""]
     for e in rep["experiments"]:
         lines += [f"## {e['id']}: {e['title']}", "", f"Paper: {e['ref']}. Protocols: "

@@ -279,6 +279,14 @@ def test_report_markdown_counts_and_not_run(tmp_path):
     assert "excluded: a point None rep 1 attempt 0: invalid" in md
     assert rep["experiments"][0]["rows"][0]["ours"] == 2.0
     assert (tmp_path / "report.json").exists()
+    # invalid runs that know why they lagged are counted by cause
+    runs[1]["lag_cause"] = "saturated"
+    runs.append(dict(rec("a", 2, [flow("m", 4.0)], status="invalid"), lag_cause="starved"))
+    rep = rp.aggregate(runs, [e], rows, tmp_path, meta, plots=False)
+    md = (tmp_path / "report.md").read_text()
+    assert "2 invalid (of them, 1 with the medium's event loop on the CPU" in md
+    assert "1 with the loop waiting for the CPU) (excluded)" in md
+    assert [i["cause"] for i in rep["experiments"][0]["invalid"]] == ["saturated", "starved"]
 
 
 def test_cut_off_goodput_uses_the_time_the_flow_had():
