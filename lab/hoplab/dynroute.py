@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import time
 
 from .errors import LabError
@@ -114,12 +115,15 @@ def changes(old: dict[int, dict[int, int]], new: dict[int, dict[int, int]]) -> i
 
 
 def wait_converged(read, pairs, progress, timeout: float = CONVERGE_TIMEOUT_S,
-                   stable: float = STABLE_S, poll: float = 2.0, clock=time.monotonic, sleep=time.sleep):
+                   stable: float = STABLE_S, poll: float = 2.0, clock=time.monotonic, sleep=time.sleep,
+                   check=lambda: None):
     """Poll `read()` until every pair has been routed for `stable` seconds (next hops may
-    change meanwhile), or `timeout` passes. Returns (table, seconds waited, unrouted pairs)."""
+    change meanwhile), or `timeout` passes. Returns (table, seconds waited, unrouted pairs).
+    `check()` runs before every poll and may raise to end the wait (a medium that died)."""
     t0 = clock()
     since = None  # since when every pair is routed
     while True:
+        check()
         table = read()
         now = clock()
         missing = unrouted(table, pairs)
@@ -134,3 +138,36 @@ def wait_converged(read, pairs, progress, timeout: float = CONVERGE_TIMEOUT_S,
                      f"{timeout:.0f} s; starting anyway")
             return table, now - t0, missing
         sleep(poll)
+
+
+class Poller:
+    """Reads the routing tables every `interval` seconds in a thread of its own, so that the
+    lab's run loop (flow starts, scheduled events, progress samples) never waits for `ip`.
+    `polls` holds [seconds since `t0`, next-hop changes since the previous poll, routes]."""
+
+    def __init__(self, read, table: dict[int, dict[int, int]], t0: float,
+                 interval: float = ROUTE_POLL_S, clock=time.time):
+        self.read, self.table, self.t0, self.interval, self.clock = read, table, t0, interval, clock
+        self.polls: list[list] = []
+        self.next_hop_changes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="route-poller", daemon=True)
+
+    def start(self) -> "Poller":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            new = self.read()
+            if self._stop.is_set():  # the run ended while reading: namespaces may be going
+                return
+            k = changes(self.table, new)
+            self.table = new
+            self.polls.append([round(self.clock() - self.t0, 1), k, sum(len(r) for r in new.values())])
+            self.next_hop_changes += k
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)

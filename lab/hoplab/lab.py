@@ -166,6 +166,7 @@ class Lab:
         self.dynamic = spec.routing in DYNAMIC_ROUTING
         self.table = {} if self.dynamic else routes.next_hops(spec.topology, spec.routing)
         self.routing_log: dict = {}
+        self.poller: dynroute.Poller | None = None
         self.t0: float | None = None
         self.events_log: list[dict] = []
 
@@ -232,6 +233,8 @@ class Lab:
         return False
 
     def teardown(self) -> None:
+        if self.poller is not None:
+            self.poller.stop()
         for p in self.procs:
             if p.poll() is None:
                 try:
@@ -257,6 +260,13 @@ class Lab:
                 self.medium.wait()
         MEDIUM_PID.unlink(missing_ok=True)
         clean(verbose=False)
+
+    def check_medium(self) -> None:
+        """Raise if the medium has ended: it ends only when told to, so the run cannot go on."""
+        if self.medium is not None and self.medium.poll() is not None:
+            log = self.work / "medium.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise LabError(f"the medium exited during the run: see {log}" + (f":\n{tail}" if tail else ""))
 
     def medium_cmd(self, line: str) -> None:
         if self.medium is None or self.medium.stdin is None or self.medium.poll() is not None:
@@ -361,21 +371,14 @@ class Lab:
             self.spawn_cmd(i, dynroute.babeld_argv(i, IFACE, self.work), f"babeld-{i}")
         pairs = sorted({(f.src, f.dst) for f in self.spec.flows})
         self.progress(f"routing: babeld in {n} nodes, waiting for the routes of {len(pairs)} flows")
-        table, waited, missing = dynroute.wait_converged(self.read_routes, pairs, self.progress)
+        table, waited, missing = dynroute.wait_converged(self.read_routes, pairs, self.progress,
+                                                         check=self.check_medium)
         self.table = table
         self.routing_log = {"protocol": dynroute.PROTO, "converged_s": round(waited, 1),
                             "unrouted_at_start": [list(p) for p in missing],
                             "routes_at_start": sum(len(r) for r in table.values()),
                             "poll_interval_s": dynroute.ROUTE_POLL_S, "polls": [], "next_hop_changes": 0}
         self.progress(f"routing: {self.routing_log['routes_at_start']} routes after {waited:.0f} s")
-
-    def poll_routes(self, rel: float) -> None:
-        """Count next-hop changes since the last poll (dynamic routing only)."""
-        new = self.read_routes()
-        k = dynroute.changes(self.table, new)
-        self.table = new
-        self.routing_log["polls"].append([round(rel, 1), k, sum(len(r) for r in new.values())])
-        self.routing_log["next_hop_changes"] += k
 
     def run(self) -> dict:
         spec = self.spec
@@ -411,9 +414,11 @@ class Lab:
         # moment of the run (e.g. a long run's snapshot at the time a shorter one stops)
         series: list[list[float]] = []
         timed_out = False
-        last_routes = 0.0
         routes_at_start = self.table
+        if self.dynamic:
+            self.poller = dynroute.Poller(self.read_routes, self.table, self.t0).start()
         while True:
+            self.check_medium()
             now = time.time()
             rel = now - self.t0
             while pending and pending[0][0] <= rel:
@@ -441,9 +446,6 @@ class Lab:
             if now >= end_at:
                 timed_out = True
                 break
-            if self.dynamic and rel - last_routes >= dynroute.ROUTE_POLL_S:
-                last_routes = rel
-                self.poll_routes(rel)
             if now - last_report >= PROGRESS_INTERVAL_S:
                 last_report = now
                 per_flow = [d.progress(self, f, i) for i, (f, d) in enumerate(zip(flows, drivers))]
@@ -453,6 +455,9 @@ class Lab:
                               f"received {got / 1e6:7.2f} MB")
             time.sleep(0.05)
         wall = time.time() - self.t0
+        if self.poller is not None:
+            self.poller.stop()
+            self.routing_log.update(polls=self.poller.polls, next_hop_changes=self.poller.next_hop_changes)
         steal1 = host_steal_seconds()
         steal = (steal1 - steal0) if steal0 is not None and steal1 is not None else None
         # stop senders first, then give receivers a moment to record the last bytes

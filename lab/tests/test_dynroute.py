@@ -4,6 +4,7 @@ runs as root and installs babeld through scripts/setup-lab.sh)."""
 
 import json
 import os
+import time
 import tomllib
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ import pytest
 from hoplab import dynroute, lab, spec
 from hoplab.cli import run_spec
 from hoplab.drivers import HopDriver
-from hoplab.errors import SpecError
+from hoplab.errors import LabError, SpecError
 from hoplab.experiments import registry
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
@@ -151,3 +152,35 @@ def test_babel_reroutes_around_a_relay_that_goes_down(tmp_path):
     assert fl["hop"]["complete"], fl["hop"]
     assert fl["tcp"]["complete"], fl["tcp"]
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
+
+
+def test_wait_converged_ends_when_the_check_raises():
+    def dead():
+        raise LabError("the medium exited during the run")
+
+    with pytest.raises(LabError, match="medium exited"):
+        dynroute.wait_converged(lambda: {0: {}}, [(0, 2)], print, timeout=60, check=dead,
+                                sleep=lambda _s: None)
+
+
+def test_poller_counts_changes_in_its_own_thread():
+    tables = [{0: {2: 1}, 1: {2: 2}}, {0: {2: 3}, 3: {2: 2}, 1: {2: 2}}]
+    reads = []
+
+    def read():
+        reads.append(1)
+        return tables[min(len(reads), len(tables)) - 1]
+
+    now = [100.0]
+    p = dynroute.Poller(read, {0: {2: 1}, 1: {2: 2}}, t0=100.0, interval=0.01, clock=lambda: now[0]).start()
+    deadline = time.time() + 10
+    while len(p.polls) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    p.stop()
+    assert len(p.polls) >= 3
+    # first poll: no change; second: 0's next hop moved (1 -> 3) and node 3 got a route; then steady
+    assert [x[1] for x in p.polls[:3]] == [0, 2, 0] and p.polls[1][2] == 3
+    assert p.next_hop_changes == 2
+    n = len(p.polls)
+    time.sleep(0.05)
+    assert len(p.polls) == n  # stopped

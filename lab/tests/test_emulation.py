@@ -1,11 +1,15 @@
 """A short real emulation (needs root: namespaces and taps). CI runs as root."""
 
 import os
+import signal
+import threading
+import time
 
 import pytest
 
 from hoplab import lab, mediumserver, spec
 from hoplab.cli import run_spec
+from hoplab.errors import LabError
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
                                 reason="needs root (CI runs as root)")
@@ -51,4 +55,34 @@ def test_two_hop_udp_and_node_down(tmp_path, medium, request, monkeypatch):
     assert res["medium"]["totals"]["phy_tx"] > 0
     assert res["medium_forked"] == (medium == "forked")
     # nothing left behind
+    assert lab.lab_namespaces() == [] and lab.lab_links() == []
+
+
+@needs_root
+def test_a_medium_that_dies_mid_run_ends_the_run_with_an_error(tmp_path, monkeypatch):
+    monkeypatch.delenv(mediumserver.ENV, raising=False)
+    sp = spec.from_dict({
+        "name": "pytest-medium-dies", "duration": 120,
+        "topology": {"kind": "chain", "nodes": 2},
+        "flow": [{"driver": "udp", "src": 0, "dst": 1, "duration": 100, "rate": "1Mbit", "label": "u"}],
+    })
+    killed = []
+
+    def kill_medium_once_flows_run():
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            log = tmp_path / "out" / "raw" / "f0-send.log"
+            if log.exists() and lab.MEDIUM_PID.exists():
+                time.sleep(3)
+                os.kill(int(lab.MEDIUM_PID.read_text()), signal.SIGKILL)
+                killed.append(time.time())
+                return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=kill_medium_once_flows_run, daemon=True)
+    t.start()
+    with pytest.raises(LabError, match="medium exited during the run"):
+        run_spec(sp, tmp_path / "out", progress=lambda *_: None)
+    t.join(timeout=5)
+    assert killed and time.time() - killed[0] < 30  # not the 120 s of the spec
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
