@@ -82,7 +82,7 @@ def cmd_demo(a) -> int:
         else:
             comp = f"{f['completion_s']:.1f}" if f["completion_s"] else "incomplete"
         print(f"| {f['label']} | {f['bytes']} | {f['goodput_mbps']:.2f} | {comp} |")
-    print(f"\nlag: max {res['lag']['max_ms']} ms ({'valid' if res['valid'] else 'INVALID'}); "
+    print(f"\nlag: max {res['lag']['max_ms']} ms ({'valid' if res['valid'] else 'INVALID: ' + res['invalid_reason']}); "
           f"plots: goodput_cdf.png, goodput_box.png in the results directory")
     return 0 if res["valid"] else 3
 
