@@ -339,7 +339,9 @@ def counters_table(runs: list[dict]) -> dict[str, dict]:
                "mac_tx": [r["totals"]["mac_tx"] for r in rs],
                "phy_rx_collision": [r["totals"]["phy_rx_collision"] for r in rs],
                "final_failures": [r["totals"]["final_failures"] for r in rs],
-               "lag_max_ms": [r.get("lag_max_ms") or 0.0 for r in rs]}
+               "lag_max_ms": [r.get("lag_max_ms") or 0.0 for r in rs],
+               # how close to real time's limit the valid runs came (recorded since 2026-11-25)
+               "loop_busy": [r["loop_busy"] for r in rs if r.get("loop_busy") is not None]}
         out[v] = {k: percentile(x, 50) for k, x in per.items()}
     return out
 
@@ -503,7 +505,7 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
                    flows=cut_off_goodput(res["flows"], res.get("wall_seconds"), bool(res.get("timed_out"))),
                    totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
                    duration=sp.duration, steal_s=res.get("host_steal_seconds"),
-                   lag_cause=res["lag"].get("cause"))
+                   lag_cause=res["lag"].get("cause"), loop_busy=(res["lag"].get("loop") or {}).get("busy"))
     except (LabError, SpecError, ValueError) as ex:
         rec.update(status="error", reason=str(ex))
         progress(f"  error: {ex}")
@@ -720,10 +722,12 @@ def markdown(rep: dict) -> str:
         if e["counters"]:
             lines += ["", "Medium counters, medians over valid runs (evidence for the figures):", "",
                       "| protocol | MAC frames | failed attempts / frame | PHY drops while receiving | "
-                      "frames lost after last retry | max lag (ms) |", "|---|---|---|---|---|---|"]
+                      "frames lost after last retry | max lag (ms) | medium's event loop on the CPU |",
+                      "|---|---|---|---|---|---|---|"]
             for v, c in e["counters"].items():
+                busy = "—" if c.get("loop_busy") is None else f"{100 * c['loop_busy']:.0f} %"
                 lines.append(f"| {v} | {c['mac_tx']:.0f} | {c['failed_per_frame']:.3f} | {c['phy_rx_collision']:.0f} "
-                             f"| {c['final_failures']:.0f} | {c['lag_max_ms']:.1f} |")
+                             f"| {c['final_failures']:.0f} | {c['lag_max_ms']:.1f} | {busy} |")
         for n in e["notes"]:
             lines.append(f"\n- {n}")
         if e.get("plot"):

@@ -267,7 +267,7 @@ def test_unsupported_variant_is_reported(monkeypatch):
 
 def test_report_markdown_counts_and_not_run(tmp_path):
     e = dummy_experiment()
-    runs = [rec("a", 0, [flow("m", 2.0)]), rec("a", 1, [flow("m", 4.0)], status="invalid"),
+    runs = [dict(rec("a", 0, [flow("m", 2.0)]), loop_busy=0.42), rec("a", 1, [flow("m", 4.0)], status="invalid"),
             {"experiment": "x", "variant": "b", "point": None, "rep": 0, "status": "not run",
              "reason": "dtnd not found"}]
     rows = [rp.Row("x", "median a", "median", "a", "r", value=1.0), rp.Row("x", "a/b", "median", "a", "r", versus="b")]
@@ -277,6 +277,8 @@ def test_report_markdown_counts_and_not_run(tmp_path):
     assert "1 valid, 1 invalid (excluded)" in md
     assert "not run: dtnd not found" in md
     assert "excluded: a point None rep 1 attempt 0: invalid" in md
+    # the valid runs' event-loop CPU share, in the counters table
+    assert "| a | 100 | 0.100 | 3 | 1 | 0.0 | 42 % |" in md
     assert rep["experiments"][0]["rows"][0]["ours"] == 2.0
     assert (tmp_path / "report.json").exists()
     # invalid runs that know why they lagged are counted by cause
