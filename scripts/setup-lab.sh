@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up the emulation lab (lab/, package hoplab): Debian packages, the venv at
-# $REPO/.venv with exactly pinned Python dependencies, and the ns-3 tap-creator
-# wrapper. Idempotent: safe to run again on a machine that already has it.
+# $REPO/.venv with exactly pinned Python dependencies. Idempotent: safe to run again
+# on a machine that already has it.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,9 +48,4 @@ fi
 "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REPO/lab/requirements.txt"
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$REPO/lab"
 
-# ns-3 tap-creator: the wheel's TapBridge looks for it at a build-tree path; install a
-# wrapper there that runs the wheel's own binary with the wheel's libraries.
-if [ "$(id -u)" = 0 ]; then
-    "$VENV/bin/hoplab" setup
-fi
 echo "setup-lab: ready ($VENV/bin/hoplab)"

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import lab, results, spec as specmod, tapcreator
+from . import lab, results, spec as specmod
 from .errors import LabError
 
 
@@ -92,11 +92,6 @@ def cmd_clean(_a) -> int:
     return 0
 
 
-def cmd_setup(_a) -> int:
-    print(f"tap-creator wrapper: {tapcreator.ensure()}")
-    return 0
-
-
 def cmd_selftest(a) -> int:
     from .selftest import selftest
 
@@ -174,8 +169,6 @@ def main(argv=None) -> int:
     rp.add_argument("--report-only", action="store_true",
                     help="rebuild report.md/report.json from the runs already in --out")
     rp.set_defaults(fn=cmd_reproduce)
-    u = sub.add_parser("setup", help="install the ns-3 tap-creator wrapper (idempotent)")
-    u.set_defaults(fn=cmd_setup)
     a = p.parse_args(argv)
     try:
         return a.fn(a)

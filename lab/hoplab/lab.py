@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import dynroute, mediumserver, routes, tapcreator
+from . import dynroute, mediumserver, routes
 from .drivers import DRIVERS
 from .errors import LabError
 from .spec import DYNAMIC_ROUTING, Spec
@@ -280,7 +280,6 @@ class Lab:
             self.events_log.append({"t": round(time.time() - self.t0, 3), "cmd": line})
 
     def start_medium(self) -> None:
-        tapcreator.ensure()
         spec, t = self.spec, self.spec.topology
         data, control, bcast = spec.medium.modes()
         links = [[a, b, IN_RANGE_DB, loss] for (a, b), loss in sorted(t.links.items())]
@@ -363,8 +362,8 @@ class Lab:
     def start_routing(self) -> None:
         """babeld in every node; wait until every flow has a route (or the timeout)."""
         n = self.spec.topology.n
-        # IPv6 (Babel's transport) only now that every tap is up: the medium aborts when it
-        # delivers a frame (an MLD report) to a tap that is still down.
+        # IPv6 (Babel's transport) only now that every tap is up: a frame (an MLD report)
+        # the medium delivers to a tap that is still down is lost (`medium.taps.write_errors`).
         for i in range(n):
             sh("ip", "netns", "exec", ns_name(i), "sysctl", "-qw", *dynroute.ipv6_sysctls(IFACE))
         for i in range(n):

@@ -9,7 +9,10 @@ writes counters and lag samples as JSON to the configured output file.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import struct
 import sys
 import time
 from pathlib import Path
@@ -28,6 +31,26 @@ COUNTER_NAMES = [
     "final_failures",
     "rts_failed",
 ] + [f"tid{i}" for i in range(8)]
+# Frames between the taps and the devices (medium_cpp.h, TapCountersAll).
+TAP_COUNTER_NAMES = ["from_tap", "to_tap", "other_host", "bad_frames", "write_errors", "queue_drops"]
+
+# <linux/if_tun.h>
+TUNSETIFF = 0x400454CA
+IFF_TAP = 0x0002
+IFF_NO_PI = 0x1000
+
+
+def open_tap(name: str) -> int:
+    """Create tap `name` (raw Ethernet frames, no packet-info header) and return its
+    non-blocking descriptor. The tap lives as long as the descriptor; the orchestrator
+    moves it into its node's namespace, which keeps it joined to this descriptor."""
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", name.encode(), IFF_TAP | IFF_NO_PI))
+    except OSError as e:
+        os.close(fd)
+        raise OSError(f"medium: cannot create tap {name}: {e.strerror}") from e
+    return fd
 
 
 def load():
@@ -110,19 +133,25 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
     for a in cfg.get("down", []):
         hl.SetNodeDown(int(a), True)
 
-    tap = ns.TapBridgeHelper()
-    tap.SetAttribute("Mode", ns.StringValue("UseLocal"))
+    tap_fds = [open_tap(name) for name in cfg["taps"]]
     for i in range(n):
-        tap.SetAttribute("DeviceName", ns.StringValue(cfg["taps"][i]))
-        tap.Install(nodes.Get(i), devices.Get(i))
+        hl.AttachTap(i, tap_fds[i], devices.Get(i).GetObject[ns.WifiNetDevice]())
+    err = str(hl.StartTapIo())
+    if err:
+        raise OSError(f"medium: tap I/O threads: {err}")
 
     hl.StartControl(0)
     max_s = float(cfg.get("max_seconds", 3600))
     ns.Simulator.Stop(ns.Seconds(max_s))
     print(f"medium: ns-3 ready after {time.time() - t_import:.1f} s, running", flush=True)
     wall0 = time.time()
-    ns.Simulator.Run()
+    try:
+        ns.Simulator.Run()
+    finally:
+        hl.StopTapIo()
     wall = time.time() - wall0
+    for fd in tap_fds:
+        os.close(fd)
     sim_s = ns.Simulator.Now().GetSeconds()
     out = {
         "sim_seconds": sim_s,
@@ -134,6 +163,7 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
         "counters": [
             dict(zip(COUNTER_NAMES, [int(x) for x in hl.CountersOf(i)])) for i in range(n)
         ],
+        "taps": dict(zip(TAP_COUNTER_NAMES, [int(x) for x in hl.TapCountersAll()])),
     }
     Path(cfg["out"]).write_text(json.dumps(out))
     ns.Simulator.Destroy()
@@ -149,7 +179,6 @@ def serve(sock_path: str) -> int:
     exactly as ``python -m hoplab.medium CONFIG`` would, from the state right after
     the import. The reply carries the child's pid and a pidfd that becomes readable
     when the child exits. The server ends when its own stdin closes."""
-    import os  # noqa: PLC0415
     import selectors  # noqa: PLC0415
     import socket  # noqa: PLC0415
     import traceback  # noqa: PLC0415

@@ -1,15 +1,24 @@
 // Helpers for the lab's ns-3 medium process, compiled at run time through cppyy.
 // Everything that runs per frame or per timer lives here so the Python
 // interpreter is never entered from the simulator's event loop.
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace hoplab
@@ -229,6 +238,281 @@ SetTxop(Ptr<WifiNetDevice> dev, uint8_t ac, double us)
     Ptr<QosTxop> q = dev->GetMac()->GetQosTxop(AcIndex(ac));
     if (q)
         q->SetTxopLimit(MicroSeconds(int64_t(us)));
+}
+
+// ---- tap ports: each node's tap joined to its WifiNetDevice ----------------------
+// The event loop is the medium's bottleneck (docs/lab.md), so it does no system calls
+// for frames: a reader thread waits on all taps and hands each frame to the loop as an
+// event, and a writer thread writes the frames the devices received to the taps. The
+// loop only copies bytes. Like a real NIC (not in monitor mode), a node's tap gets the
+// frames addressed to it and broadcast/multicast frames, not other nodes' unicast.
+struct TapCounters
+{
+    uint64_t from_tap{0};     // frames read from taps and handed to the devices
+    uint64_t to_tap{0};       // frames written to taps
+    uint64_t other_host{0};   // received unicast frames for another node (not written)
+    uint64_t bad_frames{0};   // frames from a tap that are not Ethernet II
+    uint64_t write_errors{0}; // writes that failed (e.g. the tap was down)
+    uint64_t queue_drops{0};  // frames dropped because the writer fell too far behind
+};
+
+struct OutFrame
+{
+    uint32_t node;
+    uint32_t len;
+    uint8_t* data;
+};
+
+static std::vector<int> g_tap_fd;
+static std::vector<Ptr<WifiNetDevice>> g_tap_dev;
+static TapCounters g_tap; // from_tap, other_host, bad_frames, queue_drops: loop thread
+static uint64_t g_tap_written{0}, g_tap_write_errors{0}; // writer thread
+static std::mutex g_wmu;
+static std::condition_variable g_wcv;
+static std::vector<OutFrame> g_wq;
+static bool g_wstop{false};
+static const size_t WRITE_QUEUE_MAX = 50000;
+// Waking a blocked thread costs the waker a system call and an inter-processor interrupt,
+// about 6 % of the event loop when it woke the writer for every frame. So while frames keep
+// coming the writer polls the queue every WRITER_NAP (a frame waits at most that long),
+// and blocks, to be woken by the loop, only after WRITER_IDLE without frames.
+static const std::chrono::microseconds WRITER_NAP{100};
+static const std::chrono::milliseconds WRITER_IDLE{5};
+static std::atomic<bool> g_writer_blocked{false};
+
+static std::thread g_reader, g_writer;
+static int g_epfd{-1}, g_stopfd{-1};
+static const uint32_t STOP_KEY = 0xffffffffu;
+static const int READ_BURST = 64; // frames read from one tap before looking at the others
+
+static bool
+DiscardRx(Ptr<NetDevice>, Ptr<const Packet>, uint16_t, const Address&)
+{
+    return true;
+}
+
+static bool
+DeviceRx(uint32_t node,
+         Ptr<NetDevice>,
+         Ptr<const Packet> p,
+         uint16_t protocol,
+         const Address& from,
+         const Address& to,
+         NetDevice::PacketType type)
+{
+    if (type == NetDevice::PACKET_OTHERHOST)
+    {
+        g_tap.other_host++;
+        return true;
+    }
+    uint32_t len = 14 + p->GetSize();
+    uint8_t* buf = static_cast<uint8_t*>(std::malloc(len));
+    if (buf == nullptr)
+    {
+        g_tap.queue_drops++;
+        return true;
+    }
+    Mac48Address::ConvertFrom(to).CopyTo(buf);
+    Mac48Address::ConvertFrom(from).CopyTo(buf + 6);
+    buf[12] = uint8_t(protocol >> 8);
+    buf[13] = uint8_t(protocol & 0xff);
+    p->CopyData(buf + 14, p->GetSize());
+    {
+        std::lock_guard<std::mutex> lk(g_wmu);
+        if (g_wq.size() >= WRITE_QUEUE_MAX)
+        {
+            g_tap.queue_drops++;
+            std::free(buf);
+            return true;
+        }
+        g_wq.push_back(OutFrame{node, len, buf});
+    }
+    // The writer sets the flag under the lock before it waits, so a push that finds it
+    // clear is one the writer will see when it next polls.
+    if (g_writer_blocked.load())
+        g_wcv.notify_one();
+    return true;
+}
+
+static void
+WriterLoop()
+{
+    std::vector<OutFrame> batch;
+    auto last = std::chrono::steady_clock::now();
+    while (true)
+    {
+        {
+            std::unique_lock<std::mutex> lk(g_wmu);
+            if (g_wq.empty())
+            {
+                if (g_wstop)
+                    return; // stopped and drained
+                if (std::chrono::steady_clock::now() - last < WRITER_IDLE)
+                {
+                    lk.unlock();
+                    std::this_thread::sleep_for(WRITER_NAP);
+                    continue;
+                }
+                g_writer_blocked.store(true);
+                g_wcv.wait(lk, [] { return g_wstop || !g_wq.empty(); });
+                g_writer_blocked.store(false);
+                if (g_wq.empty())
+                    return;
+            }
+            batch.swap(g_wq);
+        }
+        for (const OutFrame& f : batch)
+        {
+            ssize_t w = ::write(g_tap_fd[f.node], f.data, f.len);
+            if (w == ssize_t(f.len))
+                g_tap_written++;
+            else
+                g_tap_write_errors++;
+            std::free(f.data);
+        }
+        batch.clear();
+        last = std::chrono::steady_clock::now();
+    }
+}
+
+// Runs in the event loop: a frame read from node `node`'s tap goes to its device.
+static void
+FromTap(uint32_t node, uint8_t* buf, uint32_t len)
+{
+    uint16_t type = len >= 14 ? uint16_t((buf[12] << 8) | buf[13]) : 0;
+    if (type < 0x0600) // too short, or an 802.3 length field: not IP/ARP
+    {
+        g_tap.bad_frames++;
+        std::free(buf);
+        return;
+    }
+    Mac48Address dst;
+    dst.CopyFrom(buf);
+    Ptr<Packet> p = Create<Packet>(buf + 14, len - 14);
+    std::free(buf);
+    g_tap.from_tap++;
+    g_tap_dev[node]->Send(p, dst, type);
+}
+
+static void
+ReaderLoop()
+{
+    epoll_event evs[32];
+    std::vector<uint8_t> buf(65536);
+    while (true)
+    {
+        int n = epoll_wait(g_epfd, evs, 32, -1);
+        if (n < 0)
+        {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        for (int i = 0; i < n; i++)
+        {
+            uint32_t node = evs[i].data.u32;
+            if (node == STOP_KEY)
+                return;
+            for (int k = 0; k < READ_BURST; k++)
+            {
+                ssize_t r = ::read(g_tap_fd[node], buf.data(), buf.size());
+                if (r < 0 && (errno == EAGAIN || errno == EINTR))
+                    break; // level-triggered: epoll reports what is left again
+                if (r <= 0)
+                {
+                    // The tap is gone (its namespace was deleted): stop watching it.
+                    epoll_ctl(g_epfd, EPOLL_CTL_DEL, g_tap_fd[node], nullptr);
+                    break;
+                }
+                uint8_t* copy = static_cast<uint8_t*>(std::malloc(size_t(r)));
+                if (copy == nullptr)
+                    break;
+                std::memcpy(copy, buf.data(), size_t(r));
+                Simulator::ScheduleWithContext(g_tap_dev[node]->GetNode()->GetId(),
+                                               Seconds(0),
+                                               MakeEvent(&FromTap, node, copy, uint32_t(r)));
+            }
+        }
+    }
+}
+
+// `fd`: an open, non-blocking tap (IFF_TAP | IFF_NO_PI) for node `node`.
+void
+AttachTap(uint32_t node, int fd, Ptr<WifiNetDevice> dev)
+{
+    if (g_tap_fd.size() <= node)
+    {
+        g_tap_fd.resize(node + 1, -1);
+        g_tap_dev.resize(node + 1);
+    }
+    g_tap_fd[node] = fd;
+    g_tap_dev[node] = dev;
+    dev->SetReceiveCallback(MakeCallback(&DiscardRx));
+    dev->SetPromiscReceiveCallback(MakeBoundCallback(&DeviceRx, node));
+}
+
+// Starts the reader and writer threads; returns an error text, empty on success.
+std::string
+StartTapIo()
+{
+    g_tap = TapCounters{};
+    g_tap_written = g_tap_write_errors = 0;
+    g_wstop = false;
+    g_epfd = epoll_create1(EPOLL_CLOEXEC);
+    g_stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (g_epfd < 0 || g_stopfd < 0)
+        return std::string("epoll/eventfd: ") + std::strerror(errno);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = STOP_KEY;
+    if (epoll_ctl(g_epfd, EPOLL_CTL_ADD, g_stopfd, &ev) != 0)
+        return std::string("epoll_ctl: ") + std::strerror(errno);
+    for (uint32_t i = 0; i < g_tap_fd.size(); i++)
+    {
+        if (g_tap_fd[i] < 0)
+            continue;
+        ev.data.u32 = i;
+        if (epoll_ctl(g_epfd, EPOLL_CTL_ADD, g_tap_fd[i], &ev) != 0)
+            return std::string("epoll_ctl tap: ") + std::strerror(errno);
+    }
+    g_writer = std::thread(WriterLoop);
+    g_reader = std::thread(ReaderLoop);
+    return "";
+}
+
+// Stops both threads after the writer has written what it holds.
+void
+StopTapIo()
+{
+    if (g_reader.joinable())
+    {
+        uint64_t one = 1;
+        ssize_t w = ::write(g_stopfd, &one, sizeof(one)); // wakes the reader's epoll_wait
+        (void)w;
+        g_reader.join();
+    }
+    if (g_writer.joinable())
+    {
+        {
+            std::lock_guard<std::mutex> lk(g_wmu);
+            g_wstop = true;
+        }
+        g_wcv.notify_one();
+        g_writer.join();
+    }
+    if (g_epfd >= 0)
+        ::close(g_epfd);
+    if (g_stopfd >= 0)
+        ::close(g_stopfd);
+    g_epfd = g_stopfd = -1;
+}
+
+// from_tap, to_tap, other_host, bad_frames, write_errors, queue_drops (after StopTapIo).
+std::vector<uint64_t>
+TapCountersAll()
+{
+    return {g_tap.from_tap, g_tap_written, g_tap.other_host,
+            g_tap.bad_frames, g_tap_write_errors, g_tap.queue_drops};
 }
 
 // ---- lag probe -------------------------------------------------------------

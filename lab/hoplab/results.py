@@ -102,6 +102,7 @@ def assemble(spec, run: dict) -> dict:
             "broadcast_rate_mbps": spec.medium.broadcast_rate_mbps,
             "totals": medium_totals(counters), "per_node": counters,
             "sim_seconds": med.get("sim_seconds"), "control_log": med.get("control_log", []),
+            "taps": med.get("taps"),
         },
         "topology": spec.topology.to_dict(),
         "routing": spec.routing,

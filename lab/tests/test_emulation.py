@@ -53,6 +53,13 @@ def test_two_hop_udp_and_node_down(tmp_path, medium, request, monkeypatch):
     u = [r[2] for r in prog["rows"]]
     assert u == sorted(u) and u[-1] > 0
     assert res["medium"]["totals"]["phy_tx"] > 0
+    # Frames cross the taps both ways and none is lost between tap and device. Node 0 hears
+    # node 1 forward the VoIP frames to node 2, but like a real NIC's address filter the
+    # medium keeps unicast frames for other nodes off a node's tap.
+    taps = res["medium"]["taps"]
+    assert taps["from_tap"] > 0 and taps["to_tap"] > 0, taps
+    assert taps["other_host"] > 0, taps
+    assert taps["write_errors"] == 0 and taps["queue_drops"] == 0 and taps["bad_frames"] == 0, taps
     assert res["medium_forked"] == (medium == "forked")
     # nothing left behind
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
