@@ -87,7 +87,8 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
     matrix.SetDefaultLoss(1000.0)
     channel = ns.CreateObject[ns.YansWifiChannel]()
     channel.SetPropagationLossModel(matrix)
-    channel.SetPropagationDelayModel(ns.CreateObject[ns.ConstantSpeedPropagationDelayModel]())
+    delay = ns.CreateObject[ns.ConstantSpeedPropagationDelayModel]()
+    channel.SetPropagationDelayModel(delay)
 
     phy = ns.YansWifiPhyHelper()
     phy.SetChannel(channel)
@@ -116,7 +117,9 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
     )
     devices = wifi.Install(phy, mac, nodes)
 
-    hl.Setup(n, matrix, bool(cfg.get("classify_dscp", True)))
+    # The helper's channel only builds the PHYs: Hook moves each to a channel of its own
+    # (medium_cpp.h, "one channel per sender").
+    hl.Setup(n, matrix, delay, bool(cfg.get("classify_dscp", True)))
     for i in range(n):
         hl.SetMobility(i, nodes.Get(i).GetObject[ns.MobilityModel]())
     for i in range(n):

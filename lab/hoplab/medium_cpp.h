@@ -160,23 +160,58 @@ class LinkLossModel : public ErrorModel
     void DoReset() override {}
 };
 
+// ---- one channel per sender ---------------------------------------------------
+// YansWifiChannel::Send schedules a reception event at every other PHY on the channel,
+// and a PHY out of range (1000 dB) drops it on arrival as too weak: with 20 nodes and
+// about six in range, two thirds of the loop's reception events did nothing. So each node
+// transmits on a channel of its own whose PHYs are the nodes it has (or had) a link to;
+// every PHY still listens on the channels of all its neighbours. The loss model is the
+// same matrix, so what each node receives, and at what power, does not change; a link
+// configured during the run adds the receiver to the sender's channel.
+static std::vector<Ptr<YansWifiChannel>> g_chan; // g_chan[i]: the channel node i sends on
+static std::vector<Ptr<YansWifiPhy>> g_phy;
+static std::vector<std::vector<uint8_t>> g_listens; // g_listens[i][j]: j's PHY is on g_chan[i]
+static Ptr<PropagationDelayModel> g_delay;
+
 static void
 ApplyDb(uint32_t a, uint32_t b)
 {
     double db = (g_down[a] || g_down[b]) ? 1000.0 : g_db[a][b];
     g_matrix->SetLoss(g_mob[a], g_mob[b], db, false);
+    if (g_db[a][b] < 1000.0 && a < g_chan.size() && g_chan[a] && g_phy[b] && !g_listens[a][b])
+    {
+        g_chan[a]->Add(g_phy[b]);
+        g_listens[a][b] = 1;
+    }
 }
 
 void
-Setup(uint32_t n, Ptr<MatrixPropagationLossModel> m, bool classify)
+Setup(uint32_t n, Ptr<MatrixPropagationLossModel> m, Ptr<PropagationDelayModel> delay, bool classify)
 {
     g_counters.assign(n, Counters{});
     g_per.assign(n, std::vector<double>(n, 0.0));
     g_db.assign(n, std::vector<double>(n, 1000.0));
     g_down.assign(n, 0);
     g_mob.assign(n, nullptr);
+    g_chan.assign(n, nullptr);
+    g_phy.assign(n, nullptr);
+    g_listens.assign(n, std::vector<uint8_t>(n, 0));
     g_matrix = m;
+    g_delay = delay;
     g_classify = classify;
+}
+
+// Moves node `node`'s PHY to a channel of its own (before any link is set).
+static void
+OwnChannel(uint32_t node, Ptr<WifiNetDevice> dev)
+{
+    Ptr<YansWifiPhy> phy = DynamicCast<YansWifiPhy>(dev->GetPhy());
+    Ptr<YansWifiChannel> c = CreateObject<YansWifiChannel>();
+    c->SetPropagationLossModel(g_matrix);
+    c->SetPropagationDelayModel(g_delay);
+    phy->SetChannel(c); // the PHY sends on c (and is on c's list, which Send skips)
+    g_chan[node] = c;
+    g_phy[node] = phy;
 }
 
 void
@@ -230,6 +265,7 @@ Hook(uint32_t node, Ptr<WifiNetDevice> dev, Mac48Address addr, int64_t stream)
     em->rx = node;
     em->rng->SetStream(stream);
     phy->SetPostReceptionErrorModel(em);
+    OwnChannel(node, dev);
 }
 
 void
