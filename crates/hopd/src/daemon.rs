@@ -1,7 +1,7 @@
 //! The daemon: one task owns the node core and drives it from UDP sockets, timers, the local
 //! API and route updates.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -77,6 +77,11 @@ pub enum Cmd {
     Ack {
         flow: String,
     },
+    /// Files offered to a receiving client that it did not acknowledge (it left, or took
+    /// fewer files than it was offered): offered to the other clients again.
+    Return {
+        entries: Vec<InboxEntry>,
+    },
     Status {
         reply: oneshot::Sender<serde_json::Value>,
     },
@@ -123,6 +128,9 @@ pub struct Daemon {
     spool: crate::custody::Spool,
     inbox: BTreeMap<String, InboxEntry>,
     subscribers: Vec<mpsc::UnboundedSender<InboxEntry>>,
+    /// Inbox files offered to a client and not yet acknowledged or returned by it: each
+    /// file is offered to one client at a time.
+    offered: BTreeSet<String>,
     kernel_routes: BTreeMap<NodeId, NodeId>,
     last_heard: HashMap<NodeId, std::time::Instant>,
     /// Receive buffers; taken out while their datagrams are handled.
@@ -256,6 +264,7 @@ impl Daemon {
             spool,
             inbox: BTreeMap::new(),
             subscribers: Vec::new(),
+            offered: BTreeSet::new(),
             kernel_routes: BTreeMap::new(),
             last_heard: HashMap::new(),
             rx: Some(Box::new(crate::io::RxBatch::new())),
@@ -616,10 +625,24 @@ impl Daemon {
         }
     }
 
+    /// Offers an inbox file to the newest client waiting for files, unless a client holds it
+    /// already. With no client, or none left, it waits in the inbox for the next one.
     fn offer(&mut self, entry: InboxEntry) {
+        if self.offered.contains(&entry.flow) {
+            return;
+        }
         self.subscribers.retain(|s| !s.is_closed());
-        if let Some(s) = self.subscribers.first() {
-            let _ = s.send(entry);
+        let flow = entry.flow.clone();
+        let mut entry = entry;
+        for s in &self.subscribers {
+            match s.send(entry) {
+                Ok(()) => {
+                    self.offered.insert(flow);
+                    return;
+                }
+                // That client left since the retain above: try the next.
+                Err(mpsc::error::SendError(back)) => entry = back,
+            }
         }
     }
 
@@ -751,16 +774,33 @@ impl Daemon {
                 }
             }
             Cmd::Subscribe { tx } => {
-                for e in self.inbox.values() {
-                    let _ = tx.send(e.clone());
-                }
+                // The new client gets every file no other client holds; what it does not
+                // take comes back (`Return`) for the others.
                 self.subscribers.insert(0, tx);
+                let waiting: Vec<InboxEntry> = self
+                    .inbox
+                    .values()
+                    .filter(|e| !self.offered.contains(&e.flow))
+                    .cloned()
+                    .collect();
+                for e in waiting {
+                    self.offer(e);
+                }
             }
             Cmd::Ack { flow } => {
+                self.offered.remove(&flow);
                 if let Some(e) = self.inbox.remove(&flow) {
                     let _ = std::fs::remove_file(&e.path);
                     self.counters.files_handed_over += 1;
                     self.publish_inbox();
+                }
+            }
+            Cmd::Return { entries } => {
+                for e in entries {
+                    self.offered.remove(&e.flow);
+                    if let Some(e) = self.inbox.get(&e.flow).cloned() {
+                        self.offer(e);
+                    }
                 }
             }
             Cmd::Status { reply } => {

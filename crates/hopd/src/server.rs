@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::api::{self, ErrorCode, Reply, Request, API_VERSION, DATA_CHUNK};
-use crate::daemon::{Cmd, FlowUpdate};
+use crate::daemon::{Cmd, FlowUpdate, InboxEntry};
 use crate::flowfmt::{sanitize_name, FlowHeader};
 
 /// Chunks a sending client may have queued in the core before it waits.
@@ -269,19 +269,59 @@ async fn send(
     }
 }
 
+/// Hands inbox files to a receiving client, one at a time, each acknowledged before the
+/// next. A file this client was offered and did not acknowledge, because it left (e.g. a
+/// `hop recv --count 1` after its file) or the connection failed, goes back to the daemon
+/// for the other clients: files are never left with a client that is gone.
 async fn recv(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     cmds.send(Cmd::Subscribe { tx })
         .await
         .map_err(|_| closed())?;
-    while let Some(e) = rx.recv().await {
+    let mut current: Option<InboxEntry> = None;
+    let result = hand_over(&mut s, &mut rx, &cmds, &mut current).await;
+    // Close the channel before returning its contents, so the daemon offers them to
+    // the other clients and not to this one.
+    rx.close();
+    let mut entries: Vec<InboxEntry> = current.into_iter().collect();
+    while let Ok(e) = rx.try_recv() {
+        entries.push(e);
+    }
+    drop(rx);
+    if !entries.is_empty() {
+        let _ = cmds.send(Cmd::Return { entries }).await;
+    }
+    result
+}
+
+async fn hand_over(
+    s: &mut UnixStream,
+    rx: &mut mpsc::UnboundedReceiver<InboxEntry>,
+    cmds: &mpsc::Sender<Cmd>,
+    current: &mut Option<InboxEntry>,
+) -> std::io::Result<()> {
+    loop {
+        // While it waits for a file the client sends nothing: anything it sends, or the
+        // end of the stream, means it is gone.
+        let mut probe = [0u8; 1];
+        let e = tokio::select! {
+            e = rx.recv() => match e {
+                Some(e) => e,
+                None => return Ok(()),
+            },
+            _ = s.read(&mut probe) => return Ok(()),
+        };
+        let e = current.insert(e);
         let mut f = match tokio::fs::File::open(&e.path).await {
             Ok(f) => f,
             // Already handed over to another client.
-            Err(_) => continue,
+            Err(_) => {
+                *current = None;
+                continue;
+            }
         };
         api::write_json(
-            &mut s,
+            s,
             &Reply::File {
                 flow: e.flow.clone(),
                 from: e.from,
@@ -297,24 +337,24 @@ async fn recv(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<()>
         while left > 0 {
             let n = (left as usize).min(buf.len());
             f.read_exact(&mut buf[..n]).await?;
-            api::write_frame(&mut s, &buf[..n]).await?;
+            api::write_frame(s, &buf[..n]).await?;
             left -= n as u64;
         }
-        api::write_frame(&mut s, &[]).await?;
+        api::write_frame(s, &[]).await?;
         s.flush().await?;
-        let Some(frame) = api::read_frame(&mut s).await? else {
+        let Some(frame) = api::read_frame(s).await? else {
             return Ok(());
         };
         match serde_json::from_slice::<Request>(&frame) {
             Ok(Request::Ack { flow, .. }) if flow == e.flow => {
+                *current = None;
                 cmds.send(Cmd::Ack { flow }).await.map_err(|_| closed())?;
             }
             _ => {
-                return error(&mut s, ErrorCode::BadRequest, "expected ack".into()).await;
+                return error(s, ErrorCode::BadRequest, "expected ack".into()).await;
             }
         }
     }
-    Ok(())
 }
 
 /// Serve Prometheus text on every HTTP request.

@@ -1,0 +1,128 @@
+//! Several applications waiting for files at one node, each taking one (`hop recv --count 1`):
+//! every file reaches one of them, including the files that arrive after a client has
+//! taken its file and left.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn spawn_recv(node: &Hopd, dir: &Path) -> ChildGuard {
+    ChildGuard(Some(
+        Command::new(HOP)
+            .arg("--socket")
+            .arg(node.socket())
+            .args(["recv", "--count", "1", "--dir"])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ))
+}
+
+/// Names of the files in the clients' directories.
+fn received(dirs: &[std::path::PathBuf]) -> Vec<String> {
+    let mut names: Vec<String> = dirs
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn files_after_a_client_left_reach_the_clients_still_waiting() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let (src, dst) = (&nodes[0], &nodes[1]);
+    let dirs: Vec<_> = (0..3)
+        .map(|i| work.path().join(format!("client{i}")))
+        .collect();
+    let mut clients = Vec::new();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+        clients.push(spawn_recv(dst, d));
+        // Subscribed in this order: the newest client is offered files first.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 0..3 {
+        let f = work.path().join(format!("file{i}.bin"));
+        std::fs::write(&f, pattern(i, 3000 + i as usize)).unwrap();
+        let s = send(src, &[&f], dst.spec.id);
+        assert!(
+            s.status.success(),
+            "hop send: {}",
+            String::from_utf8_lossy(&s.stderr)
+        );
+        // One more client has its file and has gone before the next file arrives.
+        wait_for("a client to take the file", Duration::from_secs(20), || {
+            clients
+                .iter_mut()
+                .filter_map(|c| (!c.running()).then_some(()))
+                .count()
+                > i as usize
+        });
+    }
+    for c in &mut clients {
+        let out = c.wait(Duration::from_secs(5));
+        assert!(
+            out.status.success(),
+            "hop recv: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(received(&dirs), ["file0.bin", "file1.bin", "file2.bin"]);
+    assert_eq!(dst.counter("files_handed_over"), 3);
+}
+
+#[test]
+fn a_client_that_takes_one_of_several_waiting_files_leaves_the_rest_to_the_next() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let (src, dst) = (&nodes[0], &nodes[1]);
+    let files: Vec<_> = (0..3)
+        .map(|i| {
+            let f = work.path().join(format!("file{i}.bin"));
+            std::fs::write(&f, pattern(10 + i, 2000 + i as usize)).unwrap();
+            f
+        })
+        .collect();
+    let refs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let s = send(src, &refs, dst.spec.id);
+    assert!(
+        s.status.success(),
+        "hop send: {}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    wait_for("the files in the inbox", Duration::from_secs(20), || {
+        dst.counter("files_received") == 3
+    });
+    let dirs: Vec<_> = (0..3)
+        .map(|i| work.path().join(format!("client{i}")))
+        .collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+        // Each client is offered every file nobody holds, takes one and leaves.
+        let out = spawn_recv(dst, d).wait(Duration::from_secs(20));
+        assert!(
+            out.status.success(),
+            "hop recv: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(received(&dirs), ["file0.bin", "file1.bin", "file2.bin"]);
+    assert_eq!(dst.counter("files_handed_over"), 3);
+}
