@@ -35,6 +35,20 @@ fn received(dirs: &[std::path::PathBuf]) -> Vec<String> {
     names
 }
 
+fn assert_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "hop recv: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Each of the three files reached exactly one client and was handed over once.
+fn assert_all_three(dst: &Hopd, dirs: &[std::path::PathBuf]) {
+    assert_eq!(received(dirs), ["file0.bin", "file1.bin", "file2.bin"]);
+    assert_eq!(dst.counter("files_handed_over"), 3);
+}
+
 fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !done() {
@@ -77,15 +91,9 @@ fn files_after_a_client_left_reach_the_clients_still_waiting() {
         });
     }
     for c in &mut clients {
-        let out = c.wait(Duration::from_secs(5));
-        assert!(
-            out.status.success(),
-            "hop recv: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&c.wait(Duration::from_secs(5)));
     }
-    assert_eq!(received(&dirs), ["file0.bin", "file1.bin", "file2.bin"]);
-    assert_eq!(dst.counter("files_handed_over"), 3);
+    assert_all_three(dst, &dirs);
 }
 
 #[test]
@@ -116,13 +124,7 @@ fn a_client_that_takes_one_of_several_waiting_files_leaves_the_rest_to_the_next(
     for d in &dirs {
         std::fs::create_dir_all(d).unwrap();
         // Each client is offered every file nobody holds, takes one and leaves.
-        let out = spawn_recv(dst, d).wait(Duration::from_secs(20));
-        assert!(
-            out.status.success(),
-            "hop recv: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&spawn_recv(dst, d).wait(Duration::from_secs(20)));
     }
-    assert_eq!(received(&dirs), ["file0.bin", "file1.bin", "file2.bin"]);
-    assert_eq!(dst.counter("files_handed_over"), 3);
+    assert_all_three(dst, &dirs);
 }
