@@ -777,12 +777,7 @@ impl Daemon {
                 // The new client gets every file no other client holds; what it does not
                 // take comes back (`Return`) for the others.
                 self.subscribers.insert(0, tx);
-                let waiting: Vec<InboxEntry> = self
-                    .inbox
-                    .values()
-                    .filter(|e| !self.offered.contains(&e.flow))
-                    .cloned()
-                    .collect();
+                let waiting: Vec<InboxEntry> = self.inbox.values().cloned().collect();
                 for e in waiting {
                     self.offer(e);
                 }
