@@ -346,6 +346,54 @@ def counters_table(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
+PATH_TABLE_MIN_FLOWS = 6  # a run with fewer measured flows gets no table of goodput by path length
+
+
+def path_length_table(runs: list[dict], measure: str = "") -> list[dict]:
+    """Goodput by path length, per point and protocol: where a mean over flows comes from.
+
+    A mean over flows weighs a 2-hop flow like a 7-hop one, although each packet of the
+    7-hop flow takes at least seven transmissions; two protocols with the same mean can do
+    very different work. Per point (x value) with flows of at least two path lengths, per
+    protocol: the flows of each length and their mean goodput, pooled over its valid runs,
+    and per run the sum of goodput x hops (the transport's delivered work, Mbit/s x hops).
+    A protocol without a valid run at that point is shown from its invalid runs, marked
+    indicative, so the table still says where each one's bytes went."""
+    out = []
+    points = sorted({_key(r["point"]) for r in runs if r.get("flows")}, key=_point_order)
+    for pt in points:
+        at = [r for r in runs if _key(r["point"]) == pt and r.get("flows")
+              and r["status"] in ("valid", "invalid")]
+        bulk = {id(r): [f for f in measured(r, measure) if f.get("hops")] for r in at}
+        hops = sorted({f["hops"] for fl in bulk.values() for f in fl})
+        if len(hops) < 2 or max(len(fl) for fl in bulk.values()) < PATH_TABLE_MIN_FLOWS:
+            continue
+        rows = {}
+        for v in sorted({r["variant"] for r in at}):
+            rs = [r for r in at if r["variant"] == v and r["status"] == "valid"]
+            source = "valid"
+            if not rs:
+                rs, source = [r for r in at if r["variant"] == v], "invalid"
+            by_h = {}
+            for h in hops:
+                gs = [f["goodput_mbps"] for r in rs for f in bulk[id(r)] if f["hops"] == h]
+                if gs:
+                    by_h[h] = {"flows": len(gs), "mean_mbps": sum(gs) / len(gs)}
+            work = [sum(f["goodput_mbps"] * f["hops"] for f in bulk[id(r)]) for r in rs]
+            total = [sum(f["goodput_mbps"] for f in bulk[id(r)]) for r in rs]
+            rows[v] = {"runs": len(rs), "source": source, "by_hops": by_h,
+                       "total_mbps": sum(total) / len(total), "hop_mbps": sum(work) / len(work)}
+        out.append({"point": pt, "hops": hops, "variants": rows})
+    return out
+
+
+def _point_order(k: str):
+    try:
+        return (0, float(k), k)
+    except ValueError:
+        return (1, 0.0, k)
+
+
 def run_accounting(runs: list[dict]) -> dict[str, dict]:
     acc: dict[str, dict] = {}
     for r in runs:
@@ -646,6 +694,7 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
                            "cause": r.get("lag_cause")}
                           for r in runs if r["status"] in ("invalid", "error")],
               "counters": counters_table(runs),
+              "by_path_length": path_length_table(runs, e.measure) if e.by_path_length else [],
               "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
               "rows": [row_result(row, e, runs, reasons) for row in rows if row.experiment == e.id]}
         if plots:
@@ -728,12 +777,31 @@ def markdown(rep: dict) -> str:
                 busy = "—" if c.get("loop_busy") is None else f"{100 * c['loop_busy']:.0f} %"
                 lines.append(f"| {v} | {c['mac_tx']:.0f} | {c['failed_per_frame']:.3f} | {c['phy_rx_collision']:.0f} "
                              f"| {c['final_failures']:.0f} | {c['lag_max_ms']:.1f} | {busy} |")
+        lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")
         if e.get("plot"):
             lines += ["", f"![{e['id']}]({e['plot']})"]
         lines.append("")
     return "\n".join(lines)
+
+
+def _path_length_md(tables: list[dict], point_name: str | None) -> list[str]:
+    lines = []
+    for t in tables:
+        at = "" if t["point"] == "-" else f" ({point_name or 'point'} {t['point']})"
+        lines += ["", f"Goodput by path length{at}: mean per flow in kbit/s (flows), pooled over runs; "
+                  "per run the sum over flows, and of goodput x hops:", "",
+                  "| protocol | runs | " + " | ".join(f"{h} hops" for h in t["hops"])
+                  + " | sum, Mbit/s | sum x hops, Mbit/s |",
+                  "|---|---|" + "---|" * len(t["hops"]) + "---|---|"]
+        for v, c in t["variants"].items():
+            cells = [f"{1000 * c['by_hops'][h]['mean_mbps']:.1f} ({c['by_hops'][h]['flows']})"
+                     if h in c["by_hops"] else "—" for h in t["hops"]]
+            runs = f"{c['runs']}" + (" invalid, indicative" if c["source"] == "invalid" else "")
+            lines.append(f"| {v} | {runs} | " + " | ".join(cells)
+                         + f" | {c['total_mbps']:.2f} | {c['hop_mbps']:.2f} |")
+    return lines
 
 
 def estimate(exps: list[Experiment], quick: bool, reps: int | None,

@@ -430,3 +430,32 @@ def test_single_repetition_interval_is_over_flows_paired_for_ratios():
     # a per-run statistic has no interval with one run
     j = rp.row_result(rp.Row(e.id, "jain a", "jain", "a", "x"), e, runs, {})
     assert j["ci"] is None and "ci_over" not in j
+
+
+def test_goodput_by_path_length_shows_where_the_mean_comes_from(tmp_path):
+    e = dummy_experiment()
+    e.by_path_length = True
+    # a: all its goodput in its two 2-hop flows; b: the same mean spread over all lengths
+    fa = [flow(f"m{i}", g, hops=h) for i, (g, h) in enumerate([(3.0, 2), (3.0, 2), (0, 4), (0, 4), (0, 6), (0, 6)])]
+    fb = [flow(f"m{i}", 1.0, hops=h) for i, h in enumerate([2, 2, 4, 4, 6, 6])]
+    voip = flow("voip", 0.064, hops=3, driver="voip")
+    runs = [rec("a", 0, fa + [voip]), rec("b", 0, fb), rec("b", 1, fb, status="invalid")]
+    t = rp.path_length_table(runs, "m")
+    assert len(t) == 1 and t[0]["hops"] == [2, 4, 6]  # the VoIP flow is not measured
+    a, b = t[0]["variants"]["a"], t[0]["variants"]["b"]
+    assert a["by_hops"][2] == {"flows": 2, "mean_mbps": 3.0} and a["by_hops"][6]["mean_mbps"] == 0
+    assert a["total_mbps"] == b["total_mbps"] == 6.0
+    assert a["hop_mbps"] == 12.0 and b["hop_mbps"] == 24.0
+    assert b["runs"] == 1 and b["source"] == "valid"  # the invalid run is left out
+    # a protocol with invalid runs only is shown from them, marked
+    t = rp.path_length_table([rec("a", 0, fa), rec("b", 1, fb, status="invalid")])
+    assert t[0]["variants"]["b"]["source"] == "invalid"
+    rows = [rp.Row("x", "median a", "median", "a", "r", value=1.0)]
+    meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
+    rp.aggregate([rec("a", 0, fa), rec("b", 1, fb, status="invalid")], [e], rows, tmp_path, meta, plots=False)
+    md = (tmp_path / "report.md").read_text()
+    assert "| a | 1 | 3000.0 (2) | 0.0 (2) | 0.0 (2) | 6.00 | 12.00 |" in md
+    assert "| b | 1 invalid, indicative | 1000.0 (2) | 1000.0 (2) | 1000.0 (2) | 6.00 | 24.00 |" in md
+    # one path length, or too few flows: no table
+    assert rp.path_length_table([rec("a", 0, [flow(f"m{i}", 1.0, hops=3) for i in range(8)])]) == []
+    assert rp.path_length_table([rec("a", 0, fa[:4])]) == []

@@ -78,6 +78,8 @@ class Experiment:
     notes: list[str] = field(default_factory=list)
     # Run only when named (`--only`): experiments too long for the full preset's budget.
     opt_in: bool = False
+    # Long-lived flows of many path lengths: the report adds their goodput by path length.
+    by_path_length: bool = False
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

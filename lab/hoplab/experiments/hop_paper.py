@@ -311,7 +311,7 @@ def experiments() -> list[Experiment]:
              hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                  round_per_next_hop=False),
              tcp(), HBHTCP], build_53, point_name="flows",
-            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time,
+            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
                    "`hop-cs1` is hopd with `control_dscp = 8`: BSYN/BACK leave in the data's 802.11e "
@@ -326,7 +326,7 @@ def experiments() -> list[Experiment]:
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
-            run_seconds=flows_time,
+            run_seconds=flows_time, by_path_length=True,
             notes=[f"§5.3 again on the mesh of seed {GOOD_MESH_SEED}, the first seeded floor whose ETX routes "
                    f"cross no link losing more than {GOOD_ROUTE_MAX_LOSS:.0%} of frames (Hop §5.2: the "
                    "testbed's OLSR routes used good links). The main §5.3 mesh (seed 1) routes 24 of its 30 "
@@ -338,7 +338,7 @@ def experiments() -> list[Experiment]:
             [hop(), tcp()], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": LONG_RUN_S, "bulk_share": LONG_BULK_SHARE,
                                                     "bulk_max": LONG_BULK_MAX, "flows_of": "hop-5.3"}),
-            run_seconds=flows_time, opt_in=True,
+            run_seconds=flows_time, by_path_length=True, opt_in=True,
             notes=["§5.3 on the same mesh, flows and start times as `hop-5.3`, but each run lasts 30 minutes, "
                    "the time of the paper's snapshot, instead of 120 s. Not in the full preset (one hour for "
                    "Hop and TCP): `hoplab reproduce --only hop-5.3-30min`.",
@@ -349,7 +349,7 @@ def experiments() -> list[Experiment]:
             "hop-5.4", "Hop breakdown: ack withholding and backpressure", "hop", "Hop §5.4, Fig. 12, Table 1",
             HOP_VARIANTS_54, build_54, point_name="flows",
             full=Scale(reps=1, points=[10, 20, 30], params={"duration": 60.0, "mesh_seed": GOOD_MESH_SEED}),
-            run_seconds=flows_time,
+            run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 60 s run (paper: snapshot after half an hour).",
                    f"On the mesh of seed {GOOD_MESH_SEED}, whose ETX routes use no link losing more than "
                    f"{GOOD_ROUTE_MAX_LOSS:.0%} of its frames: §5.4 ran on \"a static mesh topology identical to "
@@ -392,7 +392,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.9", "30 flows with auto-rate and dynamic routing", "hop", "Hop §5.9, Fig. 15, Table 1",
             [hop(), hop_dyn, tcp(), auto, tcp_dyn, tcp_dyn_auto], build_53, point_name="flows",
-            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time,
+            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Auto-rate is ns-3's Minstrel (the paper: MadWifi's SampleRate).",
                    "Dynamic routing is Babel (babeld 1.12 in every node, hellos over the emulated air; "
                    "the paper: OLSR, which Debian no longer packages). The flows start once babeld routes "
@@ -402,7 +402,7 @@ def experiments() -> list[Experiment]:
             "hop-5.10", "30 flows under 802.11g", "hop", "Hop §5.10, Fig. 16, Table 1",
             [hop(), tcp(), tcp("tcp-auto", "TCP CUBIC, auto-rate (Minstrel)", auto_rate=True)], build_510,
             point_name="flows",
-            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time,
+            full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["The same 20-node mesh at 802.11g 24 Mbit/s (the paper used a 15-node subset). "
                    "Above ~20 Mbit/s the real-time medium lags on 2 cores (docs/lab.md): expect invalid runs."]),
     ]
