@@ -489,6 +489,22 @@ def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str
     return out
 
 
+# An invalid run whose medium was saturated (its event loop on the CPU, `lag.cause`) for more
+# than this long is not repeated: on the project's machine no such run was ever valid on its
+# repeat (20 repeats after 7.3-122 s behind, 2026-11-25), while repeats after at most 3.9 s
+# were valid in 16 of 24 cases (docs/reproduce.md). A starved run (the loop waited for the CPU)
+# is always repeated: that is the machine's load, not the run's.
+HOPELESS_BEHIND_S = 5.0
+
+
+def worth_repeating(rec: dict) -> bool:
+    """Whether an invalid run should get another attempt (see HOPELESS_BEHIND_S)."""
+    if rec.get("status") != "invalid":
+        return False
+    behind = rec.get("behind_s")
+    return not (rec.get("lag_cause") == "saturated" and behind is not None and behind > HOPELESS_BEHIND_S)
+
+
 def _run_id(r: dict) -> tuple:
     return (r["experiment"], r["variant"], _key(r["point"]), r["rep"])
 
@@ -519,7 +535,8 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
             continue
         before = [r for r in done.get((e.id, v.name, _key(p), rep), []) if r["status"] in ("valid", "invalid")]
         records += before
-        if any(r["status"] == "valid" for r in before) or len(before) > retry_invalid:
+        if (any(r["status"] == "valid" for r in before) or len(before) > retry_invalid
+                or (before and not worth_repeating(before[-1]))):
             continue
         for attempt in range(len(before), retry_invalid + 1):
             progress(f"reproduce [{i + 1}/{len(todo)}, {(time.time() - t_start) / 60:.1f} min]: "
@@ -532,6 +549,10 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
             kept = [r for k in later for r in done.get(k, [])]
             (out / "runs.json").write_text(json.dumps(records + kept + outside, indent=1, default=str))
             if rec["status"] != "invalid":
+                break
+            if not worth_repeating(rec) and attempt < retry_invalid:
+                progress(f"  not repeated: saturated for {rec['behind_s']:.1f} s "
+                         f"(more than {HOPELESS_BEHIND_S:g} s: a repeat lags again)")
                 break
     return records
 
@@ -553,7 +574,8 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
                    flows=cut_off_goodput(res["flows"], res.get("wall_seconds"), bool(res.get("timed_out"))),
                    totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
                    duration=sp.duration, steal_s=res.get("host_steal_seconds"),
-                   lag_cause=res["lag"].get("cause"), loop_busy=(res["lag"].get("loop") or {}).get("busy"))
+                   lag_cause=res["lag"].get("cause"), loop_busy=(res["lag"].get("loop") or {}).get("busy"),
+                   behind_s=(res["lag"].get("loop") or {}).get("behind_s"))
     except (LabError, SpecError, ValueError) as ex:
         rec.update(status="error", reason=str(ex))
         progress(f"  error: {ex}")
@@ -715,7 +737,9 @@ def markdown(rep: dict) -> str:
              "same repetition (same topology, flows and seed, run back to back). *ours/paper* is our "
              "figure divided by the paper's. Runs the lab marked invalid (real-time lag above its bound) "
              "or that failed are excluded and counted below each table"
-             + (f"; an invalid run was repeated up to {m['retry_invalid']} time(s), every attempt counted"
+             + (f"; an invalid run was repeated up to {m['retry_invalid']} time(s), every attempt counted, "
+                f"unless its medium's event loop had been saturated for more than {HOPELESS_BEHIND_S:g} s "
+                "(no such run was valid on a repeat on this machine)"
                 if m.get("retry_invalid") else "") + ".", ""]
     tot = {"valid": 0, "invalid": 0, "error": 0, "not run": 0}
     for e in rep["experiments"]:

@@ -325,6 +325,38 @@ def test_run_all_repeats_invalid_runs_and_records_every_attempt(tmp_path, monkey
     assert rp.run_accounting(recs)["a"]["invalid"] == 3
 
 
+def test_a_run_saturated_for_long_is_not_repeated(tmp_path, monkeypatch):
+    e = dummy_experiment()
+    e.full = Scale(reps=3, points=[None])
+    lags = iter([("saturated", 0.4), ("saturated", 0.5),  # rep 0: a burst, repeated
+                 ("saturated", 24.7),                    # rep 1: seconds behind, not repeated
+                 ("starved", 30.0), ("saturated", 1.0)])  # rep 2: the machine's load, repeated
+    calls = []
+
+    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress):
+        calls.append((rep, attempt))
+        cause, behind = next(lags)
+        return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
+                "status": "invalid", "lag_cause": cause, "behind_s": behind, "flows": []}
+
+    monkeypatch.setattr(rp, "run_one", fake_run_one)
+    monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
+    said = []
+    recs = rp.run_all([e], False, None, tmp_path, progress=said.append, retry_invalid=1)
+    assert calls == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)]
+    assert any("not repeated: saturated for 24.7 s" in s for s in said)
+    assert len([r for r in recs if r["variant"] == "a"]) == 5
+    # --resume does not repeat it either
+    calls.clear()
+    lags = iter([("saturated", 0.1)] * 4)
+    prev = [r for r in recs if r["variant"] == "a" and r["rep"] == 1]
+    rp.run_all([e], False, None, tmp_path, progress=said.append, retry_invalid=1, previous=prev)
+    assert calls == [(0, 0), (0, 1), (2, 0), (2, 1)]
+    # records without the figure (older runs) are repeated as before
+    assert rp.worth_repeating({"status": "invalid", "lag_cause": "saturated"})
+    assert not rp.worth_repeating({"status": "valid"})
+
+
 def test_plots_for_points_and_for_single_point(tmp_path):
     e = dummy_experiment()
     e.point_name = "loss"
