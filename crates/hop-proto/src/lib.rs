@@ -64,6 +64,10 @@ pub enum Event {
     },
     /// Destination: the sender finished and every byte has been delivered.
     FlowFinished { flow: FlowKey, bytes: u64 },
+    /// Destination: the flow ended before it finished (its source aborted it, or nothing
+    /// came for the transport's idle or give-up time); its state is released and nothing
+    /// more of it is delivered. What was delivered of it is the application's to discard.
+    FlowAbandoned { flow: FlowKey },
     /// Source: every byte was acknowledged end to end; the flow's state is released.
     SendComplete { flow: FlowKey, bytes: u64 },
     /// Source: the transfer was abandoned; the flow's state is released.

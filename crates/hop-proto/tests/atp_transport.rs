@@ -179,6 +179,7 @@ fn a_receiver_that_gave_up_never_reopens_the_flow() {
     assert!(r.received.len() < r.payload.len());
     assert!(r.received[..] == r.payload[..r.received.len()]);
     assert!(r.flow_finished.is_none());
+    assert!(r.flow_abandoned.is_some(), "the application was not told");
     assert!(r.send_failed, "the sender never gave up");
     assert!(net.extra(2, "abandoned_drops") > 0);
     assert_eq!(net.flows_with_state(), 0);

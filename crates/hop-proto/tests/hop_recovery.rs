@@ -196,3 +196,49 @@ fn source_gives_up_without_progress_and_releases_state() {
     // Completed end to end: the source released it.
     assert_eq!(net.stats(1).flows, 0);
 }
+
+/// A flow its source aborts ends at the destination too (`FlowAbandoned`, so the runtime can
+/// free what it kept of it); a flow that finished beside it does not.
+#[test]
+fn an_aborted_flow_is_abandoned_at_its_destination() {
+    let mut net = Net::chain(3, LinkSpec::default(), HopConfig::default(), 5);
+    let small = net.transfer(1, 3, 200_000);
+    let big = net.transfer(1, 3, 8 << 20);
+    let limit = Instant::ZERO + secs(120.0);
+    net.run_until(limit, |n| n.apps[big].received.len() >= 1 << 20);
+    assert!(
+        net.apps[big].received.len() >= 1 << 20,
+        "no block delivered"
+    );
+    assert!(net.apps[big].delivered_at.is_none());
+    let (now, flow) = (net.now, net.apps[big].flow);
+    net.nodes.get_mut(&1).unwrap().abort(now, flow).unwrap();
+    net.apps[big].finished_sending = true;
+    let limit = net.now + secs(10.0);
+    net.run_until(limit, |n| n.apps[big].abandoned_at.is_some());
+    assert!(net.apps[big].abandoned_at.is_some(), "not abandoned");
+    assert!(net.apps[small].delivered_at.is_some());
+    assert!(net.apps[small].abandoned_at.is_none());
+    assert_eq!(net.stats(3).extra.get("flows_abandoned"), Some(&1));
+    // The relay held no destination state: nothing abandoned there.
+    assert_eq!(net.stats(2).extra.get("flows_abandoned"), None);
+}
+
+/// A destination flow whose source went silent is reclaimed after the idle time, and the
+/// runtime is told.
+#[test]
+fn a_flow_whose_source_vanished_is_abandoned_after_the_idle_time() {
+    let cfg = HopConfig {
+        flow_idle_timeout: secs(5.0),
+        ..HopConfig::default()
+    };
+    let mut net = Net::chain(2, LinkSpec::default(), cfg, 6);
+    let big = net.transfer(1, 2, 8 << 20);
+    let limit = Instant::ZERO + secs(120.0);
+    net.run_until(limit, |n| n.apps[big].received.len() >= 1 << 20);
+    net.crash(1);
+    let limit = net.now + secs(30.0);
+    net.run_until(limit, |n| n.apps[big].abandoned_at.is_some());
+    assert!(net.apps[big].abandoned_at.is_some(), "not abandoned");
+    assert!(net.apps[big].delivered_at.is_none());
+}

@@ -234,6 +234,8 @@ fn source_without_route_fails_and_aborted_flows_are_reclaimed() {
     let end = net.now + HxhConfig::default().give_up + Duration::from_secs(1);
     net.run_until(end, |_| false);
     assert_eq!(net.flows_with_state(), 0);
+    // ... and the destination told its application (it can delete what it kept).
+    assert!(net.flows[&key].flow_abandoned.is_some());
 }
 
 #[test]

@@ -819,7 +819,9 @@ impl Simulation {
     fn app_event(&mut self, n: usize, ev: Event) {
         let now = self.now;
         match ev {
-            Event::FlowOpened { .. } => {}
+            // A flow's outcome is the source's (complete or failed); a destination giving a
+            // flow up is the transport's bookkeeping.
+            Event::FlowOpened { .. } | Event::FlowAbandoned { .. } => {}
             Event::Delivered { flow, offset, data } => {
                 let Some(&i) = self.flow_by_key.get(&flow) else {
                     return;

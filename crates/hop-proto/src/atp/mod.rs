@@ -842,6 +842,7 @@ impl Transport for AtpTransport {
             };
             if now >= r.last_heard + cfg.give_up {
                 self.receivers.remove(&k);
+                self.events.push_back(Event::FlowAbandoned { flow: k });
                 self.abandoned.insert(k, (), cfg.finished_memory);
                 self.bump("receivers_expired", 1);
             } else if now >= r.epoch_at {

@@ -60,6 +60,9 @@ pub trait CustodyStore: Send {
     fn deliver(&mut self, _delivery: &Delivery<'_>) -> Result<(), StoreFull> {
         Ok(())
     }
+    /// Destination: the flow ended unfinished (its source aborted it, or it went idle);
+    /// whatever [`deliver`](Self::deliver) kept of it can go.
+    fn abandon(&mut self, _flow: FlowKey) {}
 }
 
 /// A block the destination delivers in order, as handed to [`CustodyStore::deliver`].

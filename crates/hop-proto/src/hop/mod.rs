@@ -765,6 +765,11 @@ impl HopTransport {
                 self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
                 self.note_cache();
             }
+            if f.dest.is_some_and(|d| !d.finished) {
+                self.store.abandon(key);
+                self.extra("flows_abandoned");
+                self.events.push_back(Event::FlowAbandoned { flow: key });
+            }
         }
         self.admitted.retain(|(k, _), _| *k != key);
         self.waiting.retain(|w| w.key != key);

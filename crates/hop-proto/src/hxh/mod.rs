@@ -1204,6 +1204,7 @@ impl Transport for HxhTransport {
                 ..
             }) = self.flows.remove(&key)
             {
+                self.events.push_back(Event::FlowAbandoned { flow: key });
                 self.abandoned.push_back(key);
                 self.abandoned_set.insert(key);
                 while self.abandoned.len() > self.cfg.finished_memory {

@@ -76,6 +76,8 @@ pub struct App {
     pub start: Instant,
     pub complete_at: Option<Instant>,
     pub delivered_at: Option<Instant>,
+    /// The destination gave the flow up unfinished (`Event::FlowAbandoned`).
+    pub abandoned_at: Option<Instant>,
     pub failed: bool,
 }
 
@@ -239,6 +241,7 @@ impl Net {
             start: now,
             complete_at: None,
             delivered_at: None,
+            abandoned_at: None,
             failed: false,
         });
         let i = self.apps.len() - 1;
@@ -450,6 +453,16 @@ impl Net {
                     .find(|a| a.flow == flow && a.dst == node)
                 {
                     a.delivered_at = Some(now);
+                }
+            }
+            Event::FlowAbandoned { flow } => {
+                if let Some(a) = self
+                    .apps
+                    .iter_mut()
+                    .find(|a| a.flow == flow && a.dst == node)
+                {
+                    assert!(a.delivered_at.is_none(), "a finished flow is not abandoned");
+                    a.abandoned_at = Some(now);
                 }
             }
             Event::SendComplete { flow, .. } => {

@@ -51,6 +51,8 @@ pub struct FlowRecord {
     pub progress: Vec<(Instant, u64)>,
     pub opened: u32,
     pub flow_finished: Option<(Instant, u64)>,
+    /// The destination gave the flow up unfinished (`Event::FlowAbandoned`).
+    pub flow_abandoned: Option<Instant>,
     pub send_complete: Option<(Instant, u64)>,
     pub send_failed: bool,
     pub out_of_order: bool,
@@ -217,6 +219,12 @@ impl Net {
                         if let Some(r) = self.flows.get_mut(&flow) {
                             assert!(r.flow_finished.is_none(), "FlowFinished twice");
                             r.flow_finished = Some((now, bytes));
+                        }
+                    }
+                    Event::FlowAbandoned { flow } => {
+                        if let Some(r) = self.flows.get_mut(&flow) {
+                            assert!(r.flow_finished.is_none(), "a finished flow abandoned");
+                            r.flow_abandoned = Some(now);
                         }
                     }
                     Event::SendComplete { flow, bytes } => {
