@@ -481,6 +481,17 @@ impl CustodyStore for DiskCustody {
             }
         }
     }
+
+    fn abandon(&mut self, flow: FlowKey) {
+        let Some(spool) = self.spool.as_mut() else {
+            return;
+        };
+        let bytes = spool.abandon(flow);
+        info!(%flow, bytes, "incoming flow abandoned: its spool files are deleted");
+        if let Ok(mut u) = self.usage.lock() {
+            u.incoming_bytes = u.incoming_bytes.saturating_sub(bytes);
+        }
+    }
 }
 
 const STATE_MAGIC: &[u8; 4] = b"HOPS";
@@ -583,6 +594,8 @@ struct SpoolFlow {
     /// Opened by the first durable delivery (transports without one have no record).
     state: Option<File>,
     seq: u64,
+    /// Bytes delivered durably so far.
+    bytes: u64,
 }
 
 /// A destination's incoming flows on disk: bytes at their offsets, progress beside them.
@@ -600,22 +613,56 @@ impl Spool {
         })
     }
 
-    /// Progress of every flow in the spool; records (and spool files) not touched for
-    /// `max_age` are deleted.
+    /// Progress of every flow in the spool (at start-up). An unfinished flow's record and
+    /// spool file not touched for `max_age` are deleted (the transport gave such a flow up
+    /// while the node was down); a finished flow whose file is still here is kept, whatever
+    /// its age, to be verified and moved to the inbox (it stopped in between).
     pub fn load(&self, max_age: Duration) -> Vec<DestProgress> {
         let mut out = Vec::new();
         for (flow, path, age) in state_records(&self.dir) {
+            let part = part_path(&self.dir, flow);
             match read_state(&path, flow) {
-                Some(p) if age < max_age => out.push(p),
+                Some(p) if age < max_age || (p.finished && part.exists()) => out.push(p),
                 _ => {
                     let _ = std::fs::remove_file(&path);
                     if age >= max_age {
-                        let _ = std::fs::remove_file(part_path(&self.dir, flow));
+                        let _ = std::fs::remove_file(part);
                     }
                 }
             }
         }
         out
+    }
+
+    /// Delete the progress records of finished flows whose files have left the spool and
+    /// that are older than `max_age` (kept until then so that a restarted destination can
+    /// answer late retransmissions). Unfinished flows are left alone: they end through
+    /// [`abandon`](Self::abandon).
+    pub fn prune_finished(&self, max_age: Duration) {
+        for (flow, path, age) in state_records(&self.dir) {
+            if age < max_age || part_path(&self.dir, flow).exists() {
+                continue;
+            }
+            if read_state(&path, flow).is_some_and(|p| p.finished) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// An incoming flow ended unfinished: close and delete its files. Returns the bytes it
+    /// had delivered (counted in the disk budget until now).
+    pub fn abandon(&mut self, flow: FlowKey) -> u64 {
+        let state = state_path(&self.dir, flow);
+        let bytes = match self.open.remove(&flow) {
+            Some(f) => f.bytes,
+            None => read_state(&state, flow)
+                .filter(|p| !p.finished)
+                .map_or(0, |p| p.bytes),
+        };
+        let _ = std::fs::remove_file(part_path(&self.dir, flow));
+        let _ = std::fs::remove_file(state);
+        sync_dir(&self.dir);
+        bytes
     }
 
     fn flow(&mut self, flow: FlowKey) -> std::io::Result<&mut SpoolFlow> {
@@ -624,6 +671,7 @@ impl Spool {
                 part: open_rw(&part_path(&self.dir, flow))?,
                 state: None,
                 seq: 0,
+                bytes: 0,
             };
             sync_dir(&self.dir);
             self.open.insert(flow, f);
@@ -644,6 +692,7 @@ impl Spool {
         let f = self.flow(d.flow)?;
         f.part.write_all_at(d.data, d.offset)?;
         f.part.sync_data()?;
+        f.bytes = d.offset + d.data.len() as u64;
         if f.state.is_none() {
             let spath = state_path(&dir, d.flow);
             f.seq = read_state_seq(&spath);
@@ -862,5 +911,73 @@ mod tests {
         assert_eq!(p.next_block, 1);
         assert_eq!(Spool::new(dir.path()).unwrap().load(Duration::ZERO), vec![]);
         assert!(!path.exists(), "expired progress is deleted");
+    }
+
+    /// An incoming flow given up unfinished: its files go, and so do its bytes from the
+    /// disk budget, whether it was delivered to in this run or restored from an earlier one.
+    #[test]
+    fn an_abandoned_flow_frees_its_files_and_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let incoming = dir.path().join("incoming");
+        let flow = FlowKey { src: 3, id: 0x1234 };
+        let usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>> = std::sync::Arc::default();
+        let (s, _) = DiskCustody::open(&dir.path().join("custody"), 2500, usage.clone()).unwrap();
+        let (mut s, _) = s.with_spool(&incoming, Duration::from_secs(60)).unwrap();
+        s.deliver(&delivery(0, &[1u8; 1000], false)).unwrap();
+        s.deliver(&delivery(1, &[2u8; 1000], false)).unwrap();
+        assert_eq!(usage.lock().unwrap().incoming_bytes, 2000);
+        s.abandon(flow);
+        assert_eq!(usage.lock().unwrap().incoming_bytes, 0);
+        assert!(!part_path(&incoming, flow).exists());
+        assert!(!state_path(&incoming, flow).exists());
+        // The whole budget is there for the next flow.
+        s.deliver(&delivery(0, &[3u8; 1000], false)).unwrap();
+        s.deliver(&delivery(1, &[4u8; 1000], false)).unwrap();
+        // Restored after a restart, then abandoned before any new delivery.
+        drop(s);
+        let usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>> = std::sync::Arc::default();
+        let (s, _) = DiskCustody::open(&dir.path().join("custody"), 2500, usage.clone()).unwrap();
+        let (mut s, progress) = s.with_spool(&incoming, Duration::from_secs(60)).unwrap();
+        assert_eq!(progress.len(), 1);
+        assert_eq!(usage.lock().unwrap().incoming_bytes, 2000);
+        s.abandon(flow);
+        assert_eq!(usage.lock().unwrap().incoming_bytes, 0);
+        assert!(!part_path(&incoming, flow).exists());
+    }
+
+    /// Start-up keeps a finished flow's file however old its record, so that it is verified
+    /// and moved to the inbox; pruning at run time deletes only finished flows' records.
+    #[test]
+    fn old_records_of_finished_or_live_flows_keep_their_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sp = Spool::new(dir.path()).unwrap();
+        let done = FlowKey { src: 3, id: 0x1234 };
+        let live = FlowKey { src: 4, id: 0x1 };
+        sp.deliver(&delivery(0, &[7u8; 10], true)).unwrap();
+        sp.deliver(&Delivery {
+            flow: live,
+            ..delivery(0, &[8u8; 10], false)
+        })
+        .unwrap();
+        // At run time nothing of either goes (records older than zero seconds).
+        sp.prune_finished(Duration::ZERO);
+        assert!(state_path(dir.path(), live).exists() && part_path(dir.path(), live).exists());
+        assert!(state_path(dir.path(), done).exists() && part_path(dir.path(), done).exists());
+        // Once the finished file is in the inbox, its record can go; the live one stays.
+        std::fs::remove_file(part_path(dir.path(), done)).unwrap();
+        sp.prune_finished(Duration::ZERO);
+        assert!(!state_path(dir.path(), done).exists());
+        assert!(state_path(dir.path(), live).exists());
+        // At start-up an old finished flow whose file is still here is kept ...
+        sp.deliver(&delivery(0, &[7u8; 10], true)).unwrap();
+        drop(sp);
+        let got = Spool::new(dir.path()).unwrap().load(Duration::ZERO);
+        assert_eq!(
+            got.iter().map(|p| (p.flow, p.finished)).collect::<Vec<_>>(),
+            vec![(done, true)]
+        );
+        assert!(part_path(dir.path(), done).exists());
+        // ... while an unfinished one that old is gone (its source gave up meanwhile).
+        assert!(!part_path(dir.path(), live).exists());
     }
 }

@@ -505,6 +505,17 @@ impl Daemon {
                 }
                 Event::Delivered { flow, offset, data } => self.deliver(flow, offset, &data),
                 Event::FlowFinished { flow, bytes } => self.finish_incoming(flow, bytes),
+                Event::FlowAbandoned { flow } => {
+                    // Hop's store deleted the flow's spool files itself (and returned its
+                    // bytes to the disk budget); the other transports' are the daemon's.
+                    if self.transport_id != TransportId::Hop {
+                        self.spool.abandon(flow);
+                    }
+                    if self.inflows.remove(&flow).is_some() {
+                        info!(%flow, "incoming flow abandoned by its source or idle");
+                        self.counters.flows_abandoned += 1;
+                    }
+                }
             }
         }
     }
@@ -607,7 +618,7 @@ impl Daemon {
                     // answers late retransmissions with the end-to-end BACK) until the
                     // transport would have forgotten the flow anyway.
                     let idle = crate::transport::hop_config(&self.cfg).flow_idle_timeout;
-                    let _ = self.spool.load(idle);
+                    self.spool.prune_finished(idle);
                 }
                 self.offer(entry);
             }
@@ -794,6 +805,14 @@ impl Daemon {
                 for e in entries {
                     self.offered.remove(&e.flow);
                     if let Some(e) = self.inbox.get(&e.flow).cloned() {
+                        if !e.path.exists() {
+                            // Deleted behind the daemon's back: nothing left to hand over.
+                            warn!(flow = %e.flow, path = %e.path.display(), "inbox file vanished");
+                            self.inbox.remove(&e.flow);
+                            self.counters.storage_errors += 1;
+                            self.publish_inbox();
+                            continue;
+                        }
                         self.offer(e);
                     }
                 }
@@ -966,8 +985,9 @@ fn verify_spool(
     let mut head = vec![0u8; (len as usize).min(15 + flowfmt::MAX_NAME)];
     file.read_exact(&mut head).map_err(|_| E::Incomplete)?;
     let (header, hlen) = FlowHeader::decode(&head)?;
-    let expect = hlen as u64 + header.size + HASH_LEN as u64;
-    if len != expect {
+    // The size is the sender's word: checked, so that no size can overflow the sum.
+    let expect = (hlen as u64 + HASH_LEN as u64).checked_add(header.size);
+    if expect != Some(len) {
         return Err(E::Length {
             have: len,
             size: header.size,

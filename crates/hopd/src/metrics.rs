@@ -23,6 +23,7 @@ pub struct Counters {
     pub flows_failed: u64,
     pub files_received: u64,
     pub files_handed_over: u64,
+    pub flows_abandoned: u64,
     pub integrity_failures: u64,
     pub delivered_bytes: u64,
     pub storage_errors: u64,
@@ -47,7 +48,7 @@ pub fn render(
     peers: u64,
 ) -> String {
     let mut o = String::new();
-    let counters: [(&str, &str, u64); 21] = [
+    let counters: [(&str, &str, u64); 22] = [
         (
             "rx_datagrams_total",
             "UDP datagrams received",
@@ -106,6 +107,11 @@ pub fn render(
             "files_handed_over_total",
             "received files acknowledged by an application",
             c.files_handed_over,
+        ),
+        (
+            "flows_abandoned_total",
+            "incoming flows that ended unfinished (aborted by their source, or idle)",
+            c.flows_abandoned,
         ),
         (
             "integrity_failures_total",

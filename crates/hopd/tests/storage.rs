@@ -176,3 +176,83 @@ fn full_file_system_stalls_without_loss_and_resumes_when_drained() {
     }
     stall_and_drain(Room::FileSystem(5 * MIB));
 }
+
+/// A file whose sender goes away mid-transfer must not keep its share of the destination's
+/// disk budget: the destination deletes what it spooled, and a file that needs the whole
+/// budget still goes through.
+#[test]
+fn an_abandoned_transfer_gives_its_room_back() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    let work = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = |i: u32| -> SocketAddr { format!("127.0.0.{i}:{port}").parse().unwrap() };
+    let nodes: Vec<Hopd> = (1..=2)
+        .map(|i| {
+            let spec = chain_spec(2, i, addr(i), &addr, None, "");
+            let limit = (i == 2).then_some(4 * MIB);
+            start_limited(spec, work.path().join(format!("n{i}")), limit)
+        })
+        .collect();
+    let (src, dst) = (&nodes[0], &nodes[1]);
+    // A client announces 16 MiB, sends 2.5 MiB (two whole blocks reach the destination) and
+    // goes away.
+    let frame = |s: &mut UnixStream, b: &[u8]| {
+        s.write_all(&(b.len() as u32).to_be_bytes()).unwrap();
+        s.write_all(b).unwrap();
+    };
+    let mut s = UnixStream::connect(src.socket()).unwrap();
+    frame(
+        &mut s,
+        br#"{"op":"send","v":1,"to":2,"name":"big.bin","size":16777216}"#,
+    );
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut reply = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut reply).unwrap();
+    assert!(String::from_utf8_lossy(&reply).contains("accepted"));
+    let data = pattern(9, 5 * MIB / 2);
+    for chunk in data.chunks(256 * 1024) {
+        frame(&mut s, chunk);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while incoming_bytes(dst) < 2 * MIB as u64 {
+        assert!(Instant::now() < deadline, "{}", dst.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = dst.status();
+        if st["incoming"].as_array().is_some_and(|a| a.is_empty())
+            && st["spool"]["disk_bytes"].as_u64() == Some(0)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "flow not abandoned: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(dst.counter("flows_abandoned"), 1);
+    let leftovers: Vec<_> = std::fs::read_dir(dst.dir.join("store/incoming"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Three quarters of the budget: fits only if the abandoned bytes were given back.
+    let f = work.path().join("c.bin");
+    let c = pattern(10, 3 * MIB);
+    std::fs::write(&f, &c).unwrap();
+    let mut sender = ChildGuard(Some(spawn_send(src, &f, 2)));
+    let out = sender.wait(Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        dst.status()
+    );
+    let dir = work.path().join("out");
+    let r = recv(dst, &dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(dir.join("c.bin")).unwrap() == c);
+}
