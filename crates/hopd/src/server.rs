@@ -105,6 +105,28 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
     }
 }
 
+/// Aborts a sending client's flow when dropped armed (see `send`).
+struct AbortOnDrop {
+    flow: hop_proto::FlowKey,
+    cmds: Option<mpsc::Sender<Cmd>>,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        let Some(cmds) = self.cmds.take() else {
+            return;
+        };
+        let abort = Cmd::Abort { flow: self.flow };
+        if let Err(mpsc::error::TrySendError::Full(abort)) = cmds.try_send(abort) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = cmds.send(abort).await;
+                });
+            }
+        }
+    }
+}
+
 async fn send(
     mut s: UnixStream,
     cmds: mpsc::Sender<Cmd>,
@@ -132,6 +154,12 @@ async fn send(
     let flow = match orx.await.map_err(|_| closed())? {
         Ok(f) => f,
         Err((code, msg)) => return error(&mut s, code, msg).await,
+    };
+    // Until the last byte is handed over, a client that goes away aborts the flow, whether
+    // a read or a write notices it.
+    let mut guard = AbortOnDrop {
+        flow,
+        cmds: Some(cmds.clone()),
     };
     api::write_json(
         &mut s,
@@ -237,6 +265,7 @@ async fn send(
     cmds.send(Cmd::Finish { flow })
         .await
         .map_err(|_| closed())?;
+    guard.cmds = None;
     while let Some(w) = window.pop_front() {
         if w.await.is_err() {
             break;
@@ -314,9 +343,14 @@ async fn hand_over(
         let e = current.insert(e);
         let mut f = match tokio::fs::File::open(&e.path).await {
             Ok(f) => f,
-            // Already handed over to another client.
-            Err(_) => {
-                *current = None;
+            Err(err) => {
+                // The file stays in the inbox: hand it back, to be offered again (to this
+                // client or another) instead of being held by a client that never got it.
+                warn!(flow = %e.flow, error = %err, "cannot open inbox file");
+                if let Some(e) = current.take() {
+                    let _ = cmds.send(Cmd::Return { entries: vec![e] }).await;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
         };
@@ -360,8 +394,15 @@ async fn hand_over(
 /// Serve Prometheus text on every HTTP request.
 pub async fn serve_metrics(listener: TcpListener, cmds: mpsc::Sender<Cmd>) {
     loop {
-        let Ok((mut s, _)) = listener.accept().await else {
-            continue;
+        let mut s = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // E.g. out of file descriptors: the connection stays queued, so retrying at
+                // once would spin.
+                warn!(error = %e, "metrics accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let cmds = cmds.clone();
         tokio::spawn(async move {
@@ -380,5 +421,58 @@ pub async fn serve_metrics(listener: TcpListener, cmds: mpsc::Sender<Cmd>) {
             let _ = s.write_all(body.as_bytes()).await;
             let _ = s.shutdown().await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hop_proto::FlowKey;
+    use std::time::Duration;
+
+    /// A sending client killed while its window is full: the server notices only when its
+    /// next progress report fails to go out, and must still abort the flow (else it stays
+    /// open, counted against `max_flows`, until the daemon restarts).
+    #[tokio::test]
+    async fn a_sender_gone_while_its_window_is_full_aborts_its_flow() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let size = 10 * DATA_CHUNK as u64;
+        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size));
+        let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
+            panic!("no open");
+        };
+        let flow = FlowKey { src: 1, id: 7 };
+        reply.send(Ok(flow)).unwrap();
+        assert!(api::read_frame(&mut client).await.unwrap().is_some()); // accepted
+                                                                        // One frame more than the window: the server holds one back and queues the rest.
+        for _ in 0..=SEND_WINDOW {
+            api::write_frame(&mut client, &[7u8; 1024]).await.unwrap();
+        }
+        let mut done = Vec::new();
+        while done.len() < SEND_WINDOW {
+            match rx.recv().await {
+                Some(Cmd::Data { done: d, .. }) => done.push(d),
+                _ => panic!("expected data"),
+            }
+        }
+        drop(client);
+        done.remove(0).send(()).unwrap();
+        assert!(
+            task.await.unwrap().is_err(),
+            "the progress write did not fail"
+        );
+        let got = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match rx.recv().await {
+                    Some(Cmd::Abort { flow }) => return Some(flow),
+                    Some(_) => continue,
+                    None => return None,
+                }
+            }
+        })
+        .await
+        .expect("no abort");
+        assert_eq!(got, Some(flow));
     }
 }

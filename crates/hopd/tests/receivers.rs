@@ -128,3 +128,38 @@ fn a_client_that_takes_one_of_several_waiting_files_leaves_the_rest_to_the_next(
     }
     assert_all_three(dst, &dirs);
 }
+
+#[test]
+fn an_inbox_file_deleted_behind_the_daemons_back_is_dropped_not_offered_for_ever() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let (src, dst) = (&nodes[0], &nodes[1]);
+    let send_one = |i: u64| {
+        let f = work.path().join(format!("file{i}.bin"));
+        std::fs::write(&f, pattern(20 + i, 3000)).unwrap();
+        let s = send(src, &[&f], dst.spec.id);
+        assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    };
+    send_one(0);
+    wait_for("the file in the inbox", Duration::from_secs(20), || {
+        dst.counter("files_received") == 1
+    });
+    let inbox = dst.dir.join("store/inbox");
+    for e in std::fs::read_dir(&inbox).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let dir = work.path().join("client");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut client = spawn_recv(dst, &dir);
+    wait_for(
+        "the vanished file to leave the inbox",
+        Duration::from_secs(10),
+        || dst.status()["inbox"] == 0,
+    );
+    assert_eq!(dst.counter("storage_errors"), 1);
+    // The client is still waiting, and takes the next file.
+    assert!(client.running());
+    send_one(1);
+    assert_ok(&client.wait(Duration::from_secs(20)));
+    assert_eq!(received(&[dir]), ["file1.bin"]);
+}
