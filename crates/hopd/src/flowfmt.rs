@@ -95,9 +95,71 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Move a received file from `tmp` to `dir/name` without replacing a file already there
+/// (another receiver's, or the user's); if the name is taken, `dir/name.flow`. Several
+/// receivers may share `dir`, so the name is claimed atomically (a hard link, which fails if
+/// the name exists), not checked first. Returns where the file went.
+pub fn place_received(
+    tmp: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    flow: &str,
+) -> std::io::Result<std::path::PathBuf> {
+    use std::io::ErrorKind;
+    for dest in [dir.join(name), dir.join(format!("{name}.{flow}"))] {
+        match std::fs::hard_link(tmp, &dest) {
+            Ok(()) => {
+                std::fs::remove_file(tmp)?;
+                return Ok(dest);
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+            // A file system without hard links: claim the name by a check, then rename.
+            Err(_) if !dest.exists() => {
+                std::fs::rename(tmp, &dest)?;
+                return Ok(dest);
+            }
+            Err(_) => continue,
+        }
+    }
+    // The same flow was received into this directory before: the copy is the same file.
+    let dest = dir.join(format!("{name}.{flow}"));
+    std::fs::rename(tmp, &dest)?;
+    Ok(dest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_received_file_never_replaces_one_already_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let tmp = |n: u8| {
+            let t = d.join(format!(".tmp{n}"));
+            std::fs::write(&t, [n]).unwrap();
+            t
+        };
+        assert_eq!(
+            place_received(&tmp(1), d, "a.bin", "1-1").unwrap(),
+            d.join("a.bin")
+        );
+        assert_eq!(
+            place_received(&tmp(2), d, "a.bin", "1-2").unwrap(),
+            d.join("a.bin.1-2")
+        );
+        assert_eq!(std::fs::read(d.join("a.bin")).unwrap(), [1]);
+        assert_eq!(std::fs::read(d.join("a.bin.1-2")).unwrap(), [2]);
+        // The same flow again: its own earlier copy is replaced, nobody else's.
+        assert_eq!(
+            place_received(&tmp(3), d, "a.bin", "1-2").unwrap(),
+            d.join("a.bin.1-2")
+        );
+        assert_eq!(std::fs::read(d.join("a.bin")).unwrap(), [1]);
+        assert!(
+            !d.join(".tmp1").exists() && !d.join(".tmp2").exists() && !d.join(".tmp3").exists()
+        );
+    }
 
     #[test]
     fn header_round_trip() {

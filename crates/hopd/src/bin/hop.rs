@@ -340,14 +340,11 @@ async fn recv(socket: &Path, dir: &Path, count: Option<u64>, json: bool) -> Resu
             )
         })?;
         drop(out);
-        let mut dest = dir.join(&name);
-        if dest.exists() {
-            dest = dir.join(format!("{name}.{flow}"));
-        }
-        std::fs::rename(&tmp, &dest).map_err(|e| {
+        let dest = hopd::flowfmt::place_received(&tmp, dir, &name, &flow).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
             fail(
                 exit::USAGE,
-                format!("cannot rename to {}: {e}", dest.display()),
+                format!("cannot move {name} into {}: {e}", dir.display()),
             )
         })?;
         if let Ok(d) = std::fs::File::open(dir) {
