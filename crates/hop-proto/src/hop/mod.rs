@@ -625,13 +625,36 @@ impl HopTransport {
     /// Data packets handed to the link and not yet known to have left it, over all
     /// transfers (the quantity `link_window_packets` bounds).
     fn in_flight_total(&self) -> usize {
-        let none = Bitmap::new(0);
         self.flows
             .values()
             .flat_map(|f| f.outs.values())
             .filter(|x| !x.micro && !x.told_wait)
-            .map(|x| x.sent_round.count_in_not(&x.peer, &none) as usize)
+            .map(|x| self.queued(x) as usize)
             .sum()
+    }
+
+    /// A transfer's packets handed to the link and not yet known to have left it. With
+    /// `queue_aware`, a packet handed over before one that arrived (any transfer's, as
+    /// the next hops' BACKs report them) has left this node's FIFO queue, arrived or lost,
+    /// whether or not its own next hop has answered yet; without, every packet of the
+    /// round not reported.
+    fn queued(&self, x: &OutXfer) -> u32 {
+        let none = Bitmap::new(0);
+        if !self.cfg.queue_aware {
+            return x.sent_round.count_in_not(&x.peer, &none);
+        }
+        let mut n = 0;
+        let mut from = 0;
+        while let Some(p) = x.sent_round.next_in_not(&x.peer, &none, from) {
+            if x.sent_seq
+                .get(p as usize)
+                .is_some_and(|&sq| sq > self.arrived_seq)
+            {
+                n += 1;
+            }
+            from = p + 1;
+        }
+        n
     }
 
     /// Packets handed to the link after which a transfer sends its BSYN early (half a link
@@ -1000,6 +1023,13 @@ impl HopTransport {
         // waits to start its round to the same next hop: its BACK then returns while the
         // next round's packets are still on the link.
         let half_round = sending && rounds && self.round_half_done(key, n);
+        // Of this transfer's packets, those still queued here (what its BACK would take
+        // out of a full window).
+        let queued = self
+            .flows
+            .get(&key)
+            .and_then(|f| f.outs.get(&n))
+            .map_or(0, |x| self.queued(x));
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -1021,7 +1051,7 @@ impl HopTransport {
                     }
                     // Ask when everything was handed to the link, or when the link window
                     // is full and this transfer has packets in it (the BACK opens it).
-                    let in_flight = x.sent_round.count_in_not(&x.peer, &Bitmap::new(0));
+                    let in_flight = queued;
                     let round_done = left == 0 && b.complete();
                     if rounds && window_full && in_flight > 0 && !round_done && x.attempts == 0 {
                         // A full window asks for a BACK once this transfer has handed at

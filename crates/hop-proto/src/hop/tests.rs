@@ -1356,3 +1356,61 @@ fn a_full_window_takes_a_txop_from_a_transfer_with_nothing_in_it_only_when_asked
         );
     }
 }
+
+/// Packets handed to the link before one that arrived have left this node's FIFO queue,
+/// whichever transfer they belong to: they no longer fill the link window, even while
+/// their own next hop has not answered.
+#[test]
+fn packets_known_to_have_left_the_queue_free_the_window_for_every_transfer() {
+    for queue_aware in [true, false] {
+        let cfg = HopConfig {
+            link_window_packets: 8,
+            link_window_max_packets: 8,
+            txop_bytes: 200,
+            queue_aware,
+            ..small_cfg()
+        };
+        let mut h = Harness::new(1, &[(3, 2), (2, 2), (5, 4), (4, 4)], HopTransport::new(cfg));
+        for (id, dst) in [(4, 3), (5, 5)] {
+            let key = FlowKey { src: 1, id };
+            h.with(|t, ctx| t.open(ctx, key, dst)).unwrap();
+            h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
+                .unwrap();
+        }
+        h.drain();
+        // Both next hops answer at once: the two transfers share the window a txop at a
+        // time, four packets each.
+        let mut back5 = source_back(&[0, 0]);
+        back5.header.flow_id = 5;
+        back5.header.dst = 5;
+        h.recv(2, &source_back(&[0, 0]));
+        h.recv(4, &back5);
+        let out = h.drain();
+        let to = |out: &[Outgoing], hop| {
+            out.iter()
+                .filter(|o| o.next_hop == hop)
+                .filter(|o| {
+                    matches!(
+                        HopMessage::parse(&o.body).unwrap().body,
+                        HopBody::Data { .. }
+                    )
+                })
+                .count()
+        };
+        assert_eq!((to(&out, 2), to(&out, 4)), (4, 4));
+        // Node 4 reports all four of flow 5's packets, the last one handed to the link:
+        // flow 4's were handed over before it and have left the queue too.
+        let mut back5 = source_back(&[0x0f, 0]);
+        back5.header.flow_id = 5;
+        back5.header.dst = 5;
+        h.recv(4, &back5);
+        let out = h.drain();
+        // The rest of flow 5's block (6 packets) fits; counting flow 4's packets as still
+        // queued would leave room for 4.
+        assert_eq!(
+            to(&out, 4),
+            if queue_aware { 6 } else { 4 },
+            "queue_aware = {queue_aware}"
+        );
+    }
+}
