@@ -1306,12 +1306,20 @@ fn a_sender_told_to_wait_asks_again_only_after_the_hold() {
 /// A source (node 1) with two 1000-byte blocks of ten packets, flow 4 to node 3 via node 2 and
 /// flow 5 to node 5 via node 4, a link window of eight packets and a txop of two.
 fn two_flow_source(past_full: bool) -> Harness {
+    two_flow_source_with(HopConfig {
+        txop_past_full_window: past_full,
+        ..small_cfg()
+    })
+}
+
+/// Node 1 with flows 4 (to node 3, via 2) and 5 (to node 5, via 4), 10 packets each, an
+/// 8-packet link window and txops of 2 packets; both BSYNs sent.
+fn two_flow_source_with(cfg: HopConfig) -> Harness {
     let cfg = HopConfig {
         link_window_packets: 8,
         link_window_max_packets: 8,
         txop_bytes: 200,
-        txop_past_full_window: past_full,
-        ..small_cfg()
+        ..cfg
     };
     let mut h = Harness::new(1, &[(3, 2), (2, 2), (5, 4), (4, 4)], HopTransport::new(cfg));
     for (id, dst) in [(4, 3), (5, 5)] {
@@ -1363,21 +1371,10 @@ fn a_full_window_takes_a_txop_from_a_transfer_with_nothing_in_it_only_when_asked
 #[test]
 fn packets_known_to_have_left_the_queue_free_the_window_for_every_transfer() {
     for queue_aware in [true, false] {
-        let cfg = HopConfig {
-            link_window_packets: 8,
-            link_window_max_packets: 8,
-            txop_bytes: 200,
+        let mut h = two_flow_source_with(HopConfig {
             queue_aware,
             ..small_cfg()
-        };
-        let mut h = Harness::new(1, &[(3, 2), (2, 2), (5, 4), (4, 4)], HopTransport::new(cfg));
-        for (id, dst) in [(4, 3), (5, 5)] {
-            let key = FlowKey { src: 1, id };
-            h.with(|t, ctx| t.open(ctx, key, dst)).unwrap();
-            h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
-                .unwrap();
-        }
-        h.drain();
+        });
         // Both next hops answer at once: the two transfers share the window a txop at a
         // time, four packets each.
         let mut back5 = source_back(&[0, 0]);
