@@ -208,17 +208,14 @@ async fn send(
         }
         let frame = match api::read_frame(&mut s).await {
             Ok(Some(f)) => f,
-            Ok(None) | Err(_) => {
-                let _ = cmds.send(Cmd::Abort { flow }).await;
-                return Ok(());
-            }
+            // The guard aborts the flow.
+            Ok(None) | Err(_) => return Ok(()),
         };
         if frame.is_empty() {
             break None;
         }
         total += frame.len() as u64;
         if total > size {
-            let _ = cmds.send(Cmd::Abort { flow }).await;
             return error(
                 &mut s,
                 ErrorCode::BadRequest,
@@ -249,7 +246,6 @@ async fn send(
         .await;
     }
     if total != size {
-        let _ = cmds.send(Cmd::Abort { flow }).await;
         return error(
             &mut s,
             ErrorCode::BadRequest,
