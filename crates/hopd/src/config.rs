@@ -165,6 +165,7 @@ pub struct HopParams {
     pub round_per_next_hop: Option<bool>,
     pub wait_notice: Option<bool>,
     pub txop_past_full_window: Option<bool>,
+    pub pipelining: Option<bool>,
 }
 
 /// A neighbour: node id and UDP address.

@@ -77,6 +77,9 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.txop_past_full_window {
         h.txop_past_full_window = v;
     }
+    if let Some(v) = p.pipelining {
+        h.pipelining = v;
+    }
     h.cache_limit_bytes = cfg.max_memory_bytes;
     h.max_flows = cfg.max_incoming_flows;
     h
@@ -172,18 +175,20 @@ mod tests {
     fn hop_section_sets_the_sender_knobs() {
         let d = hop_config(&config("hop"));
         assert!(d.queue_aware);
+        assert!(d.pipelining);
         assert_eq!(
             d.link_window_packets,
             HopConfig::default().link_window_packets
         );
         let text = format!(
-            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\n",
+            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\npipelining = false\n",
             "ab".repeat(32)
         );
         let h = hop_config(&Config::parse("t.toml", &text, Path::new("/")).unwrap());
         assert!(!h.queue_aware);
         assert_eq!(h.link_window_packets, 0);
         assert!(!h.adaptive_bsyn_timeout);
+        assert!(!h.pipelining);
     }
 
     #[test]
