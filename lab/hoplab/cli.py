@@ -160,6 +160,7 @@ def main(argv=None) -> int:
     rp.add_argument("--only", help="comma-separated experiment ids (see --list)")
     rp.add_argument("--reps", type=int, help="repetitions per point (default: the preset's)")
     rp.add_argument("--points", help="comma-separated points to run, e.g. 2,3 (hop counts) or 16KB")
+    rp.add_argument("--variants", help="comma-separated variants (protocols) to run, e.g. hop,tcp (default: all)")
     rp.add_argument("--out", help="output directory (default results/reproduce/<time>-<preset>)")
     rp.add_argument("--retry-invalid", type=int,
                     help="repeat a run the lab marks invalid (lag) up to N times (default: 1 full, 0 quick)")

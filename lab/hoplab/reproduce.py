@@ -470,10 +470,11 @@ def prune_raw(run_dir: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str] | None = None) -> list[tuple]:
+def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str] | None = None,
+         variants: set[str] | None = None) -> list[tuple]:
     """(experiment, point, repetition, variant) in running order: for each point and
     repetition, the compared protocols back to back. `points` keeps only those points
-    (compared as text, e.g. "2" or "16KB")."""
+    (compared as text, e.g. "2" or "16KB"), `variants` only the variants of those names."""
     out = []
     for e in exps:
         sc = e.scale(quick)
@@ -484,7 +485,7 @@ def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str
                 continue
             for rep in range(reps or sc.reps):
                 for v in e.variants:
-                    if sc.variants is None or v.name in sc.variants:
+                    if (sc.variants is None or v.name in sc.variants) and (variants is None or v.name in variants):
                         out.append((e, p, rep, v))
     return out
 
@@ -511,7 +512,7 @@ def _run_id(r: dict) -> tuple:
 
 def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, progress=print,
             points: list[str] | None = None, retry_invalid: int = 0,
-            previous: list[dict] | None = None) -> list[dict]:
+            previous: list[dict] | None = None, variants: set[str] | None = None) -> list[dict]:
     """Run the plan; a run the lab marks invalid is repeated up to `retry_invalid` times
     (every attempt is recorded; the invalid ones are excluded and counted in the report).
     `previous` are the records of an interrupted run of the same plan (--resume): a run
@@ -521,7 +522,7 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
     done: dict[tuple, list[dict]] = {}
     for r in previous or []:
         done.setdefault(_run_id(r), []).append(r)
-    todo = plan(exps, quick, reps, points)
+    todo = plan(exps, quick, reps, points, variants)
     later = {(e.id, v.name, _key(p), rep) for e, p, rep, v in todo}  # plan items not reached yet
     # Records of runs outside this plan (e.g. other experiments than --only's) stay in runs.json.
     outside = [r for r in previous or [] if _run_id(r) not in later]
@@ -829,10 +830,10 @@ def _path_length_md(tables: list[dict], point_name: str | None) -> list[str]:
 
 
 def estimate(exps: list[Experiment], quick: bool, reps: int | None,
-             points: list[str] | None = None) -> tuple[int, float, list[str]]:
+             points: list[str] | None = None, variants: set[str] | None = None) -> tuple[int, float, list[str]]:
     lines, runs, secs = [], 0, 0.0
     for e in exps:
-        n, s = e.estimate(quick, reps, points)
+        n, s = e.estimate(quick, reps, points, variants)
         if n:
             lines.append(f"  {e.id:<14} {n:3d} runs  ~{s / 60:5.1f} min  {e.title}")
         runs += n
@@ -863,7 +864,13 @@ def main(a) -> int:
     if a.retry_invalid is not None and a.retry_invalid < 0:
         raise SpecError("--retry-invalid must be >= 0")
     points = [x.strip() for x in a.points.split(",")] if getattr(a, "points", None) else None
-    n, secs, lines = estimate(exps, quick, a.reps, points)
+    variants = None
+    if getattr(a, "variants", None):
+        variants = {x.strip() for x in a.variants.split(",") if x.strip()}
+        known = {v.name for e in exps for v in e.variants}
+        if variants - known:
+            raise SpecError(f"unknown variant(s) {sorted(variants - known)} in this selection; known: {sorted(known)}")
+    n, secs, lines = estimate(exps, quick, a.reps, points, variants)
     if not a.report_only:
         print(f"hoplab reproduce ({'quick' if quick else 'full'}): {n} runs, estimated {secs / 60:.0f} min "
               f"(~{RUN_OVERHEAD_S:.0f} s set-up per run plus its flows; each repeat of an invalid run adds one run)")
@@ -872,7 +879,7 @@ def main(a) -> int:
         extra = [e for e in reg.values() if e.opt_in and e.id not in chosen and e.scale(quick) is not None]
         if a.list and extra:
             print("not in the preset, run with --only ID:")
-            print("\n".join(estimate(extra, quick, a.reps, points)[2]))
+            print("\n".join(estimate(extra, quick, a.reps, points, variants)[2]))
     if a.list:
         return 0
     out = Path(a.out) if a.out else Path("results") / "reproduce" / (
@@ -903,7 +910,8 @@ def main(a) -> int:
             print(f"resuming: {sum(1 for r in previous if r['status'] == 'valid')} valid runs kept from "
                   f"{out / 'runs.json'}")
         with mediumserver.serving():
-            records = run_all(exps, quick, a.reps, out, points=points, retry_invalid=retry, previous=previous)
+            records = run_all(exps, quick, a.reps, out, points=points, retry_invalid=retry, previous=previous,
+                              variants=variants)
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
     ran = [r for r in records if r.get("started")]
     if ran:  # a resumed reproduction spans several sittings (and possibly commits): say so

@@ -246,6 +246,20 @@ def test_every_experiment_generates_valid_specs_with_shared_seeds():
     assert a["topology"] == b["topology"]
 
 
+def test_plan_and_estimate_keep_only_the_chosen_variants():
+    reg = registry()
+    e = reg["hop-5.2"]
+    full = rp.plan([e], False, None)
+    some = rp.plan([e], False, None, variants={"hop", "hop-nopipe"})
+    assert {v.name for _, _, _, v in some} == {"hop", "hop-nopipe"}
+    # the same points and repetitions, back to back, in the full plan's order
+    assert some == [t for t in full if t[3].name in ("hop", "hop-nopipe")]
+    assert e.estimate(False, None, None, {"hop"})[0] * 2 == e.estimate(False, None, None, {"hop", "tcp"})[0]
+    # the ablation passes its switch to hopd
+    spec = e.spec(e.variant("hop-nopipe"), 2, 0, False)
+    assert spec["flow"][0]["options"]["hop"] == {"pipelining": False}
+
+
 def test_apply_variant_leaves_background_flows():
     d = {"name": "n", "flow": [{"label": "m0"}, {"label": "voip", "driver": "voip"}]}
     out = apply_variant(d, Variant("hop-h100", "H", {"driver": "hop", "options": {"hop": {"backpressure_limit": 100}}}))

@@ -97,13 +97,15 @@ class Experiment:
         d = self.build(self, variant, point, rep, params)
         return apply_variant(d, variant, self.measure)
 
-    def estimate(self, quick: bool, reps: int | None = None, points: list[str] | None = None) -> tuple[int, float]:
-        """(runs, seconds) of this experiment in a preset (optionally only some points)."""
+    def estimate(self, quick: bool, reps: int | None = None, points: list[str] | None = None,
+                 variants: set[str] | None = None) -> tuple[int, float]:
+        """(runs, seconds) of this experiment in a preset (optionally only some points and
+        variants)."""
         sc = self.scale(quick)
         if sc is None:
             return 0, 0.0
         n_var = len([v for v in self.variants if (sc.variants is None or v.name in sc.variants)
-                     and not v.unsupported])
+                     and (variants is None or v.name in variants) and not v.unsupported])
         total = 0.0
         runs = 0
         for p in sc.points:
