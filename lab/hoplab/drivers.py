@@ -178,7 +178,8 @@ class HopDriver(Driver):
         return node + 1
 
     def socket(self, lab, node: int) -> Path:
-        return lab.work / f"hopd-{node}" / "api.sock"
+        # Not under the run directory: its path can exceed a Unix socket's 108 bytes.
+        return lab.sockets / f"hopd-{node}.sock"
 
     def config(self, lab, node: int, transport: str, params: dict, link_mode: str = "unicast",
                control_dscp: int | None = None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,9 @@ from .spec import DYNAMIC_ROUTING, Spec
 PREFIX = "hl-"
 LOCK_PATH = Path("/run/hoplab.lock")
 MEDIUM_PID = Path("/run/hoplab-medium.pid")
+# Unix sockets of the run's daemons (hopd's API). A socket path must fit in sun_path (108
+# bytes), which a run directory deep in an output tree need not; one emulation runs at a time.
+SOCKET_DIR = Path("/run/hoplab-sockets")
 LOCK_WAIT_S = float(os.environ.get("HOPLAB_LOCK_WAIT", "900"))  # wait for a running emulation
 IN_RANGE_DB = 50.0  # path loss between nodes in range (rx at about -34 dBm: strong, carrier sensed)
 OUT_OF_RANGE_DB = 1000.0
@@ -137,6 +141,7 @@ def clean(verbose: bool = True) -> dict:
         except (ValueError, OSError):
             pass
         MEDIUM_PID.unlink(missing_ok=True)
+    shutil.rmtree(SOCKET_DIR, ignore_errors=True)
     for nsn in lab_namespaces():
         sh("ip", "netns", "del", nsn, check=False)
         removed["namespaces"] += 1
@@ -157,6 +162,7 @@ class Lab:
         # resolves relative paths against its config file's directory).
         self.out = Path(out).resolve()
         self.work = self.out / "raw"
+        self.sockets = SOCKET_DIR  # created afresh once the run holds the lock
         self.progress = progress
         self.procs: list[subprocess.Popen] = []
         self.medium: subprocess.Popen | mediumserver.ForkedMedium | None = None
@@ -220,6 +226,8 @@ class Lab:
             self.progress("removing leftovers of an earlier run")
             clean(verbose=False)
         self.work.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(SOCKET_DIR, ignore_errors=True)
+        SOCKET_DIR.mkdir(mode=0o700, parents=True)
         self._old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)
         return self
 

@@ -131,6 +131,7 @@ def test_hopd_config_uses_lab_routes(tmp_path):
                                         "flow": [{"driver": "hop", "src": 0, "dst": 3, "size": 10}]})
             self.table = routes.next_hops(self.spec.topology, "etx")
             self.work = tmp_path
+            self.sockets = tmp_path
 
         def ip(self, n):
             return ip_of(n)
@@ -166,3 +167,20 @@ def test_lab_paths_are_absolute_for_a_relative_out_dir(tmp_path, monkeypatch):
     lab = Lab(sp, Path("results") / "lab" / "x")
     assert lab.out.is_absolute() and lab.work.is_absolute()
     assert lab.work == tmp_path / "results" / "lab" / "x" / "raw"
+
+
+def test_hopd_sockets_fit_a_unix_socket_path_whatever_the_run_directory(tmp_path):
+    # A socket path longer than sun_path (108 bytes) makes hopd refuse to start; run
+    # directories of `hoplab reproduce` (repeats of deep experiment paths) exceeded it.
+    import tomllib
+
+    from hoplab import drivers
+    from hoplab.lab import Lab
+
+    sp = spec.from_dict({"topology": {"kind": "chain", "nodes": 20},
+                         "flow": [{"driver": "hop", "src": 0, "dst": 19, "size": 10}]})
+    lab = Lab(sp, tmp_path / ("deep-run-directory-" * 8) / "hop-nopipe-repeat1")
+    sock = drivers.HopDriver().socket(lab, 19)
+    assert len(str(lab.work)) > 108 and not str(sock).startswith(str(lab.work))
+    assert len(str(sock).encode()) < 108
+    assert tomllib.loads(drivers.HopDriver().config(lab, 19, "hop", {}))["api_socket"] == str(sock)
