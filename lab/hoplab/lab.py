@@ -305,6 +305,7 @@ class Lab:
             "rts_cts": spec.medium.rts_cts,
             "txop_us": spec.medium.txop_us,
             "classify_dscp": spec.medium.classify_dscp,
+            "no_retry_tids": spec.medium.no_retry_tids(),
             "links": links,
             "seed": spec.seed,
             "out": str(self.work / "medium.json"),

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -159,6 +160,53 @@ class LinkLossModel : public ErrorModel
     }
     void DoReset() override {}
 };
+
+// ---- link ARQ per access category ---------------------------------------------
+// ns-3 has one FrameRetryLimit per MAC. Hop §4.1 disables link-layer ARQ for its data
+// frames only and keeps it for BSYN/BACK, which a driver does per frame. This fixed-rate
+// station manager gives up a unicast QoS data frame of a TID in `NoRetryTids` (bit i =
+// TID i) after its first failed attempt; every other frame keeps the MAC's retry limit.
+// The frame is still acknowledged by its receiver, so a missed ACK ends a TXOP burst as
+// for any unicast frame, and the contention window is reset as after a final failure.
+class NoRetryTidWifiManager : public ConstantRateWifiManager
+{
+  public:
+    uint32_t no_retry_tids{0};
+    static TypeId GetTypeId()
+    {
+        static TypeId tid =
+            TypeId("hoplab::NoRetryTidWifiManager")
+                .SetParent<ConstantRateWifiManager>()
+                .AddConstructor<NoRetryTidWifiManager>()
+                .AddAttribute("NoRetryTids",
+                              "Bit mask of the TIDs whose unicast frames are never retried",
+                              UintegerValue(0),
+                              MakeUintegerAccessor(&NoRetryTidWifiManager::no_retry_tids),
+                              MakeUintegerChecker<uint32_t>(0, 255));
+        return tid;
+    }
+
+  private:
+    std::list<Ptr<WifiMpdu>> DoGetMpdusToDropOnTxFailure(WifiRemoteStation*, Ptr<WifiPsdu> psdu) override
+    {
+        std::list<Ptr<WifiMpdu>> drop;
+        for (const auto& mpdu : *PeekPointer(psdu))
+        {
+            const WifiMacHeader& h = mpdu->GetHeader();
+            bool no_retry = h.IsQosData() && ((no_retry_tids >> h.GetQosTid()) & 1u);
+            if (no_retry || mpdu->GetRetryCount() >= GetMac()->GetFrameRetryLimit())
+                drop.push_back(mpdu);
+        }
+        return drop;
+    }
+};
+
+// Registers the station manager's TypeId so that WifiHelper can name it.
+std::string
+NoRetryTidManagerName()
+{
+    return NoRetryTidWifiManager::GetTypeId().GetName();
+}
 
 // ---- one channel per sender ---------------------------------------------------
 // YansWifiChannel::Send schedules a reception event at every other PHY on the channel,

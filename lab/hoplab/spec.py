@@ -41,6 +41,8 @@ B_RATES = {1.0: "DsssRate1Mbps", 2.0: "DsssRate2Mbps", 5.5: "DsssRate5_5Mbps", 1
 G_RATES = {r: f"ErpOfdmRate{int(r)}Mbps" for r in (6.0, 9.0, 12.0, 18.0, 24.0, 36.0, 48.0, 54.0)}
 ACS = ("be", "bk", "vi", "vo")
 ACTIONS = ("down", "up", "loss")
+# 802.11e user priorities (TIDs) of each access category.
+AC_TIDS = {"be": (0, 3), "bk": (1, 2), "vi": (4, 5), "vo": (6, 7)}
 
 
 @dataclass
@@ -53,6 +55,17 @@ class Medium:
     txop_us: dict[str, float] = field(default_factory=dict)
     broadcast_rate_mbps: float | None = None  # None: lowest basic rate (802.11 default)
     classify_dscp: bool = True
+    # Access categories whose unicast frames get no link retries (the others keep
+    # retry_limit): Hop §4.1 turns link ARQ off for its data frames only.
+    no_arq_acs: list[str] = field(default_factory=list)
+
+    def no_retry_tids(self) -> int:
+        """The TIDs of `no_arq_acs` as a bit mask (bit i = TID i)."""
+        mask = 0
+        for ac in self.no_arq_acs:
+            for tid in AC_TIDS[ac]:
+                mask |= 1 << tid
+        return mask
 
     def modes(self) -> tuple[str, str, str | None]:
         table = B_RATES if self.standard == "b" else G_RATES
@@ -206,7 +219,7 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
 
     md = d.get("medium", {})
     _check_keys(md, {"standard", "rate_mbps", "auto_rate", "retry_limit", "rts_cts", "txop_us",
-                     "broadcast_rate_mbps", "classify_dscp"}, "medium")
+                     "broadcast_rate_mbps", "classify_dscp", "no_arq_acs"}, "medium")
     std = _take(md, "standard", str, DEFAULT_STANDARD, "medium")
     if std not in ("b", "g"):
         raise SpecError("medium.standard must be 'b' or 'g'")
@@ -214,6 +227,9 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
     txop = md.get("txop_us", {})
     if not isinstance(txop, dict) or any(k not in ACS for k in txop):
         raise SpecError(f"medium.txop_us must be a table with keys from {ACS}")
+    no_arq = md.get("no_arq_acs", [])
+    if not isinstance(no_arq, list) or any(k not in ACS for k in no_arq):
+        raise SpecError(f"medium.no_arq_acs must be a list of access categories from {ACS}")
     m = Medium(
         standard=std,
         rate_mbps=_take(md, "rate_mbps", float, rate_default, "medium"),
@@ -223,7 +239,12 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
         txop_us={k: float(v) for k, v in txop.items()},
         broadcast_rate_mbps=_take(md, "broadcast_rate_mbps", float, None, "medium"),
         classify_dscp=_take(md, "classify_dscp", bool, True, "medium"),
+        no_arq_acs=sorted(set(no_arq)),
     )
+    if m.no_arq_acs and m.auto_rate:
+        raise SpecError("medium.no_arq_acs needs a fixed rate: auto_rate learns from the link retries")
+    if m.no_arq_acs and not m.classify_dscp:
+        raise SpecError("medium.no_arq_acs needs classify_dscp: without it every frame is best effort")
     if not 0 <= m.retry_limit <= 100:
         raise SpecError("medium.retry_limit must be in 0..100")
     m.modes()

@@ -93,3 +93,28 @@ def test_a_medium_that_dies_mid_run_ends_the_run_with_an_error(tmp_path, monkeyp
     t.join(timeout=5)
     assert killed and time.time() - killed[0] < 30  # not the 120 s of the spec
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
+
+
+@needs_root
+def test_no_arq_acs_turns_link_retries_off_for_one_access_category_only(tmp_path):
+    # One link losing half its frames, two paced UDP flows side by side: the background
+    # category's (CS1) frames get one attempt, the voice category's (EF) keep the retries.
+    sp = spec.from_dict({
+        "name": "pytest-no-arq", "duration": 30,
+        "topology": {"kind": "chain", "nodes": 2, "link": [{"a": 0, "b": 1, "loss": 0.5, "loss_back": 0.0}]},
+        "medium": {"retry_limit": 7, "no_arq_acs": ["bk"]},
+        "flow": [{"driver": "udp", "src": 0, "dst": 1, "duration": 4, "rate": "400kbit", "label": "bk",
+                  "options": {"tos": "cs1"}},
+                 {"driver": "udp", "src": 0, "dst": 1, "duration": 4, "rate": "400kbit", "label": "vo",
+                  "options": {"tos": "ef"}}],
+    })
+    res = run_spec(sp, tmp_path / "out", progress=lambda *_: None)
+    fl = {f["label"]: f for f in res["flows"]}
+    # 0.5 with one attempt; 0.5 ** 8 = 0.4 % with seven retries
+    assert 0.35 < fl["bk"]["loss"] < 0.65, fl["bk"]["loss"]
+    assert fl["vo"]["loss"] < 0.05, fl["vo"]["loss"]
+    sender = res["medium"]["per_node"][0]
+    assert sender["tid1"] > 0 and sender["tid6"] > 0, sender
+    # every lost background frame is a final failure after its single attempt
+    assert sender["final_failures"] >= 0.8 * fl["bk"]["loss"] * fl["bk"]["sent_packets"], sender
+    assert lab.lab_namespaces() == [] and lab.lab_links() == []

@@ -39,6 +39,10 @@ def test_defaults_and_modes():
     {"medium": {"rate_mbps": 54}},  # not an 802.11b rate
     {"medium": {"txop_us": {"xx": 100}}},
     {"medium": {"retry_limit": -1}},
+    {"medium": {"no_arq_acs": ["data"]}},
+    {"medium": {"no_arq_acs": "bk"}},
+    {"medium": {"no_arq_acs": ["bk"], "auto_rate": True}},
+    {"medium": {"no_arq_acs": ["bk"], "classify_dscp": False}},
     {"flow": [{"driver": "tcp", "src": 0, "dst": 0}]},
     {"flow": [{"driver": "nope", "src": 0, "dst": 1}]},
     {"flow": [{"driver": "tcp", "src": 0, "dst": 9}]},
@@ -54,6 +58,13 @@ def test_defaults_and_modes():
 def test_rejects_bad_specs(bad):
     with pytest.raises(SpecError):
         spec.from_dict(base(**bad))
+
+
+def test_no_arq_acs_as_tid_mask():
+    assert spec.from_dict(base()).medium.no_retry_tids() == 0
+    m = spec.from_dict(base(medium={"no_arq_acs": ["bk", "bk"]})).medium
+    assert m.no_arq_acs == ["bk"] and m.no_retry_tids() == 0b110  # TIDs 1 and 2
+    assert spec.from_dict(base(medium={"no_arq_acs": ["be", "vo"]})).medium.no_retry_tids() == 0b11001001
 
 
 def test_schedule_sorted_and_link_override():

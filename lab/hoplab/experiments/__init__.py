@@ -165,6 +165,18 @@ def hop(name: str = "hop", title: str = "Hop (hopd)", link_mode: str = HOP_LINK_
     return Variant(name, title, flow)
 
 
+# Hop §4.1 as written: data frames unicast to the next hop with link ARQ off, BSYN/BACK with
+# it on. The medium gives the data's access category (background, DSCP CS1) a single attempt
+# per frame and keeps the retry limit for the others (medium `no_arq_acs`). Unlike the
+# broadcast link mode, each data frame is acknowledged by the next hop, so a lost frame ends a
+# txop burst, and neighbours do not overhear the data.
+def hop_unicast_noarq(name: str = "hop-unicast",
+                      title: str = "Hop, data unicast with link ARQ off (Hop §4.1)", **hopcfg) -> Variant:
+    v = hop(name, title, link_mode="unicast", **hopcfg)
+    v.medium["no_arq_acs"] = ["bk"]
+    return v
+
+
 def hopd_transport(name: str, title: str, transport: str) -> Variant:
     return Variant(name, title, {"driver": "hop", "options": {"transport": transport}})
 
