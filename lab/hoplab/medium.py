@@ -30,7 +30,7 @@ COUNTER_NAMES = [
     "retries",
     "final_failures",
     "rts_failed",
-] + [f"tid{i}" for i in range(8)]
+] + [f"tid{i}" for i in range(8)] + ["queue_full", "queue_expired"]
 # Frames between the taps and the devices (medium_cpp.h, TapCountersAll).
 TAP_COUNTER_NAMES = ["from_tap", "to_tap", "other_host", "bad_frames", "write_errors", "queue_drops"]
 

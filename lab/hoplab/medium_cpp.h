@@ -56,6 +56,8 @@ struct Counters
     uint64_t final_failures{0};  // frames given up after the retry limit
     uint64_t rts_failed{0};
     uint64_t tid_count[8]{0, 0, 0, 0, 0, 0, 0, 0};
+    uint64_t queue_full{0};      // frames the MAC queue refused (full)
+    uint64_t queue_expired{0};   // frames dropped after waiting in the MAC queue past its lifetime
 };
 
 static std::vector<Counters> g_counters;
@@ -126,6 +128,16 @@ OnPhyRxDrop(uint32_t node, Ptr<const Packet>, WifiPhyRxfailureReason r)
 static void OnDataFailed(uint32_t node, Mac48Address) { g_counters[node].retries++; }
 static void OnFinalDataFailed(uint32_t node, Mac48Address) { g_counters[node].final_failures++; }
 static void OnRtsFailed(uint32_t node, Mac48Address) { g_counters[node].rts_failed++; }
+// Frames the MAC dropped before any attempt: the queue was full, or they waited in it past
+// WifiMacQueue's MaxDelay (500 ms by default). Retry-limit drops are final_failures.
+static void
+OnDroppedMpdu(uint32_t node, WifiMacDropReason reason, Ptr<const WifiMpdu>)
+{
+    if (reason == WIFI_MAC_DROP_FAILED_ENQUEUE)
+        g_counters[node].queue_full++;
+    else if (reason == WIFI_MAC_DROP_EXPIRED_LIFETIME)
+        g_counters[node].queue_expired++;
+}
 
 // Drops frames received by one node with the loss probability of the directed link
 // from the transmitter (identified by TxNodeTag). Frames without the tag (ACK, CTS)
@@ -300,6 +312,7 @@ Hook(uint32_t node, Ptr<WifiNetDevice> dev, Mac48Address addr, int64_t stream)
     }
     mac->TraceConnectWithoutContext("MacTx", MakeBoundCallback(&OnMacTx, node));
     mac->TraceConnectWithoutContext("MacRx", MakeBoundCallback(&OnMacRx, node));
+    mac->TraceConnectWithoutContext("DroppedMpdu", MakeBoundCallback(&OnDroppedMpdu, node));
     Ptr<WifiPhy> phy = dev->GetPhy();
     phy->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&OnPhyTx, node));
     phy->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&OnPhyRxEnd, node));
@@ -754,6 +767,8 @@ CountersOf(uint32_t n)
                             c.rts_failed};
     for (int i = 0; i < 8; i++)
         v.push_back(c.tid_count[i]);
+    v.push_back(c.queue_full);
+    v.push_back(c.queue_expired);
     return v;
 }
 } // namespace hoplab

@@ -339,6 +339,10 @@ def counters_table(runs: list[dict]) -> dict[str, dict]:
                "mac_tx": [r["totals"]["mac_tx"] for r in rs],
                "phy_rx_collision": [r["totals"]["phy_rx_collision"] for r in rs],
                "final_failures": [r["totals"]["final_failures"] for r in rs],
+               # frames the MAC queue dropped unsent (full, or past its lifetime); recorded since
+               # 2026-11-25
+               "mac_queue_drops": [r["totals"]["queue_full"] + r["totals"]["queue_expired"] for r in rs
+                                   if "queue_expired" in r["totals"]],
                "lag_max_ms": [r.get("lag_max_ms") or 0.0 for r in rs],
                # how close to real time's limit the valid runs came (recorded since 2026-11-25)
                "loop_busy": [r["loop_busy"] for r in rs if r.get("loop_busy") is not None]}
@@ -796,12 +800,14 @@ def markdown(rep: dict) -> str:
         if e["counters"]:
             lines += ["", "Medium counters, medians over valid runs (evidence for the figures):", "",
                       "| protocol | MAC frames | failed attempts / frame | PHY drops while receiving | "
-                      "frames lost after last retry | max lag (ms) | medium's event loop on the CPU |",
-                      "|---|---|---|---|---|---|---|"]
+                      "frames lost after last retry | frames dropped unsent by the MAC queue | max lag (ms) | "
+                      "medium's event loop on the CPU |",
+                      "|---|---|---|---|---|---|---|---|"]
             for v, c in e["counters"].items():
                 busy = "—" if c.get("loop_busy") is None else f"{100 * c['loop_busy']:.0f} %"
+                qd = "—" if c.get("mac_queue_drops") is None else f"{c['mac_queue_drops']:.0f}"
                 lines.append(f"| {v} | {c['mac_tx']:.0f} | {c['failed_per_frame']:.3f} | {c['phy_rx_collision']:.0f} "
-                             f"| {c['final_failures']:.0f} | {c['lag_max_ms']:.1f} | {busy} |")
+                             f"| {c['final_failures']:.0f} | {qd} | {c['lag_max_ms']:.1f} | {busy} |")
         lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")

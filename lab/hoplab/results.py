@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 COUNTER_KEYS = ("mac_tx", "phy_tx", "phy_rx_ok", "phy_rx_drop", "phy_rx_collision", "imposed_loss",
-                "retries", "final_failures", "rts_failed")
+                "retries", "final_failures", "rts_failed", "queue_full", "queue_expired")
 
 
 def percentile(xs: list[float], p: float) -> float | None:

@@ -292,7 +292,11 @@ def test_report_markdown_counts_and_not_run(tmp_path):
     assert "not run: dtnd not found" in md
     assert "excluded: a point None rep 1 attempt 0: invalid" in md
     # the valid runs' event-loop CPU share, in the counters table
-    assert "| a | 100 | 0.100 | 3 | 1 | 0.0 | 42 % |" in md
+    # (runs recorded before the MAC queue's drops were counted show none)
+    assert "| a | 100 | 0.100 | 3 | 1 | — | 0.0 | 42 % |" in md
+    with_queue = [dict(runs[0], totals=dict(runs[0]["totals"], queue_full=2, queue_expired=5))] + runs[1:]
+    rp.aggregate(with_queue, [e], rows, tmp_path, meta, plots=False)
+    assert "| a | 100 | 0.100 | 3 | 1 | 7 | 0.0 | 42 % |" in (tmp_path / "report.md").read_text()
     assert rep["experiments"][0]["rows"][0]["ours"] == 2.0
     assert (tmp_path / "report.json").exists()
     # invalid runs that know why they lagged are counted by cause
