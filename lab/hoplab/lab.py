@@ -30,6 +30,11 @@ MEDIUM_PID = Path("/run/hoplab-medium.pid")
 SOCKET_DIR = Path("/run/hoplab-sockets")
 LOCK_WAIT_S = float(os.environ.get("HOPLAB_LOCK_WAIT", "900"))  # wait for a running emulation
 IN_RANGE_DB = 50.0  # path loss between nodes in range (rx at about -34 dBm: strong, carrier sensed)
+# Path loss between a topology's sense pairs (topology.with_sense_range): received at about
+# -80 dBm, above ns-3's preamble detection floor (-82 dBm), so the PHY locks on and the air is
+# busy, and 46 dB below a neighbour's frame as interference. Every such frame is dropped after
+# reception (frame loss 1), so a sense pair never becomes a link.
+SENSE_DB = 96.0
 OUT_OF_RANGE_DB = 1000.0
 PROGRESS_INTERVAL_S = 2.0  # how often the run samples every flow's received bytes
 IFACE = "wl0"
@@ -291,6 +296,7 @@ class Lab:
         spec, t = self.spec, self.spec.topology
         data, control, bcast = spec.medium.modes()
         links = [[a, b, IN_RANGE_DB, loss] for (a, b), loss in sorted(t.links.items())]
+        links += [[x, y, SENSE_DB, 1.0] for (a, b) in sorted(t.sense) for (x, y) in ((a, b), (b, a))]
         cfg = {
             "nodes": t.n,
             "macs": [mac_of(i) for i in range(t.n)],

@@ -175,7 +175,7 @@ def _check_keys(d: dict, allowed: set[str], where: str) -> None:
 
 def build_topology(d: dict, base: Path, seed: int) -> topo.Topology:
     _check_keys(d, {"kind", "nodes", "rows", "cols", "loss", "senders", "hidden_pairs", "links",
-                    "seed", "file", "link"}, "topology")
+                    "seed", "file", "link", "sense_range", "sense"}, "topology")
     kind = _take(d, "kind", str, "chain", "topology")
     loss = _take(d, "loss", float, 0.0, "topology")
     if kind == "chain":
@@ -208,6 +208,19 @@ def build_topology(d: dict, base: Path, seed: int) -> topo.Topology:
         la = _take(link, "loss", float, 0.0, where)
         lb = _take(link, "loss_back", float, la, where)
         t.add(a, b, la, lb)
+    sense_range = _take(d, "sense_range", float, None, "topology")
+    if sense_range is not None:
+        topo.with_sense_range(t, sense_range)
+    for i, pair in enumerate(d.get("sense", [])):
+        # explicit sense pairs: out of range, yet each senses the other's carrier
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) for x in pair)):
+            raise SpecError(f"topology.sense[{i}] must be a pair of node numbers, got {pair!r}")
+        a, b = sorted(pair)
+        if not (0 <= a < b < t.n):
+            raise SpecError(f"topology.sense[{i}]: nodes must be two different nodes in 0..{t.n - 1}")
+        if t.in_range(a, b):
+            raise SpecError(f"topology.sense[{i}]: {a} and {b} have a link already")
+        t.sense.add((a, b))
     return t
 
 

@@ -29,6 +29,9 @@ class Topology:
     links: dict[tuple[int, int], float] = field(default_factory=dict)  # directed (a, b) -> loss
     name: str = "custom"
     positions: list[tuple[float, float]] | None = None
+    # Node pairs out of range that still sense each other's carrier (undirected, a < b): their
+    # frames are heard as busy air and as interference, never decoded (see with_sense_range).
+    sense: set[tuple[int, int]] = field(default_factory=set)
 
     def add(self, a: int, b: int, loss_ab: float = 0.0, loss_ba: float | None = None) -> None:
         for x in (a, b):
@@ -52,11 +55,20 @@ class Topology:
         return (a, b) in self.links
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "name": self.name,
             "nodes": self.n,
             "links": [{"a": a, "b": b, "loss": loss} for (a, b), loss in sorted(self.links.items())],
         }
+        if self.sense:
+            d["sense"] = [list(p) for p in sorted(self.sense)]
+        return d
+
+    def hidden_pairs(self) -> list[tuple[int, int]]:
+        """Pairs (a < b) that share a neighbour but neither hear nor sense each other."""
+        nb = {a: set(self.neighbours(a)) for a in range(self.n)}
+        return [(a, c) for a in range(self.n) for c in range(a + 1, self.n)
+                if c not in nb[a] and (a, c) not in self.sense and nb[a] & nb[c]]
 
 
 def chain(n: int, loss: float = 0.0) -> Topology:
@@ -133,6 +145,24 @@ def mesh(n: int = MESH_NODES, links: int = MESH_LINKS, seed: int = 1) -> Topolog
         if is_connected(t):
             return t
     raise SpecError("could not draw a connected mesh; use more links")
+
+
+def with_sense_range(t: Topology, ratio: float) -> Topology:
+    """Carrier sensing beyond the links: every pair without a link closer than `ratio` times
+    the longest link senses the other's frames (busy air, interference) without decoding
+    them. Real radios sense a carrier farther than they can decode a frame; the default
+    topology (no sense pairs) makes every pair without a link deaf to each other, the most
+    hidden terminals a floor can have. Needs node positions (mesh)."""
+    if t.positions is None:
+        raise SpecError("sense_range needs node positions (topology kind 'mesh')")
+    if not ratio >= 1.0:
+        raise SpecError(f"sense_range must be at least 1 (a multiple of the longest link), not {ratio}")
+    pos = t.positions
+    reach = ratio * max(math.dist(pos[a], pos[b]) for a, b in t.undirected())
+    t.sense = {(a, b) for a in range(t.n) for b in range(a + 1, t.n)
+               if not t.in_range(a, b) and math.dist(pos[a], pos[b]) <= reach}
+    t.name = f"{t.name}-sense{ratio:g}"
+    return t
 
 
 def is_connected(t: Topology) -> bool:

@@ -81,3 +81,35 @@ def test_web_size_mix_matches_paper():
     small = sum(1 for s in sizes if s < 10_000) / len(sizes)
     mid = sum(1 for s in sizes if 10_000 <= s < 100_000) / len(sizes)
     assert abs(small - 0.63) < 0.02 and abs(mid - 0.25) < 0.02
+
+
+def test_sense_range_adds_sensing_pairs_without_links_or_routes():
+    from hoplab import spec
+
+    plain = T.mesh(20, 56, 2)
+    t = T.with_sense_range(T.mesh(20, 56, 2), 1.5)
+    assert t.links == plain.links  # no new links, so no new routes
+    pos = t.positions
+    longest = max(math.dist(pos[a], pos[b]) for a, b in t.undirected())
+    for a, b in t.sense:
+        assert a < b and not t.in_range(a, b) and math.dist(pos[a], pos[b]) <= 1.5 * longest
+    # every pair that shares a neighbour is either sensed or farther than the range
+    assert len(t.hidden_pairs()) < len(plain.hidden_pairs())
+    for a, c in t.hidden_pairs():
+        assert math.dist(pos[a], pos[c]) > 1.5 * longest
+    # with a range of twice the longest link, no two nodes with a common neighbour are hidden
+    assert T.with_sense_range(T.mesh(20, 56, 2), 2.0).hidden_pairs() == []
+    assert routes.next_hops(t, "etx") == routes.next_hops(plain, "etx")
+    assert t.to_dict()["sense"] and "sense" not in plain.to_dict()
+    with pytest.raises(SpecError):
+        T.with_sense_range(T.chain(3), 1.5)  # no positions
+    with pytest.raises(SpecError):
+        T.with_sense_range(T.mesh(20, 56, 2), 0.5)
+    # explicit pairs in a spec
+    s = spec.from_dict({"topology": {"kind": "chain", "nodes": 3, "sense": [[2, 0]]},
+                        "flow": [{"driver": "udp", "src": 0, "dst": 1}]})
+    assert s.topology.sense == {(0, 2)} and s.topology.hidden_pairs() == []
+    for bad in ([[0, 1]], [[0, 0]], [[0, 9]], [[0]], ["ab"]):
+        with pytest.raises(SpecError):
+            spec.from_dict({"topology": {"kind": "chain", "nodes": 3, "sense": bad},
+                            "flow": [{"driver": "udp", "src": 0, "dst": 1}]})
