@@ -193,6 +193,8 @@ pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, Stri
     o.secs("bsyn_min_timeout", &mut c.bsyn_min_timeout)?;
     o.secs("back_quiet", &mut c.back_quiet)?;
     o.bool("queue_aware", &mut c.queue_aware)?;
+    o.bool("hold_tail_losses", &mut c.hold_tail_losses)?;
+    o.secs("link_queue_lifetime", &mut c.link_queue_lifetime)?;
     o.uint("link_window_packets", &mut c.link_window_packets)?;
     o.uint("link_window_max_packets", &mut c.link_window_max_packets)?;
     o.secs("link_queue_target", &mut c.link_queue_target)?;

@@ -157,6 +157,8 @@ pub struct HopParams {
     pub vtx_initial_timeout_ms: Option<u64>,
     pub vtx_ttl: Option<u8>,
     pub queue_aware: Option<bool>,
+    pub hold_tail_losses: Option<bool>,
+    pub link_queue_lifetime_ms: Option<u64>,
     pub link_window_packets: Option<usize>,
     pub link_window_max_packets: Option<usize>,
     pub link_queue_target_ms: Option<u64>,

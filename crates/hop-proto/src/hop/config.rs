@@ -84,6 +84,13 @@ pub const DEFAULT_LINK_WINDOW_MAX_PACKETS: usize = 256;
 /// (500 ms in ns-3's `WifiMacQueue`). Not in the paper.
 pub const DEFAULT_LINK_QUEUE_TARGET: Duration = Duration::from_millis(50);
 
+/// How long a data packet given up by the tail rule (see `queue_aware`) may still sit in the
+/// node's link queue: until a packet handed to the link after it has arrived, or for this
+/// long, it keeps its place in the link window (`hold_tail_losses`). An 802.11 MAC queue
+/// drops what waited longer (ns-3's `WifiMacQueue`, the lab's medium: `MaxDelay` 500 ms;
+/// Linux's mac80211 drops far sooner under its CoDel). Not in the paper.
+pub const DEFAULT_LINK_QUEUE_LIFETIME: Duration = Duration::from_millis(500);
+
 /// Ack withholding releases a receiver from its current sender after this long without hearing
 /// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
 pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
@@ -190,6 +197,16 @@ pub struct HopConfig {
     /// loss probe timeout, RFC 8985 §7.2). Off: every packet a BACK reports missing is sent
     /// again (the paper, §3.1).
     pub queue_aware: bool,
+    /// With `queue_aware`: a packet the tail rule gives up keeps its place in the link window
+    /// until a packet handed to the link after it, or the packet itself, is reported
+    /// arrived, or for `link_queue_lifetime`: it may still be queued at this node. Its new
+    /// copy is sent as room allows, and a tail loss tells nothing about other transfers'
+    /// packets. Off: the window forgets it at once and the packets handed to the link
+    /// before it count as gone too, so a relay whose queue drains more slowly than the
+    /// delivery delay it measured keeps adding copies to it. Not in the paper.
+    pub hold_tail_losses: bool,
+    /// See [`DEFAULT_LINK_QUEUE_LIFETIME`].
+    pub link_queue_lifetime: Duration,
     /// Bound on data packets handed to the link and not yet known to have left it (see
     /// [`DEFAULT_LINK_WINDOW_PACKETS`]); 0 = unbounded (the paper).
     pub link_window_packets: usize,
@@ -255,6 +272,8 @@ impl Default for HopConfig {
             bsyn_min_timeout: DEFAULT_BSYN_MIN_TIMEOUT,
             back_quiet: DEFAULT_BACK_QUIET,
             queue_aware: true,
+            hold_tail_losses: true,
+            link_queue_lifetime: DEFAULT_LINK_QUEUE_LIFETIME,
             link_window_packets: DEFAULT_LINK_WINDOW_PACKETS,
             link_window_max_packets: DEFAULT_LINK_WINDOW_MAX_PACKETS,
             link_queue_target: DEFAULT_LINK_QUEUE_TARGET,

@@ -98,6 +98,9 @@ struct OutXfer {
     /// window, or a node whose window is full of them could send nothing else, not even
     /// to the receivers that gave it a turn, until the wait ends.
     told_wait: bool,
+    /// Copies the tail rule gave up that may still be queued here (`hold_tail_losses`):
+    /// (packet, position in the node's stream, when handed to the link).
+    tail_held: Vec<(u32, u64, Instant)>,
 }
 
 #[derive(Debug)]
@@ -629,8 +632,31 @@ impl HopTransport {
             .values()
             .flat_map(|f| f.outs.values())
             .filter(|x| !x.micro && !x.told_wait)
-            .map(|x| self.queued(x) as usize)
+            .map(|x| self.queued(x) as usize + self.tail_held(x))
             .sum()
+    }
+
+    /// Copies of a transfer's packets the tail rule gave up that may still be queued here:
+    /// no packet handed to the link after them, and not the packet itself, has been
+    /// reported arrived (copies older than `link_queue_lifetime` are dropped from the list
+    /// by `expire_tail_held`).
+    fn tail_held(&self, x: &OutXfer) -> usize {
+        x.tail_held
+            .iter()
+            .filter(|&&(p, sq, _)| sq > self.arrived_seq && !x.peer.get(p))
+            .count()
+    }
+
+    /// Forget the held tail losses that left the queue or outlived `link_queue_lifetime`.
+    fn expire_tail_held(&mut self, now: Instant) {
+        let (arrived, life) = (self.arrived_seq, self.cfg.link_queue_lifetime);
+        for f in self.flows.values_mut() {
+            for x in f.outs.values_mut() {
+                let peer = &x.peer;
+                x.tail_held
+                    .retain(|&(p, sq, at)| sq > arrived && !peer.get(p) && now < at + life);
+            }
+        }
     }
 
     /// A transfer's packets handed to the link and not yet known to have left it. With
@@ -959,6 +985,7 @@ impl HopTransport {
             attempts: 0,
             cursor: 0,
             told_wait: false,
+            tail_held: Vec::new(),
         }
     }
 
@@ -2007,6 +2034,7 @@ impl HopTransport {
                 b.custody = false;
                 self.store.release(key, n);
             }
+            self.expire_tail_held(now);
             self.service_waiting(ctx);
             self.pump_flow(ctx, key);
             return;
@@ -2039,11 +2067,18 @@ impl HopTransport {
                     }
                     if sq < left || (!progress && stalled && now >= at + age) {
                         x.sent_round.unset(p);
-                        lost_upto = lost_upto.max(sq);
                         if sq < left {
                             fifo += 1;
+                            lost_upto = lost_upto.max(sq);
                         } else {
                             tail += 1;
+                            if self.cfg.hold_tail_losses {
+                                // Maybe still queued here: it keeps its place in the window,
+                                // and says nothing of the packets handed over before it.
+                                x.tail_held.push((p, sq, at));
+                            } else {
+                                lost_upto = lost_upto.max(sq);
+                            }
                         }
                         if sq < self.arrived_seq {
                             x.lost_known.set(p);
@@ -2072,6 +2107,7 @@ impl HopTransport {
                 x.sent_round.clear();
             }
         }
+        self.expire_tail_held(now);
         self.pump_flow(ctx, key);
     }
 
@@ -2303,6 +2339,10 @@ impl HopTransport {
                             min(t);
                         }
                     }
+                }
+                // A held tail loss leaves the window at the latest after the queue's lifetime.
+                if let Some(at) = x.tail_held.iter().map(|&(_, _, at)| at).min() {
+                    min((at + self.cfg.link_queue_lifetime).max(now));
                 }
             }
             for (_, due, _) in f.deferred.values() {
@@ -2641,6 +2681,7 @@ impl Transport for HopTransport {
             self.housekeeping_at = None;
             self.housekeeping(ctx);
         }
+        self.expire_tail_held(now);
         // Deliveries the store refused are retried (room may have been freed).
         let blocked: Vec<FlowKey> = self
             .flows

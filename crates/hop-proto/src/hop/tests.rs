@@ -1411,3 +1411,79 @@ fn packets_known_to_have_left_the_queue_free_the_window_for_every_transfer() {
         );
     }
 }
+
+/// A relay whose queue drains more slowly than the delivery delay it measured: the tail rule
+/// gives up packets that are still queued. With `hold_tail_losses` they keep their place in
+/// the link window, so their new copies do not pile up behind them; they leave it once the
+/// queue's lifetime has passed. Without, the window forgets them and a second window's worth
+/// goes into the same queue at once.
+#[test]
+fn packets_given_up_by_the_tail_rule_keep_their_place_in_the_window() {
+    for hold in [true, false] {
+        let mut h = two_flow_source_with(HopConfig {
+            hold_tail_losses: hold,
+            ..small_cfg()
+        });
+        h.now += Duration::from_secs(1);
+        h.recv(2, &source_back(&[0, 0]));
+        assert_eq!(data_nums(&h.drain()).len(), 8, "hold = {hold}");
+        // 300 ms later the next hop still has none of them: older than the tail rule's age
+        // (the BSYN timeout while no delivery delay is measured), all eight are given up.
+        h.now += Duration::from_millis(300);
+        h.recv(2, &source_back(&[0, 0]));
+        let again = data_nums(&h.drain());
+        assert_eq!(again.len(), if hold { 0 } else { 8 }, "hold = {hold}");
+        assert_eq!(h.t.link_window(), 8);
+        if hold {
+            // They leave the window when they outlive the queue's lifetime (500 ms after
+            // they were handed to the link, 200 ms from now); the node wakes up then.
+            let t = h.t.poll_timeout().unwrap();
+            assert!(t <= h.now + Duration::from_millis(200), "{t:?}");
+            h.now += Duration::from_millis(200);
+            h.with(|t, ctx| t.handle_timeout(ctx));
+            let mut resent = data_nums(&h.drain());
+            // (and at the latest with the next BACK, still showing nothing)
+            h.recv(2, &source_back(&[0, 0]));
+            resent.extend(data_nums(&h.drain()));
+            assert_eq!(resent.len(), 8, "{resent:?}");
+        }
+    }
+}
+
+/// A tail loss of one transfer says nothing about the packets other transfers handed to the
+/// link before it: they may be queued ahead of it. Without `hold_tail_losses`, the other
+/// transfer's next BACK judges them lost although it shows progress.
+#[test]
+fn a_tail_loss_does_not_condemn_other_transfers_packets() {
+    for hold in [true, false] {
+        let mut h = two_flow_source_with(HopConfig {
+            hold_tail_losses: hold,
+            ..small_cfg()
+        });
+        let back5 = |bitmap: &'static [u8]| {
+            let mut b = source_back(bitmap);
+            b.header.flow_id = 5;
+            b.header.dst = 5;
+            b
+        };
+        // Both next hops answer: four packets of each flow go, interleaved a txop at a time.
+        h.now += Duration::from_secs(1);
+        h.recv(4, &back5(&[0, 0]));
+        h.recv(2, &source_back(&[0, 0]));
+        assert_eq!(data_nums(&h.drain()).len(), 8);
+        // A second later flow 4's next hop has none of its four: the tail rule gives them up.
+        h.now += Duration::from_secs(1);
+        h.recv(2, &source_back(&[0, 0]));
+        h.drain();
+        let before = h.t.stats().data_retransmissions;
+        // Flow 5's next hop reports its first packet: progress, so its other three are
+        // probably queued, unless flow 4's tail loss is taken to mean the queue is empty.
+        h.recv(4, &back5(&[0x01, 0]));
+        h.drain();
+        assert_eq!(
+            h.t.stats().data_retransmissions - before,
+            if hold { 0 } else { 3 },
+            "hold = {hold}"
+        );
+    }
+}
