@@ -97,28 +97,21 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
     rts = ns.UintegerValue(0 if cfg.get("rts_cts") else 65535)
     if cfg.get("auto_rate"):
         wifi.SetRemoteStationManager("ns3::MinstrelWifiManager", "RtsCtsThreshold", rts)
-    elif cfg.get("no_retry_tids"):
-        # Fixed rate, and no link retries for the frames of some TIDs (medium_cpp.h).
-        wifi.SetRemoteStationManager(
-            str(hl.NoRetryTidManagerName()),
-            "DataMode",
-            ns.StringValue(cfg["data_mode"]),
-            "ControlMode",
-            ns.StringValue(cfg["control_mode"]),
-            "RtsCtsThreshold",
-            rts,
-            "NoRetryTids",
-            ns.UintegerValue(int(cfg["no_retry_tids"])),
-        )
     else:
+        manager, extra = "ns3::ConstantRateWifiManager", []
+        if cfg.get("no_retry_tids"):
+            # Fixed rate, and no link retries for the frames of some TIDs (medium_cpp.h).
+            manager = str(hl.NoRetryTidManagerName())
+            extra = ["NoRetryTids", ns.UintegerValue(int(cfg["no_retry_tids"]))]
         wifi.SetRemoteStationManager(
-            "ns3::ConstantRateWifiManager",
+            manager,
             "DataMode",
             ns.StringValue(cfg["data_mode"]),
             "ControlMode",
             ns.StringValue(cfg["control_mode"]),
             "RtsCtsThreshold",
             rts,
+            *extra,
         )
     mac = ns.WifiMacHelper()
     mac.SetType(
