@@ -1412,6 +1412,17 @@ fn packets_known_to_have_left_the_queue_free_the_window_for_every_transfer() {
     }
 }
 
+/// The two-flow source with `hold_tail_losses` set, a second into its life (the tail rule
+/// measures stalls from the first BACK, which must not come at time zero).
+fn tail_source(hold: bool) -> Harness {
+    let mut h = two_flow_source_with(HopConfig {
+        hold_tail_losses: hold,
+        ..small_cfg()
+    });
+    h.now += Duration::from_secs(1);
+    h
+}
+
 /// A relay whose queue drains more slowly than the delivery delay it measured: the tail rule
 /// gives up packets that are still queued. With `hold_tail_losses` they keep their place in
 /// the link window, so their new copies do not pile up behind them; they leave it once the
@@ -1420,11 +1431,7 @@ fn packets_known_to_have_left_the_queue_free_the_window_for_every_transfer() {
 #[test]
 fn packets_given_up_by_the_tail_rule_keep_their_place_in_the_window() {
     for hold in [true, false] {
-        let mut h = two_flow_source_with(HopConfig {
-            hold_tail_losses: hold,
-            ..small_cfg()
-        });
-        h.now += Duration::from_secs(1);
+        let mut h = tail_source(hold);
         h.recv(2, &source_back(&[0, 0]));
         assert_eq!(data_nums(&h.drain()).len(), 8, "hold = {hold}");
         // 300 ms later the next hop still has none of them: older than the tail rule's age
@@ -1456,10 +1463,7 @@ fn packets_given_up_by_the_tail_rule_keep_their_place_in_the_window() {
 #[test]
 fn a_tail_loss_does_not_condemn_other_transfers_packets() {
     for hold in [true, false] {
-        let mut h = two_flow_source_with(HopConfig {
-            hold_tail_losses: hold,
-            ..small_cfg()
-        });
+        let mut h = tail_source(hold);
         let back5 = |bitmap: &'static [u8]| {
             let mut b = source_back(bitmap);
             b.header.flow_id = 5;
@@ -1467,7 +1471,6 @@ fn a_tail_loss_does_not_condemn_other_transfers_packets() {
             b
         };
         // Both next hops answer: four packets of each flow go, interleaved a txop at a time.
-        h.now += Duration::from_secs(1);
         h.recv(4, &back5(&[0, 0]));
         h.recv(2, &source_back(&[0, 0]));
         assert_eq!(data_nums(&h.drain()).len(), 8);
