@@ -72,8 +72,12 @@ struct OutXfer {
     sent_seq: Vec<u64>,
     sent_at: Vec<Instant>,
     /// Packets handed to the link more than once on this hop: their arrival does not tell
-    /// which copy arrived, so they say nothing about the queue (Karn's rule).
+    /// which copy arrived, so it gives no delay sample (Karn's rule).
     resent: Bitmap,
+    /// Per packet: position in the node's stream of its oldest copy not known lost. Whichever
+    /// copy arrived was handed to the link at or after it, so an arrival proves that every
+    /// packet handed over before this position has left the queue, even for a resent packet.
+    live_seq: Vec<u64>,
     /// Packets whose every copy so far is known lost: a BACK left them out although a
     /// packet handed to the link after their latest copy had arrived (FIFO). Their next
     /// copy is the only one that can arrive, so its arrival is evidence again.
@@ -974,6 +978,7 @@ impl HopTransport {
             sent_seq: vec![0; n as usize],
             sent_at: vec![Instant::ZERO; n as usize],
             resent: Bitmap::new(n),
+            live_seq: vec![0; n as usize],
             lost_known: Bitmap::new(n),
             not_before: None,
             bsyn_at: Instant::ZERO,
@@ -1986,17 +1991,28 @@ impl HopTransport {
         x.attempts = 0;
         // The newest of our packets the next hop now holds: every data packet handed to the
         // link before it has left the link's FIFO queue; its age is a delivery-delay sample.
-        // Packets sent more than once are left out: the copy that arrived may be an old one.
+        // A packet sent more than once gives no sample (the copy that arrived may be an old
+        // one), but it still proves that its oldest live copy has left the queue.
         let mut newest: Option<(u64, Instant)> = None;
+        let mut floor = 0u64;
         let mut progress = false;
         for p in 0..x.sent_seq.len() as u32 {
-            progress |= x.sent_round.get(p) && x.peer.get(p);
-            if x.sent_round.get(p) && x.peer.get(p) && !x.resent.get(p) {
-                let sq = x.sent_seq[p as usize];
-                if sq > 0 && newest.map_or(true, |(q, _)| sq > q) {
-                    newest = Some((sq, x.sent_at[p as usize]));
-                }
+            if !(x.sent_round.get(p) && x.peer.get(p)) {
+                continue;
             }
+            progress = true;
+            if x.resent.get(p) {
+                floor = floor.max(x.live_seq[p as usize]);
+                continue;
+            }
+            let sq = x.sent_seq[p as usize];
+            if sq > 0 && newest.map_or(true, |(q, _)| sq > q) {
+                newest = Some((sq, x.sent_at[p as usize]));
+            }
+        }
+        if floor > 0 {
+            self.left_seq = self.left_seq.max(floor);
+            self.arrived_seq = self.arrived_seq.max(floor);
         }
         if progress || x.progress_at == Instant::ZERO {
             x.progress_at = now;
@@ -2445,9 +2461,12 @@ impl HopTransport {
                         // Ambiguous only while an earlier copy may still arrive.
                         if x.lost_known.get(p) {
                             x.resent.unset(p);
+                            x.live_seq[p as usize] = self.link_seq;
                         } else {
                             x.resent.set(p);
                         }
+                    } else {
+                        x.live_seq[p as usize] = self.link_seq;
                     }
                     x.lost_known.unset(p);
                     let mut flags = if b.fin { FLAG_FIN } else { 0 };

@@ -1315,9 +1315,14 @@ fn two_flow_source(past_full: bool) -> Harness {
 /// Node 1 with flows 4 (to node 3, via 2) and 5 (to node 5, via 4), 10 packets each, an
 /// 8-packet link window and txops of 2 packets; both BSYNs sent.
 fn two_flow_source_with(cfg: HopConfig) -> Harness {
+    two_flow_source_window(cfg, 8)
+}
+
+/// The same with a link window of `w` packets.
+fn two_flow_source_window(cfg: HopConfig, w: usize) -> Harness {
     let cfg = HopConfig {
-        link_window_packets: 8,
-        link_window_max_packets: 8,
+        link_window_packets: w,
+        link_window_max_packets: w,
         txop_bytes: 200,
         ..cfg
     };
@@ -1489,4 +1494,44 @@ fn a_tail_loss_does_not_condemn_other_transfers_packets() {
             "hold = {hold}"
         );
     }
+}
+
+/// A resent packet's arrival does not tell which copy arrived, but any copy was handed to the
+/// link no earlier than the oldest one not known lost: the packets handed over before that
+/// have left the queue. Held tail losses among them leave the window at once, not when they
+/// outlive the queue's lifetime, so a lossy link (where most arrivals are of resent packets)
+/// keeps its window.
+#[test]
+fn a_resent_packets_arrival_frees_the_tail_losses_handed_over_before_its_first_copy() {
+    let mut h = two_flow_source_window(
+        HopConfig {
+            hold_tail_losses: true,
+            ..small_cfg()
+        },
+        16,
+    );
+    h.now += Duration::from_secs(1);
+    // Flow 4's whole block (ten packets) goes; its next hop reports the first two.
+    h.recv(2, &source_back(&[0, 0]));
+    assert_eq!(data_nums(&h.drain()).len(), 10);
+    h.now += Duration::from_millis(50);
+    h.recv(2, &source_back(&[0x03, 0]));
+    assert!(data_nums(&h.drain()).is_empty());
+    // 300 ms on, nothing more: the other eight are given up by the tail rule and held (they
+    // may still be queued); new copies of them go into the room left in the window.
+    h.now += Duration::from_millis(300);
+    h.recv(2, &source_back(&[0x03, 0]));
+    assert_eq!(data_nums(&h.drain()).len(), 8);
+    // Packet 9 arrives: one of its two copies, and the older was handed over after packets
+    // 2-8's first copies, so those have left the queue. What stays in flight is the seven
+    // new copies; flow 5's next hop answers and gets the rest of the window, 9 packets (the
+    // held copies kept it to 2).
+    h.now += Duration::from_millis(50);
+    h.recv(2, &source_back(&[0x03, 0x02]));
+    assert!(data_nums(&h.drain()).is_empty());
+    let mut back5 = source_back(&[0, 0]);
+    back5.header.flow_id = 5;
+    back5.header.dst = 5;
+    h.recv(4, &back5);
+    assert_eq!(data_nums(&h.drain()).len(), 9);
 }
