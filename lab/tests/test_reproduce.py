@@ -136,9 +136,10 @@ def test_good_route_mesh_avoids_the_lossy_bridge():
     assert all(routes.hop_count(table, f["src"], f["dst"]) >= 2 for f in d["flow"])
 
 
-def test_thirty_minute_53_runs_the_same_flows_longer_and_is_opt_in():
+@pytest.mark.parametrize("short_id", ["hop-5.3", "hop-5.3-good"])
+def test_thirty_minute_53_runs_the_same_flows_longer_and_is_opt_in(short_id):
     reg = registry()
-    short, long = reg["hop-5.3"], reg["hop-5.3-30min"]
+    short, long = reg[short_id], reg[{"hop-5.3": "hop-5.3-30min", "hop-5.3-good": "hop-5.3-good-30min"}[short_id]]
     a = short.spec(short.variant("hop"), 30, 0, quick=False)
     b = long.spec(long.variant("hop"), 30, 0, quick=False)
     assert [(f["src"], f["dst"], f["start"]) for f in a["flow"]] == [(f["src"], f["dst"], f["start"]) for f in b["flow"]]
