@@ -362,6 +362,11 @@ struct OutFrame
 
 static std::vector<int> g_tap_fd;
 static std::vector<Ptr<WifiNetDevice>> g_tap_dev;
+// ns-3 node id of each tap's device, for the reader thread: ns-3's reference counts are not
+// atomic, so that thread must not take a Ptr to any object the event loop uses (a Ptr<Node>
+// from GetNode() there raced the loop's own and corrupted the node's count: a 30-minute
+// run aborted in SimpleRefCount::Ref after 417 s).
+static std::vector<uint32_t> g_tap_ctx;
 static TapCounters g_tap; // from_tap, other_host, bad_frames, queue_drops: loop thread
 static uint64_t g_tap_written{0}, g_tap_write_errors{0}; // writer thread
 static std::mutex g_wmu;
@@ -525,7 +530,7 @@ ReaderLoop()
                 if (copy == nullptr)
                     break;
                 std::memcpy(copy, buf.data(), size_t(r));
-                Simulator::ScheduleWithContext(g_tap_dev[node]->GetNode()->GetId(),
+                Simulator::ScheduleWithContext(g_tap_ctx[node],
                                                Seconds(0),
                                                MakeEvent(&FromTap, node, copy, uint32_t(r)));
             }
@@ -541,9 +546,11 @@ AttachTap(uint32_t node, int fd, Ptr<WifiNetDevice> dev)
     {
         g_tap_fd.resize(node + 1, -1);
         g_tap_dev.resize(node + 1);
+        g_tap_ctx.resize(node + 1, 0);
     }
     g_tap_fd[node] = fd;
     g_tap_dev[node] = dev;
+    g_tap_ctx[node] = dev->GetNode()->GetId();
     dev->SetReceiveCallback(MakeCallback(&DiscardRx));
     dev->SetPromiscReceiveCallback(MakeBoundCallback(&DeviceRx, node));
 }
