@@ -286,7 +286,9 @@ class HopDriver(Driver):
         """Unique bytes the destination's hopd has received for flows from this flow's source (its
         `hop status`, through the API socket, which needs no namespace), split evenly
         between the lab flows of the same source and destination; the flow's size once
-        the receiver has written the file. Best effort: 0 when hopd does not answer."""
+        the receiver has written the file. Never less than an earlier sample: a hopd that
+        does not answer in time (a busy node), or a status taken while a block moves from
+        reception to delivery, repeats the largest count seen so far."""
         if self.result(lab, flow, idx)["complete"]:
             return int(flow.size)
         try:
@@ -294,7 +296,7 @@ class HopDriver(Driver):
                                   "--json", "status"], capture_output=True, text=True, timeout=2)
             status = json.loads(out.stdout)
         except (OSError, subprocess.TimeoutExpired, ValueError):
-            return 0
+            return self.held[0]
         prefix = f"{self.node_id(flow.src)}:"
         # `received_bytes` counts the packets of blocks not complete yet too: the papers'
         # "unique packets received". Older hopd reports only `bytes` (delivered blocks).
@@ -306,7 +308,7 @@ class HopDriver(Driver):
         got = min(int(flow.size), held // max(same, 1))
         if got > self.held[0]:
             self.held = (got, time.time())
-        return got
+        return self.held[0]
 
     def __init__(self):
         # Largest byte count the destination's hopd reported for this flow while the run

@@ -435,8 +435,11 @@ def snapshot(res: dict, at: float) -> dict:
     if not rows:
         raise LabError(f"the run has no progress sample at or before {at:g} s "
                        "(runs before the lab recorded its progress series have none)")
-    row = rows[-1]
-    t = float(row[0])
+    t = float(rows[-1][0])
+    # Received bytes never fall: a sample below an earlier one is a status that was not
+    # answered in time (runs before 2026-11-25 recorded it as 0), so each flow counts the
+    # largest of its samples so far.
+    row = [t, *(max(r[i] for r in rows) for i in range(1, len(rows[-1])))]
     labels = prog["columns"][1:]
     by_label = {f["label"]: f for f in res.get("flows", [])}
     flows = []

@@ -179,6 +179,10 @@ def test_snapshot_of_a_run_at_a_time_from_its_progress_series():
         rp.snapshot(res, 1.0)
     with pytest.raises(LabError):
         rp.snapshot({"flows": []}, 10.0)
+    # a sample below an earlier one (a status not answered in time) counts the earlier one
+    res["progress"]["rows"].append([8.0, 0, 30_000])
+    late = rp.snapshot(res, 8.0)
+    assert late["at"] == 8.0 and late["bytes"] == 130_000 and late["empty"] == 0
 
 
 def test_row_value_ratio_and_invalid_runs_excluded():
