@@ -1510,25 +1510,23 @@ fn a_resent_packets_arrival_frees_the_tail_losses_handed_over_before_its_first_c
         },
         16,
     );
-    h.now += Duration::from_secs(1);
+    // Flow 4's next hop answers `ms` later with `bitmap`: the data packets that go out.
+    let mut back_after = |ms: u64, bitmap: &[u8]| {
+        h.now += Duration::from_millis(ms);
+        h.recv(2, &source_back(bitmap));
+        data_nums(&h.drain()).len()
+    };
     // Flow 4's whole block (ten packets) goes; its next hop reports the first two.
-    h.recv(2, &source_back(&[0, 0]));
-    assert_eq!(data_nums(&h.drain()).len(), 10);
-    h.now += Duration::from_millis(50);
-    h.recv(2, &source_back(&[0x03, 0]));
-    assert!(data_nums(&h.drain()).is_empty());
+    assert_eq!(back_after(1000, &[0, 0]), 10);
+    assert_eq!(back_after(50, &[0x03, 0]), 0);
     // 300 ms on, nothing more: the other eight are given up by the tail rule and held (they
     // may still be queued); new copies of them go into the room left in the window.
-    h.now += Duration::from_millis(300);
-    h.recv(2, &source_back(&[0x03, 0]));
-    assert_eq!(data_nums(&h.drain()).len(), 8);
+    assert_eq!(back_after(300, &[0x03, 0]), 8);
     // Packet 9 arrives: one of its two copies, and the older was handed over after packets
     // 2-8's first copies, so those have left the queue. What stays in flight is the seven
     // new copies; flow 5's next hop answers and gets the rest of the window, 9 packets (the
     // held copies kept it to 2).
-    h.now += Duration::from_millis(50);
-    h.recv(2, &source_back(&[0x03, 0x02]));
-    assert!(data_nums(&h.drain()).is_empty());
+    assert_eq!(back_after(50, &[0x03, 0x02]), 0);
     let mut back5 = source_back(&[0, 0]);
     back5.header.flow_id = 5;
     back5.header.dst = 5;
