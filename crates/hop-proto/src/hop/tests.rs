@@ -1499,8 +1499,8 @@ fn a_tail_loss_does_not_condemn_other_transfers_packets() {
 /// A resent packet's arrival does not tell which copy arrived, but any copy was handed to the
 /// link no earlier than the oldest one not known lost: the packets handed over before that
 /// have left the queue. Held tail losses among them leave the window at once, not when they
-/// outlive the queue's lifetime, so a lossy link (where most arrivals are of resent packets)
-/// keeps its window.
+/// outlive the queue's lifetime. (On a lossy link most arrivals are of resent packets; in
+/// the lab this did not remove the option's cost there, docs/wire-format.md.)
 #[test]
 fn a_resent_packets_arrival_frees_the_tail_losses_handed_over_before_its_first_copy() {
     let mut h = two_flow_source_window(
