@@ -194,6 +194,7 @@ pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, Stri
     o.secs("back_quiet", &mut c.back_quiet)?;
     o.bool("queue_aware", &mut c.queue_aware)?;
     o.bool("hold_tail_losses", &mut c.hold_tail_losses)?;
+    o.bool("duplicate_feedback", &mut c.duplicate_feedback)?;
     o.secs("link_queue_lifetime", &mut c.link_queue_lifetime)?;
     o.uint("link_window_packets", &mut c.link_window_packets)?;
     o.uint("link_window_max_packets", &mut c.link_window_max_packets)?;

@@ -26,7 +26,7 @@ pub const DATA_FIXED_LEN: usize = 18;
 /// Bytes after the common header of a BSYN message, before its payload.
 pub const BSYN_FIXED_LEN: usize = 20;
 /// Bytes after the common header of a BACK message, before its bitmap.
-pub const BACK_FIXED_LEN: usize = 8;
+pub const BACK_FIXED_LEN: usize = 10;
 /// Largest number of packets in one block (packet numbers are 16 bits).
 pub const MAX_PACKETS_PER_BLOCK: u32 = 65_535;
 
@@ -163,6 +163,10 @@ pub enum HopBody<'a> {
     Back {
         block_len: u32,
         packets: u16,
+        /// DATA packets of the block that arrived from the BACK's addressee although the
+        /// receiver already held them, since its previous BACK to it (saturating): evidence
+        /// that the sender gave up copies that were only late (as a TCP D-SACK, RFC 2883).
+        duplicates: u16,
         bitmap: &'a [u8],
     },
     /// End-to-end acknowledgement of `block_num`; `cum_blocks` blocks (0..cum_blocks) have all
@@ -352,6 +356,7 @@ impl<'a> HopMessage<'a> {
                         reason: "bitmap length does not match the packet count",
                     });
                 }
+                let duplicates = be_u16(rest, 8);
                 exact(BACK_FIXED_LEN + bitmap_len)?;
                 let bitmap = &rest[BACK_FIXED_LEN..];
                 let tail_bits = usize::from(packets) % 8;
@@ -368,6 +373,7 @@ impl<'a> HopMessage<'a> {
                 HopBody::Back {
                     block_len,
                     packets,
+                    duplicates,
                     bitmap,
                 }
             }
@@ -467,11 +473,13 @@ impl<'a> HopMessage<'a> {
             HopBody::Back {
                 block_len,
                 packets,
+                duplicates,
                 bitmap,
             } => {
                 out.extend_from_slice(&block_len.to_be_bytes());
                 out.extend_from_slice(&packets.to_be_bytes());
                 out.extend_from_slice(&(bitmap.len() as u16).to_be_bytes());
+                out.extend_from_slice(&duplicates.to_be_bytes());
                 out.extend_from_slice(bitmap);
             }
             HopBody::E2eBack { cum_blocks } => out.extend_from_slice(&cum_blocks.to_be_bytes()),
@@ -550,6 +558,7 @@ mod tests {
             body: HopBody::Back {
                 block_len: 11_000,
                 packets: 11,
+                duplicates: 3,
                 bitmap: &bitmap,
             },
         };
@@ -644,7 +653,7 @@ mod tests {
         }
 
         #[test]
-        fn back_round_trip(bits in proptest::collection::vec(any::<bool>(), 0..2000), block_len: u32, flags in 0u8..0x40) {
+        fn back_round_trip(bits in proptest::collection::vec(any::<bool>(), 0..2000), block_len: u32, duplicates: u16, flags in 0u8..0x40) {
             let packets = bits.len() as u16;
             let mut bitmap = vec![0u8; bits.len().div_ceil(8)];
             for (i, b) in bits.iter().enumerate() {
@@ -652,7 +661,7 @@ mod tests {
             }
             round_trip(HopMessage {
                 header: header(flags),
-                body: HopBody::Back { block_len, packets, bitmap: &bitmap },
+                body: HopBody::Back { block_len, packets, duplicates, bitmap: &bitmap },
             });
         }
 

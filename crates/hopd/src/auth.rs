@@ -287,7 +287,7 @@ mod tests {
         let mut d = datagram(1);
         a.seal(&mut d, Stream::Data).unwrap();
         let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(hex, "485001010100000700000001000000027061796c6f6164dbcd3be50102030405060708c2cfd59cc5c4992a074c7f370c83f049");
+        assert_eq!(hex, "485002010100000700000001000000027061796c6f6164ccd3bdd20102030405060708beee12c9c3e7df03971f0b468550a922");
         let mut b = Authenticator::new(&[7u8; 32], 2, 0, 8);
         assert_eq!(b.open(&d), Ok(1));
     }

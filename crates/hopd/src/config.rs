@@ -158,6 +158,7 @@ pub struct HopParams {
     pub vtx_ttl: Option<u8>,
     pub queue_aware: Option<bool>,
     pub hold_tail_losses: Option<bool>,
+    pub duplicate_feedback: Option<bool>,
     pub link_queue_lifetime_ms: Option<u64>,
     pub link_window_packets: Option<usize>,
     pub link_window_max_packets: Option<usize>,

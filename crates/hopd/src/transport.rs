@@ -56,6 +56,9 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.hold_tail_losses {
         h.hold_tail_losses = v;
     }
+    if let Some(v) = p.duplicate_feedback {
+        h.duplicate_feedback = v;
+    }
     if let Some(v) = p.link_queue_lifetime_ms {
         h.link_queue_lifetime = std::time::Duration::from_millis(v);
     }
@@ -183,12 +186,13 @@ mod tests {
         assert!(d.queue_aware);
         assert!(d.pipelining);
         assert!(!d.hold_tail_losses);
+        assert!(d.duplicate_feedback);
         assert_eq!(
             d.link_window_packets,
             HopConfig::default().link_window_packets
         );
         let text = format!(
-            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nhold_tail_losses = true\nlink_queue_lifetime_ms = 200\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\npipelining = false\n",
+            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nhold_tail_losses = true\nduplicate_feedback = false\nlink_queue_lifetime_ms = 200\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\npipelining = false\n",
             "ab".repeat(32)
         );
         let h = hop_config(&Config::parse("t.toml", &text, Path::new("/")).unwrap());
@@ -197,6 +201,7 @@ mod tests {
         assert!(!h.adaptive_bsyn_timeout);
         assert!(!h.pipelining);
         assert!(h.hold_tail_losses);
+        assert!(!h.duplicate_feedback);
         assert_eq!(h.link_queue_lifetime, std::time::Duration::from_millis(200));
     }
 

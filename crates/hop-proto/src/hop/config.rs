@@ -91,6 +91,11 @@ pub const DEFAULT_LINK_QUEUE_TARGET: Duration = Duration::from_millis(50);
 /// Linux's mac80211 drops far sooner under its CoDel). Not in the paper.
 pub const DEFAULT_LINK_QUEUE_LIFETIME: Duration = Duration::from_millis(500);
 
+/// BACKs with tail losses and no duplicate data after which the tail rule's loss age returns
+/// to twice the delivery delay (`duplicate_feedback`): RACK resets its reordering window
+/// after 16 loss recoveries without a D-SACK (RFC 8985 §6.2 step 4). Not in the paper.
+pub const TAIL_EXT_RESET_AFTER: u32 = 16;
+
 /// Ack withholding releases a receiver from its current sender after this long without hearing
 /// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
 pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
@@ -208,6 +213,16 @@ pub struct HopConfig {
     /// 8-50 % more with 30 flows and 25-35 % less on lossy 4- and 7-hop paths
     /// (docs/wire-format.md), so it is off until it costs nothing there. Not in the paper.
     pub hold_tail_losses: bool,
+    /// With `queue_aware`: when a next hop reports data it received twice (the `duplicates`
+    /// of a BACK), the tail rule waits one more delivery delay before giving up a packet,
+    /// up to `link_queue_lifetime`, and returns to twice the delivery delay after
+    /// [`TAIL_EXT_RESET_AFTER`] BACKs with tail losses and no duplicates (RACK's reordering
+    /// window, RFC 8985 §6.2 step 4, grown by D-SACKs). A lossy link's tail losses are real
+    /// and make no duplicates; a relay whose queue drains more slowly than the delivery
+    /// delay it measured (the delay is sampled only when a round arrives at once) gives up
+    /// packets that arrive after all, and their copies are the duplicates. Off: the loss
+    /// age is always twice the delivery delay. Not in the paper.
+    pub duplicate_feedback: bool,
     /// See [`DEFAULT_LINK_QUEUE_LIFETIME`].
     pub link_queue_lifetime: Duration,
     /// Bound on data packets handed to the link and not yet known to have left it (see
@@ -276,6 +291,7 @@ impl Default for HopConfig {
             back_quiet: DEFAULT_BACK_QUIET,
             queue_aware: true,
             hold_tail_losses: false,
+            duplicate_feedback: true,
             link_queue_lifetime: DEFAULT_LINK_QUEUE_LIFETIME,
             link_window_packets: DEFAULT_LINK_WINDOW_PACKETS,
             link_window_max_packets: DEFAULT_LINK_WINDOW_MAX_PACKETS,

@@ -124,6 +124,11 @@ struct Block {
     last_data: Instant,
     /// When this node last sent a BACK for the block (None: never).
     last_back: Option<Instant>,
+    /// DATA packets of the block received again from upstream since the last BACK.
+    dups: u16,
+    /// Packets held only from overheard frames: their sender did not know we had them, so
+    /// its copy is no duplicate.
+    overheard: Bitmap,
     /// A virtual retransmission with this TTL must be forwarded.
     vtx_fwd: Option<u8>,
     /// When custody was taken (expiry).
@@ -152,6 +157,8 @@ impl Block {
             last_used: now,
             last_data: Instant::ZERO,
             last_back: None,
+            dups: 0,
+            overheard: Bitmap::new(n),
             vtx_fwd: None,
             custody_since: now,
             persisting: None,
@@ -320,6 +327,12 @@ pub struct HopTransport {
     arrived_seq: u64,
     /// Smoothed time from handing a packet to the link to the BACK that reports it.
     delivery_delay: Option<Duration>,
+    /// Delivery delays added to the tail rule's loss age because next hops reported
+    /// duplicate data (`duplicate_feedback`), when it last grew, and the BACKs since then
+    /// whose tail losses came without duplicates.
+    tail_ext: u32,
+    tail_ext_at: Instant,
+    tail_clean: u32,
     /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
     bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
     /// The link window and the delivery rate that sizes it.
@@ -390,11 +403,22 @@ fn name_of(t: MsgType, flags: u8) -> &'static str {
 
 /// How long after it was handed to the link an unreported packet is judged lost (the tail,
 /// RFC 8985 §7): twice the delivery delay, or the BSYN timeout before the first sample.
-fn tail_age(delivery_delay: Option<Duration>, bsyn_timeout: Duration) -> Duration {
-    match delivery_delay {
-        Some(d) => d * 2,
-        None => bsyn_timeout,
+/// The loss age of the tail rule: twice the measured delivery delay, plus one delay per
+/// step of `ext` (next hops reported duplicate data, see `duplicate_feedback`), but no longer
+/// than `link_queue_lifetime` once extended: a copy still missing after the link queue's
+/// delay limit was dropped there, so waiting longer cannot save a duplicate.
+fn tail_age(delivery_delay: Option<Duration>, ext: u32, cfg: &HopConfig) -> Duration {
+    // Without a delay sample yet: the BSYN timeout, extended by halves of it.
+    let (base, step) = match delivery_delay {
+        Some(d) => (d * 2, d),
+        None => (cfg.bsyn_timeout, cfg.bsyn_timeout / 2),
+    };
+    if ext == 0 {
+        return base;
     }
+    (base + step.saturating_mul(ext))
+        .min(cfg.link_queue_lifetime)
+        .max(base)
 }
 
 fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
@@ -506,6 +530,9 @@ impl HopTransport {
             left_seq: 0,
             arrived_seq: 0,
             delivery_delay: None,
+            tail_ext: 0,
+            tail_ext_at: Instant::ZERO,
+            tail_clean: 0,
             bsyn_rtt: BTreeMap::new(),
             lw: LinkWindow {
                 delivered: 0,
@@ -1094,7 +1121,7 @@ impl HopTransport {
                         let enough = self.txop_pkts.min(self.lw.window as u32 / 2).max(1);
                         if x.sent_since_bsyn < enough {
                             let t =
-                                x.bsyn_at + tail_age(self.delivery_delay, self.cfg.bsyn_timeout);
+                                x.bsyn_at + tail_age(self.delivery_delay, self.tail_ext, &self.cfg);
                             if t > now {
                                 x.not_before = Some(x.not_before.map_or(t, |u| u.max(t)));
                             }
@@ -1434,15 +1461,22 @@ impl HopTransport {
         let dst = f.dst;
         let delivered =
             f.dest.as_ref().is_some_and(|d| n < d.next_deliver) || n < f.e2e_cum || f.e2e_fin;
-        let (len, bits, complete, fin) = match f.blocks.get_mut(&n) {
+        let (len, bits, complete, fin, duplicates) = match f.blocks.get_mut(&n) {
             Some(b) => {
                 b.last_used = now;
                 b.last_back = Some(now);
                 let mut bits = Vec::with_capacity(b.have.len().div_ceil(8) as usize);
                 b.have.write_bytes(&mut bits);
-                (b.geom.block_len, (b.have.len(), bits), b.complete(), b.fin)
+                let dups = std::mem::take(&mut b.dups);
+                (
+                    b.geom.block_len,
+                    (b.have.len(), bits),
+                    b.complete(),
+                    b.fin,
+                    dups,
+                )
             }
-            None if delivered => (0, (0, Vec::new()), true, false),
+            None if delivered => (0, (0, Vec::new()), true, false, 0),
             None => return,
         };
         let mut flags = if complete { FLAG_COMPLETE } else { 0 };
@@ -1455,6 +1489,7 @@ impl HopTransport {
             body: HopBody::Back {
                 block_len: len,
                 packets: packets as u16,
+                duplicates,
                 bitmap: &bitmap,
             },
         };
@@ -1590,6 +1625,7 @@ impl HopTransport {
                         body: HopBody::Back {
                             block_len: geom.block_len,
                             packets: 0,
+                            duplicates: 0,
                             bitmap: &[],
                         },
                     };
@@ -1860,10 +1896,19 @@ impl HopTransport {
         b.last_used = now;
         if !rx.overheard {
             b.last_data = now;
+            if !fresh && b.overheard.get(u32::from(packet_num)) {
+                // First copy from its sender; the one held was overheard.
+                b.overheard.unset(u32::from(packet_num));
+            } else if !fresh {
+                // A copy of a packet already here: its sender gave up one that was late.
+                b.dups = b.dups.saturating_add(1);
+                bump(&mut self.stats.extra, "data_duplicates");
+            }
             if b.admitted_from.is_none() {
                 b.admitted_from = Some(rx.link_src);
             }
         } else if fresh {
+            b.overheard.set(u32::from(packet_num));
             self.stats
                 .extra
                 .entry("overheard_cached")
@@ -1919,6 +1964,7 @@ impl HopTransport {
         from: NodeId,
         h: &HopHeader,
         packets: u16,
+        duplicates: u16,
         bitmap: &[u8],
     ) {
         let now = ctx.now;
@@ -1965,6 +2011,22 @@ impl HopTransport {
         }
         x.told_wait = false;
         b.last_used = now;
+        if duplicates > 0 {
+            *self.stats.extra.entry("duplicates_reported").or_insert(0) += u64::from(duplicates);
+            if self.cfg.duplicate_feedback && self.cfg.queue_aware {
+                // The next hop got copies of packets it already held: the tail rule gave up
+                // packets that were only queued. Wait one delivery delay longer before the
+                // next such judgement, at most once per delivery delay (RACK's reordering
+                // window grows the same way on D-SACKs, RFC 8985 §6.2 step 4).
+                let step = self.delivery_delay.unwrap_or(self.cfg.bsyn_timeout);
+                if self.tail_ext == 0 || now >= self.tail_ext_at + step {
+                    self.tail_ext = self.tail_ext.saturating_add(1);
+                    self.tail_ext_at = now;
+                    bump(&mut self.stats.extra, "tail_age_raised");
+                }
+                self.tail_clean = 0;
+            }
+        }
         // Packets of ours in flight before and after this BACK: the difference arrived (a
         // block the next hop completes from elsewhere adds only what we had sent).
         let none = Bitmap::new(0);
@@ -2067,7 +2129,7 @@ impl HopTransport {
                 // the loss age given up (the tail, RFC 8985 §7).
                 // The tail also needs the transfer to have stalled that long: while the queue
                 // drains, a BACK without news only means the next hop heard a pause.
-                let age = tail_age(self.delivery_delay, self.cfg.bsyn_timeout);
+                let age = tail_age(self.delivery_delay, self.tail_ext, &self.cfg);
                 let stalled = now >= x.progress_at + age;
                 let left = self.left_seq;
                 let mut lost_upto = 0u64;
@@ -2110,6 +2172,15 @@ impl HopTransport {
                     }
                 }
                 self.left_seq = self.left_seq.max(lost_upto);
+                if tail > 0 && duplicates == 0 && self.tail_ext > 0 {
+                    // Tail losses without duplicates: after enough of them the loss age
+                    // returns to twice the delivery delay.
+                    self.tail_clean += 1;
+                    if self.tail_clean >= TAIL_EXT_RESET_AFTER {
+                        self.tail_ext = 0;
+                        self.tail_clean = 0;
+                    }
+                }
                 for (k, v) in [
                     ("lost_after_newer", fifo),
                     ("lost_tail", tail),
@@ -2665,8 +2736,11 @@ impl Transport for HopTransport {
                 self.pump_flow(ctx, key);
             }
             HopBody::Back {
-                packets, bitmap, ..
-            } => self.on_back(ctx, rx.link_src, &h, packets, bitmap),
+                packets,
+                duplicates,
+                bitmap,
+                ..
+            } => self.on_back(ctx, rx.link_src, &h, packets, duplicates, bitmap),
             HopBody::E2eBack { cum_blocks } => self.on_e2e(ctx, &h, cum_blocks),
             HopBody::Fin { total_bytes } => self.on_fin(ctx, &h, total_bytes),
         }

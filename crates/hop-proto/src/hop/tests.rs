@@ -54,6 +54,24 @@ impl Harness {
         .unwrap();
     }
 
+    /// `msg` sent by `from` to another node, overheard here.
+    fn overhear(&mut self, from: NodeId, to: NodeId, msg: &HopMessage<'_>) {
+        let mut body = Vec::new();
+        msg.emit(&mut body).unwrap();
+        self.with(|t, ctx| {
+            t.handle(
+                ctx,
+                Received {
+                    link_src: from,
+                    link_dst: to,
+                    overheard: true,
+                    body: &body,
+                },
+            )
+        })
+        .unwrap();
+    }
+
     fn drain(&mut self) -> Vec<Outgoing> {
         let mut v = Vec::new();
         while let Some(o) = self.with(|t, ctx| t.poll_transmit(ctx)) {
@@ -227,6 +245,7 @@ fn whole_block_back() -> HopMessage<'static> {
     HopMessage {
         header: hdr(0, FLAG_COMPLETE),
         body: HopBody::Back {
+            duplicates: 0,
             block_len: 250,
             packets: 3,
             bitmap: &[0x07],
@@ -447,7 +466,7 @@ proptest! {
             (0, Some(p)) => HopBody::Data { offset: 0, geom, packet_num: pn, payload: p },
             (1, Some(p)) if flags & FLAG_MICRO != 0 => HopBody::Bsyn { offset: 0, geom, packet_num: pn, expect: 0, payload: p },
             (1, _) => HopBody::Bsyn { offset: 0, geom, packet_num: 0, expect: (pn as u32).min(geom.packets()) as u16, payload: &[] },
-            (2, _) => HopBody::Back { block_len: len, packets: 3, bitmap: &[0x05] },
+            (2, _) => HopBody::Back { duplicates: 0, block_len: len, packets: 3, bitmap: &[0x05] },
             (3, _) => HopBody::E2eBack { cum_blocks: cum },
             _ => HopBody::Fin { total_bytes: 7 },
         };
@@ -498,6 +517,7 @@ fn source_keeps_blocks_until_end_to_end_back_within_its_cache() {
             ..hdr(block, FLAG_COMPLETE)
         },
         body: HopBody::Back {
+            duplicates: 0,
             block_len: 250,
             packets: 3,
             bitmap: &[0x07],
@@ -696,6 +716,7 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
             &HopMessage {
                 header: hdr(0, FLAG_COMPLETE),
                 body: HopBody::Back {
+                    duplicates: 0,
                     block_len: 250,
                     packets: 3,
                     bitmap: &[0x07],
@@ -843,6 +864,7 @@ fn final_bsyn_announces_the_packets_sent() {
             ..hdr(0, 0)
         },
         body: HopBody::Back {
+            duplicates: 0,
             block_len: 1000,
             packets: 10,
             bitmap,
@@ -890,6 +912,7 @@ fn source_back(bitmap: &[u8]) -> HopMessage<'_> {
             ..hdr(0, 0)
         },
         body: HopBody::Back {
+            duplicates: 0,
             block_len: 1000,
             packets: 10,
             bitmap,
@@ -997,6 +1020,7 @@ fn windows_over_rounds(base: Duration, capacity: f64) -> Vec<usize> {
                     ..hdr(0, 0)
                 },
                 body: HopBody::Back {
+                    duplicates: 0,
                     block_len: 60_000,
                     packets: 600,
                     bitmap: &held,
@@ -1532,4 +1556,101 @@ fn a_resent_packets_arrival_frees_the_tail_losses_handed_over_before_its_first_c
     back5.header.dst = 5;
     h.recv(4, &back5);
     assert_eq!(data_nums(&h.drain()).len(), 9);
+}
+
+/// The duplicates each BACK in `out` reports.
+fn back_duplicates(out: &[Outgoing]) -> Vec<u16> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+            HopBody::Back { duplicates, .. } => Some(duplicates),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A receiver counts the DATA packets of a block it gets again from upstream and reports
+/// them in its next BACK, once. A packet it held only from an overheard frame is no
+/// duplicate the first time its sender sends it.
+#[test]
+fn a_back_reports_the_data_received_twice_since_the_previous_back() {
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+    let geom = BlockGeom {
+        block_len: 250,
+        packet_size: 100,
+    };
+    let data = [7u8; 250];
+    let bsyn = |expect| HopMessage {
+        header: hdr(0, 0),
+        body: HopBody::Bsyn {
+            offset: 0,
+            geom,
+            packet_num: 0,
+            expect,
+            payload: &[],
+        },
+    };
+    let pkt = |p: u32| HopMessage {
+        header: hdr(0, 0),
+        body: HopBody::Data {
+            offset: 0,
+            geom,
+            packet_num: p as u16,
+            payload: &data[geom.packet_range(p).unwrap()],
+        },
+    };
+    // Packet 1 overheard from node 0 on its way to node 1.
+    h.overhear(0, 1, &pkt(1));
+    h.recv(1, &bsyn(0));
+    assert_eq!(back_duplicates(&h.drain()), vec![0]);
+    for p in [0u32, 1, 0, 1, 1] {
+        h.recv(1, &pkt(p));
+    }
+    h.drain();
+    h.recv(1, &bsyn(2));
+    assert_eq!(back_duplicates(&h.drain()), vec![3]);
+    h.recv(1, &bsyn(2));
+    assert_eq!(back_duplicates(&h.drain()), vec![0]);
+}
+
+/// Duplicates reported by the next hop show that the tail rule gave up packets that were
+/// only queued: the loss age grows by one delivery delay, so the wait that gave packets up
+/// before no longer does, and a longer one still does. Without `duplicate_feedback` the age
+/// stays at twice the delivery delay.
+#[test]
+fn duplicates_reported_by_the_next_hop_lengthen_the_tail_rules_loss_age() {
+    for feedback in [true, false] {
+        let (mut h, out) = source_round(HopConfig {
+            duplicate_feedback: feedback,
+            ..small_cfg()
+        });
+        assert_eq!(data_nums(&out).len(), 10);
+        let resent = |h: &Harness| h.t.stats().data_retransmissions;
+        // 50 ms on, the next hop holds packets 0 and 1 (a delivery delay of 50 ms: the loss
+        // age is 100 ms) and reports two copies it got twice.
+        h.now += Duration::from_millis(50);
+        let mut back = source_back(&[0x03, 0]);
+        if let HopBody::Back { duplicates, .. } = &mut back.body {
+            *duplicates = 2;
+        }
+        h.recv(2, &back);
+        h.drain();
+        assert_eq!(resent(&h), 0);
+        // 120 ms later nothing more has arrived: the eight others are 170 ms old and the
+        // transfer has stalled for 120 ms, past a loss age of 100 ms but not of 150 ms.
+        h.now += Duration::from_millis(120);
+        h.recv(2, &source_back(&[0x03, 0]));
+        h.drain();
+        let after = resent(&h);
+        assert_eq!(after, if feedback { 0 } else { 8 }, "feedback = {feedback}");
+        if feedback {
+            // 40 ms more: past the longer age too. The transfer asks again when its oldest
+            // packet is due (its timer), and the answer still shows nothing new.
+            h.now += Duration::from_millis(40);
+            h.with(|t, ctx| t.handle_timeout(ctx));
+            h.drain();
+            h.recv(2, &source_back(&[0x03, 0]));
+            h.drain();
+            assert_eq!(resent(&h), 8);
+        }
+    }
 }
