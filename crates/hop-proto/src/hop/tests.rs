@@ -920,13 +920,18 @@ fn source_back(bitmap: &[u8]) -> HopMessage<'_> {
     }
 }
 
-fn data_nums(out: &[Outgoing]) -> Vec<u16> {
+/// What `pick` takes from each message in `out` that it matches.
+fn bodies<T>(out: &[Outgoing], pick: impl Fn(HopBody<'_>) -> Option<T>) -> Vec<T> {
     out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
-            HopBody::Data { packet_num, .. } => Some(packet_num),
-            _ => None,
-        })
+        .filter_map(|o| pick(HopMessage::parse(&o.body).ok()?.body))
         .collect()
+}
+
+fn data_nums(out: &[Outgoing]) -> Vec<u16> {
+    bodies(out, |b| match b {
+        HopBody::Data { packet_num, .. } => Some(packet_num),
+        _ => None,
+    })
 }
 
 #[test]
@@ -1202,12 +1207,10 @@ fn restored_destination_resumes_from_its_progress() {
 }
 
 fn bsyn_expects(out: &[Outgoing]) -> Vec<u16> {
-    out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
-            HopBody::Bsyn { expect, .. } => Some(expect),
-            _ => None,
-        })
-        .collect()
+    bodies(out, |b| match b {
+        HopBody::Bsyn { expect, .. } => Some(expect),
+        _ => None,
+    })
 }
 
 #[test]
@@ -1560,12 +1563,10 @@ fn a_resent_packets_arrival_frees_the_tail_losses_handed_over_before_its_first_c
 
 /// The duplicates each BACK in `out` reports.
 fn back_duplicates(out: &[Outgoing]) -> Vec<u16> {
-    out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
-            HopBody::Back { duplicates, .. } => Some(duplicates),
-            _ => None,
-        })
-        .collect()
+    bodies(out, |b| match b {
+        HopBody::Back { duplicates, .. } => Some(duplicates),
+        _ => None,
+    })
 }
 
 /// A receiver counts the DATA packets of a block it gets again from upstream and reports
@@ -1574,35 +1575,14 @@ fn back_duplicates(out: &[Outgoing]) -> Vec<u16> {
 #[test]
 fn a_back_reports_the_data_received_twice_since_the_previous_back() {
     let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
-    let geom = BlockGeom {
-        block_len: 250,
-        packet_size: 100,
-    };
-    let data = [7u8; 250];
-    let bsyn = |expect| HopMessage {
-        header: hdr(0, 0),
-        body: HopBody::Bsyn {
-            offset: 0,
-            geom,
-            packet_num: 0,
-            expect,
-            payload: &[],
-        },
-    };
-    let pkt = |p: u32| HopMessage {
-        header: hdr(0, 0),
-        body: HopBody::Data {
-            offset: 0,
-            geom,
-            packet_num: p as u16,
-            payload: &data[geom.packet_range(p).unwrap()],
-        },
-    };
+    let data = [7u8; 100];
+    let bsyn = |expect| bsyn_with_expect(0, 250, expect);
+    let pkt = |p: u16| data_packet(0, 250, p, &data);
     // Packet 1 overheard from node 0 on its way to node 1.
     h.overhear(0, 1, &pkt(1));
     h.recv(1, &bsyn(0));
     assert_eq!(back_duplicates(&h.drain()), vec![0]);
-    for p in [0u32, 1, 0, 1, 1] {
+    for p in [0, 1, 0, 1, 1] {
         h.recv(1, &pkt(p));
     }
     h.drain();
