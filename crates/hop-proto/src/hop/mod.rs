@@ -402,11 +402,10 @@ fn name_of(t: MsgType, flags: u8) -> &'static str {
 }
 
 /// How long after it was handed to the link an unreported packet is judged lost (the tail,
-/// RFC 8985 §7): twice the delivery delay, or the BSYN timeout before the first sample.
-/// The loss age of the tail rule: twice the measured delivery delay, plus one delay per
-/// step of `ext` (next hops reported duplicate data, see `duplicate_feedback`), but no longer
-/// than `link_queue_lifetime` once extended: a copy still missing after the link queue's
-/// delay limit was dropped there, so waiting longer cannot save a duplicate.
+/// RFC 8985 §7): twice the delivery delay (the BSYN timeout before the first sample), plus
+/// one delay per step of `ext` (next hops reported duplicate data, `duplicate_feedback`),
+/// but once extended no longer than `link_queue_lifetime`: a copy still missing after the
+/// link queue's delay limit was dropped there, so waiting longer cannot save a duplicate.
 fn tail_age(delivery_delay: Option<Duration>, ext: u32, cfg: &HopConfig) -> Duration {
     // Without a delay sample yet: the BSYN timeout, extended by halves of it.
     let (base, step) = match delivery_delay {
