@@ -224,12 +224,13 @@ fn an_aborted_flow_is_abandoned_at_its_destination() {
     assert_eq!(net.stats(2).extra.get("flows_abandoned"), None);
 }
 
-/// A destination flow whose source went silent is reclaimed after the idle time, and the
-/// runtime is told.
+/// A destination flow whose source went silent is reclaimed once the source would have given
+/// up (its idle time and the source's give-up time both past), and the runtime is told.
 #[test]
 fn a_flow_whose_source_vanished_is_abandoned_after_the_idle_time() {
     let cfg = HopConfig {
         flow_idle_timeout: secs(5.0),
+        give_up_after: secs(5.0),
         ..HopConfig::default()
     };
     let mut net = Net::chain(2, LinkSpec::default(), cfg, 6);
@@ -241,4 +242,65 @@ fn a_flow_whose_source_vanished_is_abandoned_after_the_idle_time() {
     net.run_until(limit, |n| n.apps[big].abandoned_at.is_some());
     assert!(net.apps[big].abandoned_at.is_some(), "not abandoned");
     assert!(net.apps[big].delivered_at.is_none());
+}
+
+/// A flow starved at its destination for longer than the idle time (here a relay cut off for
+/// 20 s; in the lab, busy relays) is slow, not dead: the destination keeps it while its
+/// source may still be trying, and the rest of the transfer is delivered after the first block.
+#[test]
+fn a_flow_starved_longer_than_the_idle_time_still_completes() {
+    let cfg = HopConfig {
+        flow_idle_timeout: secs(5.0),
+        ..HopConfig::default()
+    };
+    let mut net = Net::chain(3, LinkSpec::default(), cfg, 7);
+    let app = net.transfer(1, 3, SIZE);
+    let limit = Instant::ZERO + secs(120.0);
+    net.run_until(limit, |n| !n.apps[app].received.is_empty());
+    assert!(!net.apps[app].received.is_empty(), "no block delivered");
+    net.set_link_up(2, 3, false);
+    let up = net.now + secs(20.0);
+    net.run_until(up, |_| false);
+    net.set_link_up(2, 3, true);
+    net.run_to_completion(secs(300.0));
+    net.assert_all_identical();
+    assert!(net.apps[app].abandoned_at.is_none());
+    assert_eq!(net.stats(3).extra.get("flows_abandoned"), None);
+}
+
+/// Once a destination has given a flow up, a late block of it is refused: opening the flow
+/// again would expect block 0, which the source released long ago, and hold every later
+/// block without delivering it.
+#[test]
+fn a_flow_given_up_at_its_destination_is_not_opened_again() {
+    let mut net = Net::chain(3, LinkSpec::default(), HopConfig::default(), 8);
+    // Only the destination gives up quickly; the source and the relay keep trying.
+    net.cfgs.insert(
+        3,
+        HopConfig {
+            flow_idle_timeout: secs(5.0),
+            give_up_after: secs(5.0),
+            ..HopConfig::default()
+        },
+    );
+    net.restart(3);
+    let app = net.transfer(1, 3, SIZE);
+    let limit = Instant::ZERO + secs(120.0);
+    net.run_until(limit, |n| !n.apps[app].received.is_empty());
+    let got = net.apps[app].received.len();
+    assert!(got > 0, "no block delivered");
+    net.set_link_up(2, 3, false);
+    let limit = net.now + secs(30.0);
+    net.run_until(limit, |n| n.apps[app].abandoned_at.is_some());
+    assert!(net.apps[app].abandoned_at.is_some(), "not abandoned");
+    net.set_link_up(2, 3, true);
+    let limit = net.now + secs(30.0);
+    net.run_until(limit, |_| false);
+    let dest = net.stats(3);
+    assert!(
+        dest.extra.get("closed_flow_refused").copied().unwrap_or(0) > 0,
+        "the relay never offered the next block"
+    );
+    assert_eq!(dest.flows, 0, "the flow was opened again");
+    assert_eq!(net.apps[app].received.len(), got);
 }

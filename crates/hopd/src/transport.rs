@@ -144,8 +144,10 @@ pub fn build(cfg: &Config) -> std::io::Result<Built> {
                 custody.clone(),
             )?;
             let hc = hop_config(cfg);
-            let (store, progress) =
-                store.with_spool(&cfg.storage_dir.join("incoming"), hc.flow_idle_timeout)?;
+            let (store, progress) = store.with_spool(
+                &cfg.storage_dir.join("incoming"),
+                hc.unfinished_flow_idle_timeout(),
+            )?;
             let (store, done) = store.with_writer()?;
             custody_done = Some(done);
             let mut t = HopTransport::with_store(hc, Box::new(store));

@@ -255,7 +255,8 @@ pub struct HopConfig {
     pub cache_limit_bytes: u64,
     /// Flows with state on a node.
     pub max_flows: usize,
-    /// Idle flow reclamation on relays and destinations.
+    /// Idle flow reclamation on relays and destinations (an unfinished incoming flow: see
+    /// [`HopConfig::unfinished_flow_idle_timeout`]).
     pub flow_idle_timeout: Duration,
     /// Expiry of a block in custody that cannot move (§3.2).
     pub custody_expiry: Duration,
@@ -324,5 +325,15 @@ impl HopConfig {
     pub(crate) fn txop_packets(&self) -> u32 {
         let n = self.txop_bytes.div_ceil(usize::from(self.packet_size()));
         n.clamp(1, u32::MAX as usize) as u32
+    }
+}
+
+impl HopConfig {
+    /// How long a destination keeps an unfinished incoming flow that receives nothing: the
+    /// idle time, but at least as long as a source keeps trying without progress
+    /// (`give_up_after`). A flow starved for minutes by busy relays is slow, not dead, and
+    /// one given up at its destination cannot be delivered any more.
+    pub fn unfinished_flow_idle_timeout(&self) -> Duration {
+        self.flow_idle_timeout.max(self.give_up_after)
     }
 }

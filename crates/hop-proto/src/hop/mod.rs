@@ -16,7 +16,7 @@ mod bitmap;
 mod config;
 mod custody;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -310,6 +310,12 @@ pub struct HopTransport {
     /// others first).
     last_holder: Option<NodeId>,
     waiting: Vec<Waiting>,
+    /// Flows this node was the destination of and no longer holds (finished, aborted by their
+    /// source, or given up idle), oldest first, at most `CLOSED_FLOW_MEMORY`: a late BSYN or
+    /// DATA of one must not open it again from block 0, which would hold the source's later
+    /// blocks forever without delivering them.
+    closed: VecDeque<FlowKey>,
+    closed_set: BTreeSet<FlowKey>,
     store: Box<dyn CustodyStore>,
     stats: TransportStats,
     cache_bytes: u64,
@@ -379,6 +385,10 @@ impl LinkWindow {
         self.rate_mark = Some((now, self.delivered));
     }
 }
+
+/// Closed incoming flows a node remembers, so that late messages of one are refused instead
+/// of opening it again (about 40 bytes each).
+const CLOSED_FLOW_MEMORY: usize = 4096;
 
 /// Length of one delivery-rate measurement behind the link window: several control rounds on
 /// a fast link, about one round of a full 32-packet window on 802.11b.
@@ -519,6 +529,8 @@ impl HopTransport {
             admitted: BTreeMap::new(),
             last_holder: None,
             waiting: Vec::new(),
+            closed: VecDeque::new(),
+            closed_set: BTreeSet::new(),
             store,
             stats: TransportStats::default(),
             cache_bytes: 0,
@@ -844,10 +856,20 @@ impl HopTransport {
                 self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
                 self.note_cache();
             }
-            if f.dest.is_some_and(|d| !d.finished) {
-                self.store.abandon(key);
-                self.extra("flows_abandoned");
-                self.events.push_back(Event::FlowAbandoned { flow: key });
+            if let Some(d) = f.dest {
+                if !d.finished {
+                    self.store.abandon(key);
+                    self.extra("flows_abandoned");
+                    self.events.push_back(Event::FlowAbandoned { flow: key });
+                }
+                if self.closed_set.insert(key) {
+                    self.closed.push_back(key);
+                    while self.closed.len() > CLOSED_FLOW_MEMORY {
+                        if let Some(old) = self.closed.pop_front() {
+                            self.closed_set.remove(&old);
+                        }
+                    }
+                }
             }
         }
         self.admitted.retain(|(k, _), _| *k != key);
@@ -1437,6 +1459,10 @@ impl HopTransport {
         }
         if key.src == local {
             // A flow of ours we no longer know: finished or aborted.
+            return false;
+        }
+        if dst == local && self.closed_set.contains(&key) {
+            self.extra("closed_flow_refused");
             return false;
         }
         if self.flows.len() >= self.cfg.max_flows {
@@ -2350,6 +2376,7 @@ impl HopTransport {
         let idle = self.cfg.flow_idle_timeout;
         let expiry = self.cfg.custody_expiry;
         let give_up = self.cfg.give_up_after;
+        let dest_idle = self.cfg.unfinished_flow_idle_timeout();
         let mut remove = Vec::new();
         let mut failed = Vec::new();
         let mut expired = Vec::new();
@@ -2375,7 +2402,12 @@ impl HopTransport {
                     expired.push((*k, *n));
                 }
             }
-            if f.last_activity + idle <= now && !f.has_custody() {
+            let limit = if f.dest.as_ref().is_some_and(|d| !d.finished) {
+                dest_idle
+            } else {
+                idle
+            };
+            if f.last_activity + limit <= now && !f.has_custody() {
                 remove.push(*k);
             }
         }
