@@ -30,7 +30,11 @@ COUNTER_NAMES = [
     "retries",
     "final_failures",
     "rts_failed",
-] + [f"tid{i}" for i in range(8)] + ["queue_full", "queue_expired"]
+] + [f"tid{i}" for i in range(8)] + ["queue_full", "queue_expired"] + [
+    # airtime of this node's PPDUs and its PHY's time per state, microseconds (medium_cpp.h)
+    "air_large_us", "air_small_us", "air_mac_us", "air_retry_us",
+    "state_idle_us", "state_cca_us", "state_tx_us", "state_rx_us",
+]
 # Frames between the taps and the devices (medium_cpp.h, TapCountersAll).
 TAP_COUNTER_NAMES = ["from_tap", "to_tap", "other_host", "bad_frames", "write_errors", "queue_drops"]
 

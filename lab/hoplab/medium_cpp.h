@@ -58,7 +58,26 @@ struct Counters
     uint64_t tid_count[8]{0, 0, 0, 0, 0, 0, 0, 0};
     uint64_t queue_full{0};      // frames the MAC queue refused (full)
     uint64_t queue_expired{0};   // frames dropped after waiting in the MAC queue past its lifetime
+    // Airtime this node's PPDUs took, in microseconds, by what they carried: data frames of at
+    // least AIR_LARGE_BYTES (payload), smaller data frames (transport control, TCP ACKs,
+    // routing), MAC control and management frames (ACK, RTS, CTS, beacons), and of the data
+    // frames those sent again by the MAC (Retry bit set).
+    uint64_t air_large_us{0};
+    uint64_t air_small_us{0};
+    uint64_t air_mac_us{0};
+    uint64_t air_retry_us{0};
+    // Time the PHY spent in each state, in microseconds (WifiPhyStateHelper "State"): idle,
+    // carrier sensed busy without receiving, transmitting, receiving.
+    uint64_t state_idle_us{0};
+    uint64_t state_cca_us{0};
+    uint64_t state_tx_us{0};
+    uint64_t state_rx_us{0};
+    uint64_t state_logged_until_us{0}; // end of the last state period the trace reported
 };
+
+// MPDUs of at least this many bytes count as payload in the airtime split; Hop's BSYN/BACK,
+// TCP's ACKs and OLSR's messages are all well below it, full data frames well above.
+static const uint32_t AIR_LARGE_BYTES = 400;
 
 static std::vector<Counters> g_counters;
 static std::vector<std::vector<double>> g_per; // g_per[tx][rx] frame loss probability
@@ -111,6 +130,63 @@ OnMacTx(uint32_t node, Ptr<const Packet> p)
 
 static void OnMacRx(uint32_t node, Ptr<const Packet>) { g_counters[node].mac_rx++; }
 static void OnPhyTx(uint32_t node, Ptr<const Packet>, double) { g_counters[node].phy_tx++; }
+
+static void
+OnPsduTx(uint32_t node, WifiPhyBand band, WifiConstPsduMap psdus, WifiTxVector tx, double)
+{
+    auto us = static_cast<uint64_t>(WifiPhy::CalculateTxDuration(psdus, tx, band).GetMicroSeconds());
+    Counters& c = g_counters[node];
+    auto it = psdus.begin();
+    if (it == psdus.end() || !it->second || it->second->GetNMpdus() == 0)
+    {
+        c.air_mac_us += us;
+        return;
+    }
+    const WifiMacHeader& h = it->second->GetHeader(0);
+    if (!h.IsData())
+    {
+        c.air_mac_us += us;
+        return;
+    }
+    if (it->second->GetSize() >= AIR_LARGE_BYTES)
+        c.air_large_us += us;
+    else
+        c.air_small_us += us;
+    if (h.IsRetry())
+        c.air_retry_us += us;
+}
+
+static void
+AddStateTime(Counters& c, WifiPhyState state, uint64_t us)
+{
+    switch (state)
+    {
+    case WifiPhyState::IDLE:
+        c.state_idle_us += us;
+        break;
+    case WifiPhyState::CCA_BUSY:
+        c.state_cca_us += us;
+        break;
+    case WifiPhyState::TX:
+        c.state_tx_us += us;
+        break;
+    case WifiPhyState::RX:
+        c.state_rx_us += us;
+        break;
+    default:
+        break;
+    }
+}
+
+// The helper reports a state period when it ends; CountersOf adds the one still running.
+static void
+OnPhyState(uint32_t node, Time start, Time duration, WifiPhyState state)
+{
+    Counters& c = g_counters[node];
+    AddStateTime(c, state, static_cast<uint64_t>(duration.GetMicroSeconds()));
+    c.state_logged_until_us = static_cast<uint64_t>((start + duration).GetMicroSeconds());
+}
+
 static void OnPhyRxEnd(uint32_t node, Ptr<const Packet>) { g_counters[node].phy_rx_ok++; }
 
 static void
@@ -315,6 +391,9 @@ Hook(uint32_t node, Ptr<WifiNetDevice> dev, Mac48Address addr, int64_t stream)
     mac->TraceConnectWithoutContext("DroppedMpdu", MakeBoundCallback(&OnDroppedMpdu, node));
     Ptr<WifiPhy> phy = dev->GetPhy();
     phy->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&OnPhyTx, node));
+    phy->TraceConnectWithoutContext("PhyTxPsduBegin",
+                                    MakeBoundCallback(&OnPsduTx, node, phy->GetPhyBand()));
+    phy->GetState()->TraceConnectWithoutContext("State", MakeBoundCallback(&OnPhyState, node));
     phy->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&OnPhyRxEnd, node));
     phy->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&OnPhyRxDrop, node));
     Ptr<WifiRemoteStationManager> rsm = dev->GetRemoteStationManager();
@@ -768,7 +847,14 @@ ControlLog()
 std::vector<uint64_t>
 CountersOf(uint32_t n)
 {
-    const Counters& c = g_counters[n];
+    Counters c = g_counters[n];
+    if (n < g_phy.size() && g_phy[n])
+    {
+        // the state the PHY is in now has not been reported yet
+        auto now = static_cast<uint64_t>(Simulator::Now().GetMicroSeconds());
+        if (now > c.state_logged_until_us)
+            AddStateTime(c, g_phy[n]->GetState()->GetState(), now - c.state_logged_until_us);
+    }
     std::vector<uint64_t> v{c.mac_tx, c.mac_rx, c.phy_tx, c.phy_rx_ok, c.phy_rx_drop,
                             c.phy_rx_collision, c.imposed_loss, c.retries, c.final_failures,
                             c.rts_failed};
@@ -776,6 +862,9 @@ CountersOf(uint32_t n)
         v.push_back(c.tid_count[i]);
     v.push_back(c.queue_full);
     v.push_back(c.queue_expired);
+    for (uint64_t x : {c.air_large_us, c.air_small_us, c.air_mac_us, c.air_retry_us, c.state_idle_us,
+                       c.state_cca_us, c.state_tx_us, c.state_rx_us})
+        v.push_back(x);
     return v;
 }
 } // namespace hoplab

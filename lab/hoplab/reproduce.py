@@ -350,6 +350,37 @@ def counters_table(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
+def airtime_table(runs: list[dict], prefix: str) -> dict[str, dict]:
+    """Per variant, medians over valid runs of where the nodes' air time went: how much of
+    the time a node's PHY was busy (sensing, receiving or sending), what its own
+    transmissions carried, and how many delivered bits crossed one hop per second of payload
+    frames on the air. Runs recorded before the medium counted airtime (2026-11-26) are left
+    out."""
+    out: dict[str, dict] = {}
+    for v in sorted({r["variant"] for r in runs}):
+        rs = [r for r in runs if r["variant"] == v and r["status"] == "valid" and r.get("nodes")
+              and (r.get("totals") or {}).get("state_idle_us")]
+        if not rs:
+            continue
+        per: dict[str, list[float]] = {k: [] for k in ("busy", "tx", "large", "small", "mac", "retry",
+                                                        "bit_hops_per_air_s")}
+        for r in rs:
+            t = r["totals"]
+            node_us = sum(t[k] for k in ("state_idle_us", "state_cca_us", "state_tx_us", "state_rx_us"))
+            per["busy"].append(1.0 - t["state_idle_us"] / node_us)
+            per["tx"].append(t["state_tx_us"] / node_us)
+            for k in ("large", "small", "mac", "retry"):
+                per[k].append(t[f"air_{k}_us"] / node_us)
+            # seconds of payload frames on the air per second of the run, all nodes together
+            large_s_per_s = t["air_large_us"] / node_us * r["nodes"]
+            bit_hops = sum(f["goodput_mbps"] * f.get("hops", 1) for f in measured(r, prefix))
+            if large_s_per_s > 0:
+                per["bit_hops_per_air_s"].append(bit_hops / large_s_per_s)
+        out[v] = {k: percentile(x, 50) for k, x in per.items() if x}
+        out[v]["runs"] = len(rs)
+    return out
+
+
 PATH_TABLE_MIN_FLOWS = 6  # a run with fewer measured flows gets no table of goodput by path length
 
 
@@ -580,7 +611,8 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
         res = run_spec(sp, run_dir, progress=lambda s: s.startswith("waiting") and progress("  " + s))
         rec.update(status="valid" if res["valid"] else "invalid", reason=res.get("invalid_reason"),
                    flows=cut_off_goodput(res["flows"], res.get("wall_seconds"), bool(res.get("timed_out"))),
-                   totals=res["medium"]["totals"], lag_max_ms=res["lag"]["max_ms"],
+                   totals=res["medium"]["totals"], nodes=len(res["medium"].get("per_node") or []),
+                   lag_max_ms=res["lag"]["max_ms"],
                    duration=sp.duration, steal_s=res.get("host_steal_seconds"),
                    lag_cause=res["lag"].get("cause"), loop_busy=(res["lag"].get("loop") or {}).get("busy"),
                    behind_s=(res["lag"].get("loop") or {}).get("behind_s"))
@@ -724,6 +756,7 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
                            "cause": r.get("lag_cause")}
                           for r in runs if r["status"] in ("invalid", "error")],
               "counters": counters_table(runs),
+              "airtime": airtime_table(runs, e.measure),
               "by_path_length": path_length_table(runs, e.measure) if e.by_path_length else [],
               "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
               "rows": [row_result(row, e, runs, reasons) for row in rows if row.experiment == e.id]}
@@ -811,6 +844,21 @@ def markdown(rep: dict) -> str:
                 qd = "—" if c.get("mac_queue_drops") is None else f"{c['mac_queue_drops']:.0f}"
                 lines.append(f"| {v} | {c['mac_tx']:.0f} | {c['failed_per_frame']:.3f} | {c['phy_rx_collision']:.0f} "
                              f"| {c['final_failures']:.0f} | {qd} | {c['lag_max_ms']:.1f} | {busy} |")
+        if e.get("airtime"):
+            lines += ["", "Air time, medians over valid runs: share of each node's time (all nodes together) its "
+                      "PHY was busy (sensing, receiving or sending) and sending, what its transmissions carried "
+                      "(data frames of 400 bytes or more; smaller data frames such as BSYN/BACK, TCP ACKs and "
+                      "routing; MAC ACK/RTS/CTS; data frames the MAC sent again), and the delivered goodput x hops "
+                      "per second of large frames on the air (11 Mbit/s 802.11b carries about 9 Mbit per second "
+                      "of full frames):", "",
+                      "| protocol | runs | PHY busy | sending | large data frames | small data frames | MAC control "
+                      "| MAC retries | delivered Mbit x hops per air-second of large frames |",
+                      "|---|---|---|---|---|---|---|---|---|"]
+            for v, a in e["airtime"].items():
+                eff = a.get("bit_hops_per_air_s")
+                lines.append(f"| {v} | {a['runs']} | {100 * a['busy']:.1f} % | {100 * a['tx']:.1f} % "
+                             f"| {100 * a['large']:.1f} % | {100 * a['small']:.1f} % | {100 * a['mac']:.1f} % "
+                             f"| {100 * a['retry']:.1f} % | {'—' if eff is None else f'{eff:.2f}'} |")
         lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")

@@ -7,7 +7,10 @@ import math
 from pathlib import Path
 
 COUNTER_KEYS = ("mac_tx", "phy_tx", "phy_rx_ok", "phy_rx_drop", "phy_rx_collision", "imposed_loss",
-                "retries", "final_failures", "rts_failed", "queue_full", "queue_expired")
+                "retries", "final_failures", "rts_failed", "queue_full", "queue_expired",
+                # recorded since 2026-11-26 (medium_cpp.h: airtime and PHY state times, microseconds)
+                "air_large_us", "air_small_us", "air_mac_us", "air_retry_us",
+                "state_idle_us", "state_cca_us", "state_tx_us", "state_rx_us")
 
 
 def percentile(xs: list[float], p: float) -> float | None:

@@ -53,6 +53,19 @@ def test_two_hop_udp_and_node_down(tmp_path, medium, request, monkeypatch):
     u = [r[2] for r in prog["rows"]]
     assert u == sorted(u) and u[-1] > 0
     assert res["medium"]["totals"]["phy_tx"] > 0
+    # Air time: each node's PHY states add up to the medium's run, and what a node sent adds
+    # up to its time sending. Node 0 sent 3 s of 3 Mbit/s UDP in large frames and the VoIP
+    # stream in small ones; node 1 acknowledged the UDP frames and forwarded the VoIP ones.
+    sim_us = res["medium"]["sim_seconds"] * 1e6
+    for c in res["medium"]["per_node"]:
+        states = sum(c[k] for k in ("state_idle_us", "state_cca_us", "state_tx_us", "state_rx_us"))
+        assert abs(states - sim_us) < 0.01 * sim_us, (states, sim_us)
+        sent = c["air_large_us"] + c["air_small_us"] + c["air_mac_us"]
+        assert abs(c["state_tx_us"] - sent) <= 0.01 * c["state_tx_us"] + 1000, c
+    n0, n1 = res["medium"]["per_node"][:2]
+    assert n0["air_large_us"] > 500_000 and n0["air_small_us"] > 0, n0
+    assert n1["air_mac_us"] > 0 and n1["air_small_us"] > 0, n1
+    assert n1["state_rx_us"] > n0["air_large_us"] // 2, n1
     # Frames cross the taps both ways and none is lost between tap and device. Node 0 hears
     # node 1 forward the VoIP frames to node 2, but like a real NIC's address filter the
     # medium keeps unicast frames for other nodes off a node's tap.

@@ -514,3 +514,32 @@ def test_goodput_by_path_length_shows_where_the_mean_comes_from(tmp_path):
     # one path length, or too few flows: no table
     assert rp.path_length_table([rec("a", 0, [flow(f"m{i}", 1.0, hops=3) for i in range(8)])]) == []
     assert rp.path_length_table([rec("a", 0, fa[:4])]) == []
+
+
+def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivered_bit_hops(tmp_path):
+    def with_air(r: dict, large_us: int) -> dict:
+        # two nodes, 10 s each: 12 s idle, 2 s sensing, 4 s sending, 2 s receiving
+        r["nodes"] = 2
+        r["totals"].update(state_idle_us=12_000_000, state_cca_us=2_000_000, state_tx_us=4_000_000,
+                           state_rx_us=2_000_000, air_large_us=large_us, air_small_us=500_000,
+                           air_mac_us=300_000, air_retry_us=200_000)
+        return r
+
+    fl = [flow("m0", 1.0, hops=2), flow("m1", 0.5, hops=4), flow("bg", 5.0, hops=1)]
+    runs = [with_air(rec("a", 0, fl), 3_000_000), with_air(rec("a", 1, fl), 1_000_000),
+            with_air(rec("a", 2, fl, status="invalid"), 20_000_000),
+            rec("b", 0, fl)]  # recorded before the medium counted airtime
+    t = rp.airtime_table(runs, "m")
+    assert set(t) == {"a"} and t["a"]["runs"] == 2
+    a = t["a"]
+    assert a["busy"] == pytest.approx(0.4) and a["tx"] == pytest.approx(0.2)
+    assert a["small"] == pytest.approx(0.025) and a["retry"] == pytest.approx(0.01)
+    # 4 Mbit/s x hops delivered; large frames 0.3 or 0.1 s per s on each of 2 nodes
+    # -> 0.3 and 0.1 s of payload air per second -> 13.3 or 40 Mbit x hops per air-second
+    # the median of two values is the lower one (nearest rank)
+    assert a["bit_hops_per_air_s"] == pytest.approx(4.0 / 0.3)
+    e = dummy_experiment()
+    meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
+    rp.aggregate(runs, [e], [], tmp_path, meta, plots=False)
+    md = (tmp_path / "report.md").read_text()
+    assert "| a | 2 | 40.0 % | 20.0 % |" in md
