@@ -620,6 +620,7 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
         rec.update(status="error", reason=str(ex))
         progress(f"  error: {ex}")
     rec["wall_s"] = round(time.time() - t0, 1)
+    rec["ended"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if rec.get("flows") is not None:
         gp = [f["goodput_mbps"] for f in measured(rec, e.measure)]
         progress(f"  {rec['status']} ({rec['wall_s']:.0f} s): {len(gp)} measured flows, goodput median "
@@ -972,7 +973,8 @@ def main(a) -> int:
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
     ran = [r for r in records if r.get("started")]
     if ran:  # a resumed reproduction spans several sittings (and possibly commits): say so
-        first, last = min(r["started"] for r in ran), max(r["started"] for r in ran)
+        # from the first run's start to the last run's end (older records have no end)
+        first, last = min(r["started"] for r in ran), max(r.get("ended") or r["started"] for r in ran)
         meta["date"] = first if first == last else f"{first} to {last}"
         meta["commit"] = ", ".join(sorted({r.get("commit", "?") for r in ran}))
     aggregate(records, exps, rows, out, meta)
