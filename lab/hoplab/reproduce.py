@@ -371,11 +371,11 @@ def airtime_table(runs: list[dict], prefix: str) -> dict[str, dict]:
             per["tx"].append(t["state_tx_us"] / node_us)
             for k in ("large", "small", "mac", "retry"):
                 per[k].append(t[f"air_{k}_us"] / node_us)
-            # seconds of payload frames on the air per second of the run, all nodes together
-            large_s_per_s = t["air_large_us"] / node_us * r["nodes"]
-            bit_hops = sum(f["goodput_mbps"] * f.get("hops", 1) for f in measured(r, prefix))
-            if large_s_per_s > 0:
-                per["bit_hops_per_air_s"].append(bit_hops / large_s_per_s)
+            # Bits delivered over the whole run times their path's hops, divided by the large
+            # frames' air time over the same run, all nodes together.
+            bit_hops = sum(float(f.get("bytes") or 0) * 8 / 1e6 * f.get("hops", 1) for f in measured(r, prefix))
+            if t["air_large_us"] > 0:
+                per["bit_hops_per_air_s"].append(bit_hops / (t["air_large_us"] / 1e6))
         out[v] = {k: percentile(x, 50) for k, x in per.items() if x}
         out[v]["runs"] = len(rs)
     return out
@@ -849,9 +849,9 @@ def markdown(rep: dict) -> str:
             lines += ["", "Air time, medians over valid runs: share of each node's time (all nodes together) its "
                       "PHY was busy (sensing, receiving or sending) and sending, what its transmissions carried "
                       "(data frames of 400 bytes or more; smaller data frames such as BSYN/BACK, TCP ACKs and "
-                      "routing; MAC ACK/RTS/CTS; data frames the MAC sent again), and the delivered goodput x hops "
-                      "per second of large frames on the air (11 Mbit/s 802.11b carries about 9 Mbit per second "
-                      "of full frames):", "",
+                      "routing; MAC ACK/RTS/CTS; data frames the MAC sent again), and the bits delivered times "
+                      "their path's hops per second of large frames on the air, both over the whole run (a "
+                      "1500-byte frame at 11 Mbit/s carries 8.8 Mbit of TCP payload per second of air):", "",
                       "| protocol | runs | PHY busy | sending | large data frames | small data frames | MAC control "
                       "| MAC retries | delivered Mbit x hops per air-second of large frames |",
                       "|---|---|---|---|---|---|---|---|---|"]

@@ -525,7 +525,9 @@ def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivere
                            air_mac_us=300_000, air_retry_us=200_000)
         return r
 
-    fl = [flow("m0", 1.0, hops=2), flow("m1", 0.5, hops=4), flow("bg", 5.0, hops=1)]
+    # 10 s runs: 2.5 and 1.25 MB delivered over 2 and 4 hops = 80 Mbit x hops
+    fl = [flow("m0", 2.0, hops=2, bytes=2_500_000), flow("m1", 1.0, hops=4, bytes=1_250_000),
+          flow("bg", 5.0, hops=1, bytes=6_250_000)]
     runs = [with_air(rec("a", 0, fl), 3_000_000), with_air(rec("a", 1, fl), 1_000_000),
             with_air(rec("a", 2, fl, status="invalid"), 20_000_000),
             rec("b", 0, fl)]  # recorded before the medium counted airtime
@@ -534,10 +536,9 @@ def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivere
     a = t["a"]
     assert a["busy"] == pytest.approx(0.4) and a["tx"] == pytest.approx(0.2)
     assert a["small"] == pytest.approx(0.025) and a["retry"] == pytest.approx(0.01)
-    # 4 Mbit/s x hops delivered; large frames 0.3 or 0.1 s per s on each of 2 nodes
-    # -> 0.3 and 0.1 s of payload air per second -> 13.3 or 40 Mbit x hops per air-second
-    # the median of two values is the lower one (nearest rank)
-    assert a["bit_hops_per_air_s"] == pytest.approx(4.0 / 0.3)
+    # 3 s or 1 s of large frames on the air -> 26.7 or 80 Mbit x hops per air-second; the
+    # median of two values is the lower one (nearest rank)
+    assert a["bit_hops_per_air_s"] == pytest.approx(80 / 3)
     e = dummy_experiment()
     meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
     rp.aggregate(runs, [e], [], tmp_path, meta, plots=False)
