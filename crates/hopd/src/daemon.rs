@@ -143,12 +143,7 @@ fn io_err(context: &str, e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{context}: {e}"))
 }
 
-fn make_socket(
-    cfg: &Config,
-    bind: SocketAddr,
-    tos: u32,
-    reuse: bool,
-) -> std::io::Result<std::net::UdpSocket> {
+fn make_socket(cfg: &Config, bind: SocketAddr, tos: u32) -> std::io::Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if bind.is_ipv4() {
         Domain::IPV4
@@ -156,9 +151,6 @@ fn make_socket(
         Domain::IPV6
     };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    if reuse {
-        s.set_reuse_address(true)?;
-    }
     force_buffers(&s);
     if bind.is_ipv4() {
         s.set_tos(tos)?;
@@ -228,7 +220,7 @@ impl Daemon {
                 SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.listen.port())
             }
         };
-        let ctrl = make_socket(&cfg, recv_bind, tos(cfg.control_dscp), true)?;
+        let ctrl = make_socket(&cfg, recv_bind, tos(cfg.control_dscp))?;
         let gro = {
             use std::os::fd::AsRawFd;
             crate::io::enable_gro(ctrl.as_raw_fd())
@@ -238,7 +230,6 @@ impl Daemon {
             &cfg,
             SocketAddr::new(cfg.listen.ip(), 0),
             tos(cfg.data_dscp),
-            false,
         )?;
         let routes = merged_routes(&cfg, &BTreeMap::new());
         let transport_id = transport.id();

@@ -141,3 +141,54 @@ fn sigterm_stops_gracefully() {
     assert!(!sock.exists(), "API socket removed on shutdown");
     assert!(nodes[0].log().contains("SIGTERM"));
 }
+
+/// A second hopd given the listen address of a running one refuses to start, says why and
+/// leaves no API socket behind; the running node keeps its traffic.
+#[test]
+fn a_second_hopd_on_a_taken_address_refuses_to_start() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let twin_dir = work.path().join("twin");
+    std::fs::create_dir_all(&twin_dir).unwrap();
+    let mut spec = nodes[0].spec.clone();
+    spec.id = 9;
+    let metrics = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    Hopd::write_config(&spec, &twin_dir, metrics);
+    let mut twin = std::process::Command::new(HOPD)
+        .arg("--config")
+        .arg(twin_dir.join("hopd.toml"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = twin.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = twin.kill();
+            panic!("a second hopd on {} kept running", spec.listen);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut twin.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(
+        err.contains(&format!("binding {}", spec.listen)) && err.contains("in use"),
+        "{err}"
+    );
+    assert!(!twin_dir.join("hopd.sock").exists(), "stale API socket");
+
+    let file = work.path().join("after.bin");
+    let data = pattern(11, 300 * 1024);
+    std::fs::write(&file, &data).unwrap();
+    let s = send(&nodes[0], &[file.as_path()], 2);
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    let out = work.path().join("out");
+    let r = recv(&nodes[1], &out, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(out.join("after.bin")).unwrap() == data);
+}

@@ -114,15 +114,22 @@ fn tune_allocator(cfg: &Config) {
 async fn run(cfg: Config) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let built = hopd::transport::build(&cfg)?;
-    let api = hopd::server::bind_api(&cfg.api_socket)?;
+    // The API socket is bound last: its file appearing tells clients (and scripts waiting
+    // for it) that the node holds its network port, and a node that cannot start leaves
+    // no socket file behind.
+    let daemon = hopd::daemon::Daemon::new(cfg.clone(), built)?;
     let metrics = match cfg.metrics_listen {
-        Some(a) => Some(tokio::net::TcpListener::bind(a).await?),
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| std::io::Error::new(e.kind(), format!("binding metrics {a}: {e}")))?,
+        ),
         None => None,
     };
+    let api = hopd::server::bind_api(&cfg.api_socket)?;
     let kernel_routes = cfg.kernel_routes;
     let api_path = cfg.api_socket.clone();
     let (ctx, crx) = mpsc::channel(1024);
-    let daemon = hopd::daemon::Daemon::new(cfg.clone(), built)?;
     info!(addr = %daemon.local_addr()?, api = %api_path.display(), "listening");
     tokio::spawn(hopd::server::serve_api(api, ctx.clone()));
     if let Some(m) = metrics {

@@ -31,10 +31,45 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// A free UDP port on 127.0.0.1 (also used on the other 127.0.0.x addresses).
+/// Loopback addresses a port from [`free_port`] is checked on (chains use 127.0.0.1..=n).
+const LOOPBACK_NODES: u8 = 8;
+
+/// The lowest port the kernel hands out to sockets bound to port 0.
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// Whether UDP and TCP `port` can be bound on 127.0.0.1..=`LOOPBACK_NODES` right now.
+fn bindable(port: u16) -> bool {
+    (1..=LOOPBACK_NODES).all(|i| {
+        let a = SocketAddr::from(([127, 0, 0, i], port));
+        UdpSocket::bind(a).is_ok() && std::net::TcpListener::bind(a).is_ok()
+    })
+}
+
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// A port free for UDP and TCP on 127.0.0.1..=8, never handed out before in this process.
+///
+/// It lies below the kernel's ephemeral range: a socket bound to port 0 (a daemon's data
+/// socket, a client) never takes it between this check and the daemon's bind. Tests run in
+/// parallel threads, and a port picked by binding port 0 was once taken by another chain's
+/// data socket on 127.0.0.2 in that window.
 pub fn free_port() -> u16 {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().port()
+    let low = u32::from(ephemeral_low().max(4096));
+    let span = low - 2048;
+    let start = std::process::id().wrapping_mul(7919) % span;
+    loop {
+        let k = NEXT_PORT.fetch_add(1, Ordering::SeqCst);
+        assert!(k < span, "no free test port below {low}");
+        let port = (2048 + (start + k) % span) as u16;
+        if bindable(port) {
+            return port;
+        }
+    }
 }
 
 /// One node's place in a topology.
@@ -202,9 +237,9 @@ impl Drop for Hopd {
     }
 }
 
+/// A port for a TCP listener on 127.0.0.x (see [`free_port`]).
 pub fn free_tcp_port() -> u16 {
-    let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().port()
+    free_port()
 }
 
 /// A chain of `n` nodes (ids 1..=n) on loopback 127.0.0.1..n, with static routes.
