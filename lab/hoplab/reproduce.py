@@ -381,6 +381,59 @@ def airtime_table(runs: list[dict], prefix: str) -> dict[str, dict]:
     return out
 
 
+# hop-proto's DEFAULT_PACKET_PAYLOAD_BYTES: the payload of a full Hop DATA packet.
+HOP_PAYLOAD_BYTES = 1380
+
+
+def hop_data_counts(run_dir: Path) -> dict | None:
+    """Hop's DATA packets over a run, summed over the `hop status` every hopd gave at the
+    run's end (drivers.HopDriver.collect): packets sent (first copies and resends), resent,
+    received by the node they were addressed to (duplicates included), and received twice.
+    `nodes` is how many hopds answered. None when no hopd ran Hop."""
+    tot = {"sent": 0, "resent": 0, "received": 0, "duplicates": 0, "nodes": 0}
+    for fn in sorted((run_dir / "raw").glob("hopd-*/status.json")):
+        try:
+            st = json.loads(fn.read_text())
+        except (OSError, ValueError):
+            continue
+        for name, t in (st.get("node") or {}).get("transports") or []:
+            if name != "hop":
+                continue
+            tot["sent"] += int((t.get("sent_by_type") or {}).get("data", 0))
+            tot["received"] += int((t.get("received_by_type") or {}).get("data", 0))
+            tot["resent"] += int(t.get("data_retransmissions", 0))
+            tot["duplicates"] += int((t.get("extra") or {}).get("data_duplicates", 0))
+            tot["nodes"] += 1
+    return tot if tot["nodes"] else None
+
+
+def hop_data_table(runs: list[dict], prefix: str) -> dict[str, dict]:
+    """Per Hop variant, medians over valid runs of where its DATA packets went: how many were
+    sent, the share that reached the node they were addressed to, the share that were
+    resends, and the delivered packet-hops per packet sent (bytes delivered over the whole
+    run times their path's hops, in full packets of `HOP_PAYLOAD_BYTES`). Packets of blocks
+    still on their way at the run's end count as sent and not delivered."""
+    out: dict[str, dict] = {}
+    for v in sorted({r["variant"] for r in runs}):
+        rs = [r for r in runs if r["variant"] == v and r["status"] == "valid"
+              and (r.get("hop_data") or {}).get("sent")]
+        if not rs:
+            continue
+        per: dict[str, list[float]] = {k: [] for k in ("sent", "reached", "resent", "duplicates", "delivered")}
+        for r in rs:
+            h = r["hop_data"]
+            pkt_hops = sum(float(f.get("bytes") or 0) * f.get("hops", 1) for f in measured(r, prefix)) / HOP_PAYLOAD_BYTES
+            per["sent"].append(h["sent"])
+            per["reached"].append(h["received"] / h["sent"])
+            per["resent"].append(h["resent"] / h["sent"])
+            per["duplicates"].append(h["duplicates"] / h["sent"])
+            per["delivered"].append(pkt_hops / h["sent"])
+        out[v] = {k: percentile(x, 50) for k, x in per.items()}
+        out[v]["runs"] = len(rs)
+        out[v]["nodes_answering"] = min(r["hop_data"]["nodes"] for r in rs)
+    return out
+
+
 PATH_TABLE_MIN_FLOWS = 6  # a run with fewer measured flows gets no table of goodput by path length
 
 
@@ -615,7 +668,8 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
                    lag_max_ms=res["lag"]["max_ms"],
                    duration=sp.duration, steal_s=res.get("host_steal_seconds"),
                    lag_cause=res["lag"].get("cause"), loop_busy=(res["lag"].get("loop") or {}).get("busy"),
-                   behind_s=(res["lag"].get("loop") or {}).get("behind_s"))
+                   behind_s=(res["lag"].get("loop") or {}).get("behind_s"),
+                   hop_data=hop_data_counts(run_dir))
     except (LabError, SpecError, ValueError) as ex:
         rec.update(status="error", reason=str(ex))
         progress(f"  error: {ex}")
@@ -758,6 +812,7 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
                           for r in runs if r["status"] in ("invalid", "error")],
               "counters": counters_table(runs),
               "airtime": airtime_table(runs, e.measure),
+              "hop_data": hop_data_table(runs, e.measure),
               "by_path_length": path_length_table(runs, e.measure) if e.by_path_length else [],
               "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
               "rows": [row_result(row, e, runs, reasons) for row in rows if row.experiment == e.id]}
@@ -860,6 +915,18 @@ def markdown(rep: dict) -> str:
                 lines.append(f"| {v} | {a['runs']} | {100 * a['busy']:.1f} % | {100 * a['tx']:.1f} % "
                              f"| {100 * a['large']:.1f} % | {100 * a['small']:.1f} % | {100 * a['mac']:.1f} % "
                              f"| {100 * a['retry']:.1f} % | {'—' if eff is None else f'{eff:.2f}'} |")
+        if e.get("hop_data"):
+            lines += ["", "Hop's DATA packets, medians over valid runs, from every hopd's counters at the run's "
+                      "end: packets sent (first copies and resends), the share that reached the node they "
+                      "were addressed to, the share that were resends and that arrived twice, and the "
+                      f"delivered packet-hops (bytes delivered x hops / {HOP_PAYLOAD_BYTES}) per packet sent; "
+                      "packets of blocks still on their way at the end count as sent, not delivered:", "",
+                      "| protocol | runs | packets sent | reached the next hop | resends | arrived twice "
+                      "| delivered packet-hops per packet sent |",
+                      "|---|---|---|---|---|---|---|"]
+            for v, h in e["hop_data"].items():
+                lines.append(f"| {v} | {h['runs']} | {h['sent']:.0f} | {100 * h['reached']:.1f} % "
+                             f"| {100 * h['resent']:.1f} % | {100 * h['duplicates']:.1f} % | {h['delivered']:.2f} |")
         lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")
@@ -954,6 +1021,11 @@ def main(a) -> int:
             raise LabError(f"cannot read {out / 'runs.json'}: {e}") from e
         ids = {e.id for e in exps}
         records = [r for r in records if r["experiment"] in ids]
+        for r in records:
+            # Runs recorded before their Hop counters were summed: from the hopd statuses kept
+            # in the run's directory.
+            if "hop_data" not in r and r.get("dir") and r["status"] in ("valid", "invalid"):
+                r["hop_data"] = hop_data_counts(out / r["dir"])
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
     else:
         t0 = time.time()

@@ -544,3 +544,35 @@ def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivere
     rp.aggregate(runs, [e], [], tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 2 | 40.0 % | 20.0 % |" in md
+
+
+def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_packet_hops(tmp_path):
+    def status(sent: int, received: int, resent: int, dups: int, transport: str = "hop") -> str:
+        t = {"sent_by_type": {"data": sent, "bsyn": 5}, "received_by_type": {"data": received},
+             "data_retransmissions": resent, "extra": {"data_duplicates": dups}}
+        return _json.dumps({"node": {"transports": [[transport, t]]}})
+
+    run = tmp_path / "run"
+    for i, text in enumerate([status(600, 500, 100, 10), status(400, 300, 100, 0), "not json",
+                              status(999, 999, 0, 0, transport="atp")]):
+        (run / "raw" / f"hopd-{i}").mkdir(parents=True)
+        (run / "raw" / f"hopd-{i}" / "status.json").write_text(text)
+    h = rp.hop_data_counts(run)
+    assert h == {"sent": 1000, "resent": 200, "received": 800, "duplicates": 10, "nodes": 2}
+    assert rp.hop_data_counts(tmp_path / "nothing") is None
+
+    # 100 and 50 full packets delivered over 2 and 4 hops: 400 packet-hops for 1000 sent
+    p = rp.HOP_PAYLOAD_BYTES
+    fl = [flow("m0", 1.0, hops=2, bytes=100 * p), flow("m1", 1.0, hops=4, bytes=50 * p),
+          flow("bg", 1.0, hops=1, bytes=900 * p)]
+    runs = [rec("a", 0, fl), rec("a", 1, fl, status="invalid"), rec("b", 0, fl)]
+    runs[0]["hop_data"] = runs[1]["hop_data"] = h
+    t = rp.hop_data_table(runs, "m")
+    assert set(t) == {"a"} and t["a"]["runs"] == 1 and t["a"]["nodes_answering"] == 2
+    a = t["a"]
+    assert a["sent"] == 1000 and a["reached"] == pytest.approx(0.8) and a["resent"] == pytest.approx(0.2)
+    assert a["duplicates"] == pytest.approx(0.01) and a["delivered"] == pytest.approx(0.4)
+    meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
+    rp.aggregate(runs, [dummy_experiment()], [], tmp_path, meta, plots=False)
+    md = (tmp_path / "report.md").read_text()
+    assert "| a | 1 | 1000 | 80.0 % | 20.0 % | 1.0 % | 0.40 |" in md
