@@ -61,6 +61,14 @@ def jain(xs: list[float]) -> float | None:
     return (sum(xs) ** 2) / (len(xs) * sq) if sq > 0 else 1.0
 
 
+def top_share(xs: list[float], k: int) -> float | None:
+    """The share of the total the `k` largest values hold; None without a positive total."""
+    total = sum(xs)
+    if total <= 0:
+        return None
+    return sum(sorted(xs, reverse=True)[:k]) / total
+
+
 def jain_hop_weighted(xs: list[float], hops: list[int]) -> float | None:
     """Hop §5.3.2: JFI = (sum x_i h_i)^2 / (n sum (x_i h_i)^2)."""
     return jain([x * h for x, h in zip(xs, hops)])
@@ -128,12 +136,14 @@ STATS = {
     "jain": _per_run(lambda r, fl: jain([f["goodput_mbps"] for f in fl])),
     "jain_hw": _per_run(lambda r, fl: jain_hop_weighted([f["goodput_mbps"] for f in fl],
                                                         [f.get("hops") or 1 for f in fl])),
+    # Hop §5.3.1: "the top three TCP flows get around 90% of the total goodput"
+    "top3_share": _per_run(lambda r, fl: top_share([f["goodput_mbps"] for f in fl], 3)),
     "delay_median": _delay,
     "clp": _per_run(_voip("clp")),
     "mos": _per_run(_voip("mos")),
 }
 POOLED = {"median", "mean", "q1", "q3"}  # statistics of the flows pooled over runs
-STAT_UNITS = {"jain": "", "jain_hw": "", "clp": "", "mos": "", "delay_median": "s"}
+STAT_UNITS = {"jain": "", "jain_hw": "", "top3_share": "", "clp": "", "mos": "", "delay_median": "s"}
 
 
 def stat_fn(name: str):

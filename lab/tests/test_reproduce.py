@@ -576,3 +576,12 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
     rp.aggregate(runs, [dummy_experiment()], [], tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 1 | 1000 | 80.0 % | 20.0 % | 1.0 % | 0.40 |" in md
+
+
+def test_top_share_is_the_largest_flows_part_of_the_total():
+    # Hop §5.3.1: "the top three TCP flows get around 90% of the total goodput"
+    assert rp.top_share([5.0, 3.0, 1.0, 0.5, 0.5], 3) == pytest.approx(0.9)
+    assert rp.top_share([1.0, 1.0], 3) == pytest.approx(1.0)
+    assert rp.top_share([0.0, 0.0, 0.0], 3) is None and rp.top_share([], 3) is None
+    fl = [flow("m0", 6.0), flow("m1", 2.0), flow("m2", 1.0), flow("m3", 1.0)]
+    assert rp.stat_fn("top3_share")([rec("a", 0, fl)], "m") == pytest.approx(0.9)
