@@ -17,18 +17,25 @@ use crate::flowfmt::{sanitize_name, FlowHeader};
 /// Chunks a sending client may have queued in the core before it waits.
 const SEND_WINDOW: usize = 4;
 
+/// Refuse to start beside a running hopd that answers on the API socket `path` (it would
+/// share its storage); called before anything else is opened.
+pub fn check_api_free(path: &Path) -> std::io::Result<()> {
+    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("{} is in use by a running hopd", path.display()),
+        ));
+    }
+    Ok(())
+}
+
 /// Bind the API socket, replacing a stale socket file.
 pub fn bind_api(path: &Path) -> std::io::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    check_api_free(path)?;
     if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!("{} is in use by a running hopd", path.display()),
-            ));
-        }
         std::fs::remove_file(path)?;
     }
     UnixListener::bind(path)

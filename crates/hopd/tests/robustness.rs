@@ -192,3 +192,22 @@ fn a_second_hopd_on_a_taken_address_refuses_to_start() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(std::fs::read(out.join("after.bin")).unwrap() == data);
 }
+
+/// hopd started again with a running node's own configuration refuses before it opens
+/// anything of the node's (its storage, its port), naming the API socket in use.
+#[test]
+fn a_second_hopd_with_a_running_nodes_config_refuses_before_touching_its_storage() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let o = std::process::Command::new(HOPD)
+        .arg("--config")
+        .arg(nodes[0].config_path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("in use by a running hopd"), "{err}");
+    // The running node still answers on its socket.
+    assert!(nodes[0].status()["node_id"].as_u64() == Some(1));
+}

@@ -113,6 +113,7 @@ fn tune_allocator(cfg: &Config) {
 
 async fn run(cfg: Config) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    hopd::server::check_api_free(&cfg.api_socket)?;
     let built = hopd::transport::build(&cfg)?;
     // The API socket is bound last: its file appearing tells clients (and scripts waiting
     // for it) that the node holds its network port, and a node that cannot start leaves
