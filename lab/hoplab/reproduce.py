@@ -645,6 +645,7 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
                      f"{e.id} {e.point_name or 'point'}={_key(p)} rep {rep} {v.name}"
                      + (f" (repeat {attempt}: the previous attempt was invalid)" if attempt else ""))
             rec = run_one(e, v, p, rep, attempt, quick, out, progress)
+            rec["retry_invalid"] = retry_invalid  # the repeat limit, for `--report-only`
             records.append(rec)
             # With the kept records of the items not reached yet and of runs outside the plan,
             # so that interrupting a resumed reproduction, or resuming part of one, loses none.
@@ -657,6 +658,12 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
                          f"(more than {HOPELESS_BEHIND_S:g} s: a repeat lags again)")
                 break
     return records
+
+
+def retry_limit(records: list[dict]) -> int:
+    """The repeat limit of invalid runs the records were made with: as recorded, or (records
+    from before it was) at least the highest repeat among them."""
+    return max((r.get("retry_invalid", r.get("attempt") or 0) for r in records), default=0)
 
 
 def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, out: Path, progress) -> dict:
@@ -1037,6 +1044,7 @@ def main(a) -> int:
             if "hop_data" not in r and r.get("dir") and r["status"] in ("valid", "invalid"):
                 r["hop_data"] = hop_data_counts(out / r["dir"])
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
+        meta["retry_invalid"] = retry_limit(records)
     else:
         t0 = time.time()
         retry = a.retry_invalid if a.retry_invalid is not None else (0 if quick else 1)

@@ -585,3 +585,17 @@ def test_top_share_is_the_largest_flows_part_of_the_total():
     assert rp.top_share([0.0, 0.0, 0.0], 3) is None and rp.top_share([], 3) is None
     fl = [flow("m0", 6.0), flow("m1", 2.0), flow("m2", 1.0), flow("m3", 1.0)]
     assert rp.stat_fn("top3_share")([rec("a", 0, fl)], "m") == pytest.approx(0.9)
+
+
+def test_report_only_recovers_the_repeat_limit_of_invalid_runs():
+    # recorded with each run since the limit was kept in runs.json
+    assert rp.retry_limit([{"attempt": 0, "retry_invalid": 1}, {"attempt": 0, "retry_invalid": 1}]) == 1
+    assert rp.retry_limit([{"attempt": 0, "retry_invalid": 0}]) == 0
+    # older records: at least the highest repeat made
+    assert rp.retry_limit([{"attempt": 0}, {"attempt": 2}]) == 2
+    assert rp.retry_limit([{"status": "not run", "attempt": 0}]) == 0
+    assert rp.retry_limit([]) == 0
+    rep = {"meta": {"preset": "full", "date": "d", "machine": "m", "commit": "c", "command": "x",
+                    "retry_invalid": rp.retry_limit([{"attempt": 1}])},
+           "ci_method": "bootstrap", "experiments": [], "rows": []}
+    assert "repeated up to 1 time(s)" in rp.markdown(rep)
