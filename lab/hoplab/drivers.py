@@ -60,13 +60,15 @@ class TcpDriver(Driver):
     name = "tcp"
 
     def start_receiver(self, lab, flow, idx):
+        mss = ["--mss", str(flow.options["mss"])] if "mss" in flow.options else []
         lab.spawn(flow.dst, ["tcp-recv", "--port", str(BASE_PORT + idx),
-                             "--out", str(lab.flow_file(idx, "recv"))], f"f{idx}-recv")
+                             "--out", str(lab.flow_file(idx, "recv"))] + mss, f"f{idx}-recv")
 
     def start_sender(self, lab, flow, idx):
         args = ["tcp-send", "--dst", lab.ip(flow.dst), "--port", str(BASE_PORT + idx),
                 "--out", str(lab.flow_file(idx, "send")), "--cc", flow.cc,
                 "--tos", flow.options.get("tos", "be")]
+        args += ["--mss", str(flow.options["mss"])] if "mss" in flow.options else []
         args += ["--size", str(flow.size)] if flow.size is not None else []
         dur = flow.duration if flow.duration is not None else (None if flow.size else lab.spec.duration)
         args += ["--duration", str(dur)] if dur is not None else []

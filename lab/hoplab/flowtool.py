@@ -1,7 +1,7 @@
 """Small traffic sender/receiver run inside the node namespaces.
 
     python -m hoplab.flowtool tcp-recv --port P --out F
-    python -m hoplab.flowtool tcp-send --dst IP --port P (--size N | --duration S) [--cc cubic]
+    python -m hoplab.flowtool tcp-send --dst IP --port P (--size N | --duration S) [--cc cubic] [--mss N]
     python -m hoplab.flowtool udp-recv --port P --out F
     python -m hoplab.flowtool udp-send --dst IP --port P (--size N | --duration S) --rate BPS --payload B
 
@@ -54,7 +54,10 @@ def tcp_recv(a) -> int:
     res = {"kind": "tcp-recv", "bytes": 0, "first": None, "last": None, "complete": False}
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("0.0.0.0", a.port))
+    if a.mss:
+        # inherited by the accepted connection: the MSS this end announces
+        srv.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, a.mss)
+    srv.bind((a.listen, a.port))
     srv.listen(1)
     print("ready", flush=True)
     try:
@@ -82,12 +85,21 @@ def tcp_recv(a) -> int:
     return 0
 
 
+def _tcp_socket(a) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, a.cc.encode())
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS[a.tos])
+    if a.mss:
+        # before connect: Linux then neither announces nor sends segments above it
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, a.mss)
+    return s
+
+
 def tcp_send(a) -> int:
     res = {"kind": "tcp-send", "start": time.time(), "sent": 0, "end": None, "error": None}
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s = None
     try:
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, a.cc.encode())
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS[a.tos])
+        s = _tcp_socket(a)
         for _ in range(100):
             try:
                 s.connect((a.dst, a.port))
@@ -95,10 +107,10 @@ def tcp_send(a) -> int:
             except ConnectionRefusedError:
                 time.sleep(0.05)
                 s.close()
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, a.cc.encode())
-                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS[a.tos])
+                s = _tcp_socket(a)
         res["connected"] = time.time()
+        if a.mss:
+            res["mss"] = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
         data = b"\x5a" * CHUNK
         deadline = res["start"] + a.duration if a.duration else None
         remaining = a.size
@@ -123,7 +135,8 @@ def tcp_send(a) -> int:
         res["error"] = str(e)
     finally:
         res["end"] = time.time()
-        s.close()
+        if s is not None:
+            s.close()
         _write(a.out, res)
     return 0
 
@@ -133,7 +146,7 @@ def udp_recv(a) -> int:
            "max_seq": -1, "delays_ms": [], "seqs": [], "send_ts": []}
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    s.bind(("0.0.0.0", a.port))
+    s.bind((a.listen, a.port))
     print("ready", flush=True)
     seen: set[int] = set()
     keep = a.keep_seqs
@@ -251,6 +264,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hoplab.flowtool")
     p.add_argument("mode", choices=["tcp-recv", "tcp-send", "udp-recv", "udp-send", "exec"])
     p.add_argument("--dst", default="")
+    p.add_argument("--listen", default="0.0.0.0", help="receivers: address to listen on")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--out", required=True)
     p.add_argument("--size", type=int, default=None)
@@ -258,6 +272,7 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=float, default=8e6)
     p.add_argument("--payload", type=int, default=1470)
     p.add_argument("--cc", default="cubic")
+    p.add_argument("--mss", type=int, default=None, help="TCP segment size (TCP_MAXSEG), both ends")
     p.add_argument("--tos", default="be", choices=sorted(TOS))
     p.add_argument("--keep-seqs", action="store_true")
     argv = list(sys.argv[1:] if argv is None else argv)

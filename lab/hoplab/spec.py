@@ -344,6 +344,15 @@ def parse_flow(f: dict, where: str, n: int) -> Flow:
     )
     if flow.cc not in ("cubic", "bbr", "reno"):
         raise SpecError(f"{where}.cc must be cubic, bbr or reno")
+    if not isinstance(flow.options, dict):
+        raise SpecError(f"{where}.options must be a table")
+    if "mss" in flow.options:
+        mss = flow.options["mss"]
+        if flow.driver != "tcp":
+            raise SpecError(f"{where}.options.mss applies to tcp flows only")
+        # Linux accepts TCP_MAXSEG from 88 bytes; above the lab's 1500-byte MTU it changes nothing
+        if not isinstance(mss, int) or isinstance(mss, bool) or not 88 <= mss <= 1460:
+            raise SpecError(f"{where}.options.mss must be a segment size in bytes, 88-1460")
     if flow.start < 0:
         raise SpecError(f"{where}.start must be >= 0")
     return flow

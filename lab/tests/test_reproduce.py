@@ -599,3 +599,15 @@ def test_report_only_recovers_the_repeat_limit_of_invalid_runs():
                     "retry_invalid": rp.retry_limit([{"attempt": 1}])},
            "ci_method": "bootstrap", "experiments": [], "rows": []}
     assert "repeated up to 1 time(s)" in rp.markdown(rep)
+
+
+def test_hxh_experiments_give_tcp_the_papers_packet_size():
+    reg = registry()
+    dumbbell, grid = reg["hxh-dumbbell"], reg["hxh-grid"]
+    flows = lambda e, v: [f for f in e.spec(e.variant(v), None, 0, quick=False)["flow"]]  # noqa: E731
+    # HxH §4: 1000-byte packets for every protocol; TCP_MAXSEG 1012 leaves 1000 beside the timestamps
+    for e in (dumbbell, grid):
+        assert all(f["options"]["mss"] == 1012 for f in flows(e, "tcp-reno"))
+    # the kernel's own segments only as the dumbbell's reference
+    assert all("mss" not in f.get("options", {}) for f in flows(dumbbell, "tcp-reno-1448"))
+    assert "tcp-reno-1448" not in [v.name for v in grid.variants]

@@ -119,6 +119,33 @@ def test_flowtool_options_before_mode_args(tmp_path):
         flowtool.main(["exec", "--out", str(tmp_path / "y.json")])  # no command
 
 
+def test_flowtool_tcp_segment_size_on_loopback(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    recv_out, send_out = tmp_path / "recv.json", tmp_path / "send.json"
+    recv = subprocess.Popen([sys.executable, "-m", "hoplab.flowtool", "tcp-recv", "--listen", "127.0.0.1",
+                             "--port", str(port), "--mss", "1012", "--out", str(recv_out)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert recv.stdout.readline().strip() == "ready"
+        subprocess.run([sys.executable, "-m", "hoplab.flowtool", "tcp-send", "--dst", "127.0.0.1",
+                        "--port", str(port), "--mss", "1012", "--size", "300000", "--cc", "reno",
+                        "--out", str(send_out)], check=True, timeout=30)
+        recv.wait(timeout=30)
+    finally:
+        recv.kill()
+    sent, got = json.loads(send_out.read_text()), json.loads(recv_out.read_text())
+    # 1012 bytes of TCP_MAXSEG leave 1000 payload bytes beside the timestamp option
+    assert sent["mss"] == 1000 and sent["error"] is None
+    assert got["bytes"] == 300000 and got["complete"]
+
+
 def test_hopd_config_uses_lab_routes(tmp_path):
     import subprocess
     import tomllib

@@ -48,6 +48,11 @@ def test_defaults_and_modes():
     {"flow": [{"driver": "tcp", "src": 0, "dst": 9}]},
     {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "cc": "vegas"}]},
     {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "after": "ghost"}]},
+    {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "options": {"mss": 40}}]},
+    {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "options": {"mss": 9000}}]},
+    {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "options": {"mss": "1000"}}]},
+    {"flow": [{"driver": "udp", "src": 0, "dst": 1, "options": {"mss": 1000}}]},
+    {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "options": "mss=1000"}]},
     {"flow": []},
     {"schedule": [{"at": 1, "action": "explode", "node": 1}]},
     {"schedule": [{"at": 1, "action": "down", "node": 7}]},
@@ -58,6 +63,11 @@ def test_defaults_and_modes():
 def test_rejects_bad_specs(bad):
     with pytest.raises(SpecError):
         spec.from_dict(base(**bad))
+
+
+def test_tcp_segment_size_option():
+    s = spec.from_dict(base(flow=[{"driver": "tcp", "src": 0, "dst": 2, "size": "1MB", "options": {"mss": 1012}}]))
+    assert s.flows[0].options["mss"] == 1012
 
 
 def test_no_arq_acs_as_tid_mask():

@@ -8,15 +8,25 @@ from . import BASE_SEED, Experiment, Scale, Variant, hopd_transport, tcp
 HXH_MEDIUM = {"retry_limit": 7, "rts_cts": True}
 # HxH §4.1: the four flows start ten seconds apart; Table 1 covers the last 30 s.
 STAGGER_S = 10.0
+# HxH §4: "We use a packet size of 1000 bytes", for every protocol compared. HxH and ATP carry
+# 1000 payload bytes per packet (hop_proto's PACKET_PAYLOAD_BYTES); TCP gets the same with
+# TCP_MAXSEG 1012 (1000 bytes plus the 12-byte timestamp option Linux puts in each segment).
+PAPER_TCP_MSS = 1012
 
 
-def variants() -> list[Variant]:
+def variants(reference: bool = False) -> list[Variant]:
+    """HxH, ATP and NewReno with the paper's packet size; with `reference`, also NewReno
+    with the kernel's own segments (1448 payload bytes on the lab's 1500-byte MTU)."""
     hxh = hopd_transport("hxh", "HxH (hopd)", "hxh")
     atp = hopd_transport("atp", "ATP, default (hopd)", "atp")
-    reno = tcp("tcp-reno", "TCP NewReno (kernel reno)", cc="reno")
-    for v in (hxh, atp, reno):
+    reno = tcp("tcp-reno", "TCP NewReno (kernel reno), 1000-byte segments as in the paper", cc="reno")
+    reno.flow["options"] = {"mss": PAPER_TCP_MSS}
+    out = [hxh, atp, reno]
+    if reference:
+        out.append(tcp("tcp-reno-1448", "TCP NewReno (kernel reno), the kernel's 1448-byte segments", cc="reno"))
+    for v in out:
         v.medium = dict(HXH_MEDIUM)
-    return [hxh, atp, reno]
+    return out
 
 
 def dumbbell() -> dict:
@@ -55,11 +65,13 @@ def experiments() -> list[Experiment]:
     return [
         Experiment(
             "hxh-dumbbell", "Four flows through a 4-hop bottleneck", "hxh", "HxH §4.1, Fig. 4, Table 1",
-            variants(), build_dumbbell,
+            variants(reference=True), build_dumbbell,
             full=Scale(reps=2, points=[None], params={"duration": 70.0, "stagger": STAGGER_S, "size": "40MB"}),
             run_seconds=lambda p, x: p["duration"],
             notes=["802.11b 11 Mbit/s with RTS/CTS (the paper: an 802.11g-like 54 Mbit/s ns-2 channel, 1000-byte "
                    "packets, AODV): absolute rates differ, ratios and fairness are comparable.",
+                   "Every protocol sends 1000-byte packets, as in the paper (TCP: TCP_MAXSEG 1012); "
+                   "`tcp-reno-1448` is NewReno with the kernel's own 1448-byte segments, for reference.",
                    "Per-flow goodput over each flow's whole life, not only the last 30 s."]),
         Experiment(
             "hxh-grid", "6x6 grid, 12 crossing flows", "hxh", "HxH §4.6, Fig. 10",
