@@ -234,6 +234,7 @@ pub fn hxh_config(table: &toml::Table) -> Result<hop_proto::hxh::HxhConfig, Stri
     o.uint("send_buffer_bytes", &mut c.send_buffer_bytes)?;
     o.uint("max_flows", &mut c.max_flows)?;
     o.uint("finished_memory", &mut c.finished_memory)?;
+    o.bool("passive_feedback", &mut c.passive_feedback)?;
     o.finish()?;
     Ok(c)
 }

@@ -63,6 +63,14 @@ pub struct HxhConfig {
     pub max_flows: usize,
     /// Finished flows remembered by a destination to answer late retransmissions.
     pub finished_memory: usize,
+    /// Passive feedback (§3.2, §3.3): a relay does not acknowledge the data it accepts; the
+    /// node before it learns that the packet arrived, and the relay's credits, by overhearing
+    /// the relay forward it. Only the destination (which forwards nothing) and relays refusing
+    /// or receiving a packet twice answer with a per-hop acknowledgement. Needs a runtime that
+    /// hands this node the unicast datagrams its neighbours send each other (hopd with
+    /// `overhear = true`, the simulator's shared medium); off, every packet is acknowledged
+    /// (the explicit variant of §3.4).
+    pub passive_feedback: bool,
 }
 
 impl Default for HxhConfig {
@@ -87,6 +95,7 @@ impl Default for HxhConfig {
             send_buffer_bytes: 256 * 1024,
             max_flows: 1024,
             finished_memory: 1024,
+            passive_feedback: false,
         }
     }
 }

@@ -94,6 +94,16 @@ struct Fwd {
     delivered: BTreeSet<u32>,
     in_sync: bool,
     highest_tx: Option<u32>,
+    /// Passive feedback toward this next hop (§3.2): a relay, whose forwarding of our packets
+    /// we overhear. The pool is then the credits its latest transmission advertised, minus
+    /// the packets sent since (the paper's pool, decremented per packet sent and synchronised
+    /// from the shim header), not minus the packets it has not acknowledged.
+    passive: bool,
+    /// Packets sent since the credits were last synchronised (passive feedback).
+    sent_since_sync: u32,
+    /// The next hop's transmission the credits were last synchronised from: a link-layer
+    /// retry of the same frame, overheard again, carries nothing new.
+    synced_seq: Option<u32>,
 }
 
 impl Fwd {
@@ -112,6 +122,9 @@ impl Fwd {
             delivered: BTreeSet::new(),
             in_sync: true,
             highest_tx: None,
+            passive: false,
+            sent_since_sync: 0,
+            synced_seq: None,
         }
     }
 
@@ -126,12 +139,43 @@ impl Fwd {
     }
 
     fn pool(&self) -> i64 {
-        i64::from(self.adv) - self.inflight.len() as i64
+        let used = if self.passive {
+            self.sent_since_sync as usize
+        } else {
+            self.inflight.len()
+        };
+        i64::from(self.adv) - used as i64
+    }
+
+    /// Credits the next hop advertised just now (a hop ack, a credit update, or with passive
+    /// feedback one of its overheard transmissions).
+    fn sync_credits(&mut self, credits: u16, now: Instant) {
+        self.adv = credits;
+        self.sent_since_sync = 0;
+        self.last_feedback = now;
+        self.probe_ready = false;
+    }
+
+    /// Feed one per-hop delay sample (packet sent -> its feedback) to the estimator.
+    fn delay_sample(&mut self, cfg: &HxhConfig, sample: f64) {
+        // Smoothed delay and mean deviation, as TCP's RTT estimator (RFC 6298).
+        let dev = (sample - self.hop_delay).abs();
+        self.hop_delay_var =
+            (1.0 - HOP_DELAY_VAR_GAIN) * self.hop_delay_var + HOP_DELAY_VAR_GAIN * dev;
+        self.hop_delay = (1.0 - cfg.hop_delay_gain) * self.hop_delay + cfg.hop_delay_gain * sample;
     }
 
     fn hop_rto(&self, cfg: &HxhConfig) -> Duration {
-        secs(self.hop_delay + self.hop_delay_var * f64::from(cfg.hop_rto_multiplier))
-            .clamp(cfg.hop_rto_min, cfg.hop_rto_max)
+        let rto = secs(self.hop_delay + self.hop_delay_var * f64::from(cfg.hop_rto_multiplier));
+        // With passive feedback a missing acknowledgement is mostly a transmission of the
+        // next hop we did not overhear, not a lost packet (the link retries the data): send
+        // again only when §3.2 would probe a stopped flow, after five EWMAs of the delay.
+        let rto = if self.passive {
+            rto.max(self.stall_after(cfg))
+        } else {
+            rto
+        };
+        rto.clamp(cfg.hop_rto_min, cfg.hop_rto_max)
     }
 
     fn stall_after(&self, cfg: &HxhConfig) -> Duration {
@@ -435,11 +479,15 @@ impl HxhTransport {
         };
         if rx.overheard {
             // Passive feedback (§3.3): the next hop's shim header carries its reverse ACK.
-            let from_next = self
-                .flows
-                .get(&key)
-                .is_some_and(|f| f.fwd.next_hop == Some(rx.link_src) && f.dst != rx.link_src);
+            let from_next = self.flows.get(&key).is_some_and(|f| {
+                !matches!(f.role, Role::Dest(_))
+                    && f.fwd.next_hop == Some(rx.link_src)
+                    && f.dst != rx.link_src
+            });
             if from_next {
+                if self.cfg.passive_feedback {
+                    self.on_forward_overheard(ctx.now, key, &d);
+                }
                 self.learn_rev_ack(ctx.now, key, d.rev_ack);
             }
             return;
@@ -451,6 +499,57 @@ impl HxhTransport {
             self.on_data_at_destination(ctx, rx.link_src, key, d);
         } else {
             self.on_data_at_relay(ctx, rx.link_src, key, d);
+        }
+    }
+
+    /// Passive feedback (§3.2): our next hop sent packet `d.seq` of a flow we forward to it.
+    /// It holds the packet, so our transmission of it succeeded, and its shim header carries
+    /// the credits it has for the flow now.
+    fn on_forward_overheard(&mut self, now: Instant, key: FlowKey, d: &wire::Data<'_>) {
+        let cfg = self.cfg.clone();
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if !flow.fwd.passive || flow.fwd.synced_seq == Some(d.seq) {
+            return;
+        }
+        flow.fwd.synced_seq = Some(d.seq);
+        flow.fwd.sync_credits(d.credits, now);
+        if let Role::Relay(rl) = &mut flow.role {
+            rl.last_activity = now;
+        }
+        let mut implied = 0;
+        let freed = match flow.fwd.inflight.remove(&d.seq) {
+            Some(inf) => {
+                flow.fwd
+                    .delay_sample(&cfg, (now - inf.sent_at).as_secs_f64());
+                // The next hop forwards its packets lowest sequence first, and the link
+                // delivers ours in the order we sent them (802.11 retries a frame before the
+                // next one). So the earlier packets we sent it before this one reached it
+                // and left it already, though we did not overhear them leave.
+                let sent = inf.sent_at;
+                let before: Vec<u32> = flow
+                    .fwd
+                    .inflight
+                    .range(..d.seq)
+                    .filter(|(_, i)| i.sent_at <= sent)
+                    .map(|(&s, _)| s)
+                    .collect();
+                for s in before {
+                    flow.fwd.inflight.remove(&s);
+                    implied += 1;
+                }
+                true
+            }
+            None => false,
+        };
+        self.bump("passive_syncs");
+        if implied > 0 {
+            *self.stats.extra.entry("passive_acks_implied").or_insert(0) += implied;
+        }
+        if freed {
+            self.bump("passive_acks");
+            self.maybe_credit_update(key);
         }
     }
 
@@ -517,6 +616,11 @@ impl HxhTransport {
             }
         }
         let credits = Self::advertised(cfg, &flow.fwd);
+        if cfg.passive_feedback && flags == 0 && !dup {
+            // Passive feedback (§3.2): the upstream node learns that the packet arrived, and
+            // our credits, when it overhears us forward it.
+            return;
+        }
         rl.last_adv_sent = credits;
         let ack = wire::HopAck {
             flags,
@@ -694,21 +798,14 @@ impl HxhTransport {
             return;
         }
         let last_hop = Self::is_last_hop(flow);
-        flow.fwd.last_feedback = now;
-        flow.fwd.probe_ready = false;
-        flow.fwd.adv = a.credits;
+        flow.fwd.sync_credits(a.credits, now);
         if let Role::Relay(rl) = &mut flow.role {
             rl.last_activity = now;
         }
         let mut freed = false;
         if let Some(inf) = flow.fwd.inflight.remove(&a.seq) {
-            let sample = (now - inf.sent_at).as_secs_f64();
-            // Smoothed delay and mean deviation, as TCP's RTT estimator (RFC 6298).
-            let dev = (sample - flow.fwd.hop_delay).abs();
-            flow.fwd.hop_delay_var =
-                (1.0 - HOP_DELAY_VAR_GAIN) * flow.fwd.hop_delay_var + HOP_DELAY_VAR_GAIN * dev;
-            flow.fwd.hop_delay =
-                (1.0 - cfg.hop_delay_gain) * flow.fwd.hop_delay + cfg.hop_delay_gain * sample;
+            flow.fwd
+                .delay_sample(&cfg, (now - inf.sent_at).as_secs_f64());
             if a.flags & wire::HOPACK_REFUSED != 0 {
                 flow.fwd.requeue(a.seq, inf.pkt);
             } else {
@@ -759,10 +856,13 @@ impl HxhTransport {
             return;
         };
         let credits = Self::advertised(cfg, &flow.fwd);
+        // With passive feedback our next transmission of the flow carries the credits; a
+        // message is needed only if none is coming (nothing queued, or no credits downstream).
+        let will_send = !flow.fwd.queue.is_empty() && flow.fwd.pool() > 0;
         let Role::Relay(rl) = &mut flow.role else {
             return;
         };
-        if rl.last_adv_sent == 0 && credits > 0 {
+        if rl.last_adv_sent == 0 && credits > 0 && !(cfg.passive_feedback && will_send) {
             if let Some(up) = rl.upstream {
                 rl.last_adv_sent = credits;
                 let msg = Message::Credit(wire::Credit {
@@ -788,9 +888,7 @@ impl HxhTransport {
         if matches!(flow.role, Role::Dest(_)) || flow.fwd.next_hop != Some(from) {
             return;
         }
-        flow.fwd.adv = c.credits;
-        flow.fwd.last_feedback = now;
-        flow.fwd.probe_ready = false;
+        flow.fwd.sync_credits(c.credits, now);
         if let Role::Relay(rl) = &mut flow.role {
             rl.last_activity = now;
         }
@@ -902,7 +1000,9 @@ impl HxhTransport {
             flow.fwd.in_sync = true;
             flow.fwd.delivered.clear();
             flow.fwd.last_feedback = ctx.now;
+            flow.fwd.sent_since_sync = 0;
         }
+        flow.fwd.passive = cfg.passive_feedback && nh.is_some() && nh != Some(flow.dst);
         if nh.is_none() || !Self::has_packet(flow) {
             return false;
         }
@@ -1264,8 +1364,18 @@ impl Transport for HxhTransport {
                 flags |= wire::DATA_SYNC;
             }
         }
-        let credits = match &flow.role {
-            Role::Relay(_) => Self::advertised(cfg, &flow.fwd),
+        let credits = match &mut flow.role {
+            Role::Relay(rl) => {
+                // The packet being sent stays ours (in flight) until the next hop has it.
+                let c = cfg
+                    .buffer_packets
+                    .saturating_sub(flow.fwd.held() as u16 + 1);
+                if cfg.passive_feedback {
+                    // The upstream node overhears this advertisement (§3.2).
+                    rl.last_adv_sent = c;
+                }
+                c
+            }
             _ => cfg.buffer_packets,
         };
         let body = Message::Data(wire::Data {
@@ -1286,7 +1396,9 @@ impl Transport for HxhTransport {
             flow.fwd.probe_ready = false;
         }
         let retx = pkt.tries > 0;
-        if probe || flow.fwd.pool() <= 1 {
+        let pool_before = flow.fwd.pool();
+        flow.fwd.sent_since_sync = flow.fwd.sent_since_sync.saturating_add(1);
+        if probe || pool_before <= 1 {
             // This send exhausts the credits (or is a probe): the stall timer starts now.
             flow.fwd.stall_clock = ctx.now;
         }
@@ -1413,6 +1525,101 @@ mod tests {
         let a = hop_acks(&t.control.drain(..).collect::<Vec<_>>());
         assert_eq!(a[0].flags & wire::HOPACK_REFUSED, 0);
         assert_eq!(t.flows[&F].fwd.held(), cap);
+    }
+
+    #[test]
+    fn passive_relay_acknowledges_only_what_its_forwarding_cannot() {
+        // Relay 5 (upstream 4, next hop 6): accepted data is acknowledged by forwarding it.
+        let cfg = HxhConfig {
+            passive_feedback: true,
+            ..HxhConfig::default()
+        };
+        let mut t = HxhTransport::new(cfg.clone());
+        let mut env = Env::new(&[(9, 6), (1, 4)], 1);
+        for seq in 0..2u32 {
+            t.handle(&mut env.ctx(ms(0), 5), rx(4, 5, &data(seq, 0)))
+                .unwrap();
+        }
+        assert!(hop_acks(&t.control.drain(..).collect::<Vec<_>>()).is_empty());
+        // Its data carries its credits for the upstream node: 4 minus what it holds,
+        // the packet being sent included.
+        let out = drain(&mut t, &mut env, ms(1), 5);
+        let credits: Vec<u16> = out
+            .iter()
+            .filter_map(|o| match wire::parse(&o.body) {
+                Ok(Message::Data(d)) => Some(d.credits),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(credits, vec![2, 2]);
+        // A packet it already has (the upstream missed the forward) and one it has no room
+        // for are acknowledged explicitly.
+        t.handle(&mut env.ctx(ms(2), 5), rx(4, 5, &data(1, 0)))
+            .unwrap();
+        let a = hop_acks(&t.control.drain(..).collect::<Vec<_>>());
+        assert_eq!((a.len(), a[0].seq, a[0].flags), (1, 1, 0));
+        for seq in 2..8u32 {
+            t.handle(&mut env.ctx(ms(3), 5), rx(4, 5, &data(seq, 0)))
+                .unwrap();
+        }
+        let a = hop_acks(&t.control.drain(..).collect::<Vec<_>>());
+        assert!(!a.is_empty() && a.iter().all(|a| a.flags & wire::HOPACK_REFUSED != 0));
+    }
+
+    #[test]
+    fn passive_upstream_learns_delivery_and_credits_from_the_forward_it_overhears() {
+        // Source 1 sends to 9 via relay 2, which forwards to 3.
+        let cfg = HxhConfig {
+            passive_feedback: true,
+            ..HxhConfig::default()
+        };
+        let mut t = HxhTransport::new(cfg);
+        let mut env = Env::new(&[(9, 2)], 1);
+        t.open(&mut env.ctx(ms(0), 1), F, 9).unwrap();
+        t.send(&mut env.ctx(ms(0), 1), F, Bytes::from(vec![7u8; 20_000]))
+            .unwrap();
+        assert_eq!(drain(&mut t, &mut env, ms(0), 1).len(), 4);
+        assert!(t.flows[&F].fwd.passive);
+        // Relay 2 forwards packet 2 to 3 with one credit left; we overhear it. Packets 0
+        // and 1 went before it, so they reached the relay too.
+        let fwd = |seq: u32, credits: u16| {
+            Message::Data(wire::Data {
+                flags: 0,
+                credits,
+                src: F.src,
+                id: F.id,
+                dst: 9,
+                seq,
+                rev_ack: 0,
+                payload: b"payload",
+            })
+            .to_vec()
+        };
+        let heard = |from, to, body| Received {
+            link_src: from,
+            link_dst: to,
+            overheard: true,
+            body,
+        };
+        let b = fwd(2, 1);
+        t.handle(&mut env.ctx(ms(20), 1), heard(2, 3, &b)).unwrap();
+        let f = &t.flows[&F].fwd;
+        assert_eq!(f.inflight.keys().copied().collect::<Vec<_>>(), vec![3]);
+        assert_eq!(f.pool(), 1);
+        assert_eq!(drain(&mut t, &mut env, ms(20), 1).len(), 1);
+        // A link-layer retry of the same frame, heard again, is not a second advertisement.
+        t.handle(&mut env.ctx(ms(21), 1), heard(2, 3, &b)).unwrap();
+        assert!(drain(&mut t, &mut env, ms(21), 1).is_empty());
+        // Another flow's packet from the same relay, or our packet sent by another node,
+        // says nothing about ours.
+        let other = fwd(3, 4);
+        t.handle(&mut env.ctx(ms(22), 1), heard(7, 3, &other))
+            .unwrap();
+        assert!(drain(&mut t, &mut env, ms(22), 1).is_empty());
+        // Without overheard feedback a packet is sent again only after §3.2's stall time
+        // (five EWMAs of the delay), not after the explicit variant's shorter timeout.
+        let fw = &t.flows[&F].fwd;
+        assert!(fw.hop_rto(&t.cfg) >= fw.stall_after(&t.cfg));
     }
 
     #[test]
@@ -1675,8 +1882,9 @@ mod tests {
             fn never_panics_never_spins(ops in proptest::collection::vec(
                 (0u8..4, any::<u8>(), proptest::collection::vec(any::<u32>(), 7), 0u64..300),
                 1..120,
-            )) {
-                let mut t = HxhTransport::new(HxhConfig::default());
+            ), passive in any::<bool>()) {
+                let cfg = HxhConfig { passive_feedback: passive, ..HxhConfig::default() };
+                let mut t = HxhTransport::new(cfg);
                 let mut env = Env::new(&[(9, 2), (4, 4), (2, 2)], 1);
                 let f = FlowKey { src: 1, id: 0 };
                 t.open(&mut env.ctx(ms(0), 1), f, 9).unwrap();
@@ -1687,7 +1895,10 @@ mod tests {
                         0 => {
                             let b = msg(kind, &v);
                             let from = [2, 4, 9][v[0] as usize % 3];
-                            let _ = t.handle(&mut env.ctx(now, 1), rx(from, 1, &b));
+                            // Some of it overheard (sent to another node).
+                            let to = if v[1] % 3 == 0 { 3 } else { 1 };
+                            let r = Received { overheard: to != 1, ..rx(from, to, &b) };
+                            let _ = t.handle(&mut env.ctx(now, 1), r);
                         }
                         1 => {
                             if t.poll_timeout().is_some_and(|d| d <= now) {
