@@ -105,6 +105,8 @@ struct RawConfig {
     #[serde(default)]
     kernel_routes: bool,
     #[serde(default)]
+    overhear: bool,
+    #[serde(default)]
     hosts: Vec<RawNeighbour>,
     storage: RawStorage,
     security: RawSecurity,
@@ -198,6 +200,9 @@ pub struct Config {
     pub neighbours: Vec<Neighbour>,
     pub routes: BTreeMap<NodeId, NodeId>,
     pub kernel_routes: bool,
+    /// Read the unicast datagrams neighbours send each other from a packet socket
+    /// (CAP_NET_RAW): HxH then uses passive feedback (HxH §3.2) and Hop caches what it hears.
+    pub overhear: bool,
     /// IP addresses of nodes that are not neighbours (for kernel routes).
     pub hosts: Vec<(NodeId, IpAddr)>,
     pub storage_dir: PathBuf,
@@ -484,6 +489,7 @@ impl Config {
             neighbours,
             routes,
             kernel_routes: raw.kernel_routes,
+            overhear: raw.overhear,
             hosts,
             storage_dir,
             max_memory_bytes: raw

@@ -137,6 +137,16 @@ pub struct Daemon {
     rx: Option<Box<crate::io::RxBatch>>,
     /// Sealed datagrams not yet taken by the kernel (the socket was full).
     txq: crate::io::TxQueue,
+    /// The packet socket of `overhear = true`.
+    overhear: Option<crate::overhear::Overhear>,
+}
+
+/// Readiness of the overhearing socket; never, without one.
+async fn overheard(o: &Option<crate::overhear::Overhear>) -> std::io::Result<()> {
+    match o {
+        Some(o) => o.readable().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn io_err(context: &str, e: std::io::Error) -> std::io::Error {
@@ -172,7 +182,7 @@ fn make_socket(cfg: &Config, bind: SocketAddr, tos: u32) -> std::io::Result<std:
 
 /// Large socket buffers absorb a block's burst; as root (CAP_NET_ADMIN) the FORCE options go
 /// past net.core.{r,w}mem_max, otherwise the kernel caps the request.
-fn force_buffers(s: &socket2::Socket) {
+pub(crate) fn force_buffers(s: &socket2::Socket) {
     use std::os::fd::AsRawFd;
     let size = SOCKET_BUFFER as libc::c_int;
     for (force, plain) in [
@@ -231,6 +241,13 @@ impl Daemon {
             SocketAddr::new(cfg.listen.ip(), 0),
             tos(cfg.data_dscp),
         )?;
+        let overhear = if cfg.overhear {
+            let o = crate::overhear::Overhear::open(cfg.interface.as_deref(), cfg.listen.port())?;
+            debug!("overhearing the neighbours' datagrams");
+            Some(o)
+        } else {
+            None
+        };
         let routes = merged_routes(&cfg, &BTreeMap::new());
         let transport_id = transport.id();
         let mut node = Node::new(cfg.node_id, Box::new(routes), first_counter());
@@ -260,6 +277,7 @@ impl Daemon {
             last_heard: HashMap::new(),
             rx: Some(Box::new(crate::io::RxBatch::new())),
             txq: crate::io::TxQueue::new(true),
+            overhear,
             cfg,
         };
         d.scan_inbox();
@@ -305,6 +323,10 @@ impl Daemon {
                 r = ctrl.readable() => {
                     r?;
                     self.receive_batch();
+                }
+                r = overheard(&self.overhear) => {
+                    r?;
+                    self.receive_overheard();
                 }
                 Some(cmd) = cmds.recv() => self.handle_cmd(cmd),
                 _ = done.notify.notified() => self.custody_written(),
@@ -363,17 +385,35 @@ impl Daemon {
                 }
                 for dg in segments {
                     budget = budget.saturating_sub(1);
-                    self.receive_one(from, dg);
+                    self.receive_one(from, dg, false);
                 }
             }
         }
         self.rx = Some(rx);
     }
 
-    fn receive_one(&mut self, from: Option<SocketAddr>, dg: &[u8]) {
+    /// Datagrams the packet socket holds (neighbours' unicast to each other), up to
+    /// [`RX_BATCH`] at a time.
+    fn receive_overheard(&mut self) {
+        let Some(mut ov) = self.overhear.take() else {
+            return;
+        };
+        let r = ov.drain(RX_BATCH, |from, dg| {
+            self.counters.rx_overheard += 1;
+            self.receive_one(Some(from), dg, true);
+        });
+        if let Err(e) = r {
+            warn!(error = %e, "overhearing failed");
+        }
+        self.overhear = Some(ov);
+    }
+
+    fn receive_one(&mut self, from: Option<SocketAddr>, dg: &[u8], overheard: bool) {
         let n = dg.len();
-        self.counters.rx_datagrams += 1;
-        self.counters.rx_bytes += n as u64;
+        if !overheard {
+            self.counters.rx_datagrams += 1;
+            self.counters.rx_bytes += n as u64;
+        }
         // Our own broadcasts come back to us: drop them before authentication.
         if n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
             return;

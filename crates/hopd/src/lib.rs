@@ -11,6 +11,7 @@ pub mod flowfmt;
 pub mod io;
 pub mod metrics;
 pub mod netlink;
+pub mod overhear;
 pub mod server;
 
 pub mod custody;

@@ -9,6 +9,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Counters {
     pub rx_datagrams: u64,
+    /// Datagrams read from the overhearing socket (`overhear = true`).
+    pub rx_overheard: u64,
     pub rx_bytes: u64,
     pub rx_rejected: u64,
     pub tx_datagrams: u64,
@@ -48,11 +50,16 @@ pub fn render(
     peers: u64,
 ) -> String {
     let mut o = String::new();
-    let counters: [(&str, &str, u64); 22] = [
+    let counters: [(&str, &str, u64); 23] = [
         (
             "rx_datagrams_total",
             "UDP datagrams received",
             c.rx_datagrams,
+        ),
+        (
+            "rx_overheard_total",
+            "neighbours' datagrams to each other read from the overhearing socket",
+            c.rx_overheard,
         ),
         ("rx_bytes_total", "UDP bytes received", c.rx_bytes),
         (

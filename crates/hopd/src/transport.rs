@@ -95,10 +95,13 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
 }
 
 /// The HxH parameters of `cfg`: the HxH paper's defaults; the `[hop]` section does not apply,
-/// only the daemon-wide bound on flows with state (`[storage] max_incoming_flows`).
+/// only the daemon-wide bound on flows with state (`[storage] max_incoming_flows`). A node
+/// that overhears its neighbours (`overhear = true`) uses the paper's passive feedback
+/// (§3.2); otherwise every packet is acknowledged by the next hop (§3.4's explicit variant).
 pub fn hxh_config(cfg: &Config) -> HxhConfig {
     HxhConfig {
         max_flows: cfg.max_incoming_flows,
+        passive_feedback: cfg.overhear,
         ..HxhConfig::default()
     }
 }

@@ -1,7 +1,12 @@
-//! Broadcast data link mode (`link_mode = "broadcast"`): three hopd in network namespaces on
-//! one bridge (one broadcast domain), a transfer 1 → 2 → 3 with static routes. Data
-//! datagrams go to the subnet's broadcast address, so the node that is not the link
-//! destination overhears them (Hop §3.2). Needs root (network namespaces); not skipped as root.
+//! Overhearing on one shared segment: three hopd in network namespaces on one bridge (one
+//! broadcast domain), a transfer 1 → 2 → 3 with static routes.
+//! - Broadcast data link mode (`link_mode = "broadcast"`): data datagrams go to the subnet's
+//!   broadcast address, so the node that is not the link destination overhears them (Hop §3.2).
+//! - `overhear = true` on a bridge that floods every frame like a radio channel (it learns no
+//!   addresses): the neighbours' unicast datagrams reach each node's packet socket, and HxH's
+//!   passive feedback (HxH §3.2) takes the place of per-packet acknowledgements.
+//!
+//! Needs root (network namespaces); not skipped as root.
 
 mod common;
 
@@ -12,6 +17,17 @@ use common::*;
 /// Transfer a file 1 → 2 → 3 over one bridge with `link_mode = mode`; returns the datagrams
 /// nodes 1 and 3 overheard.
 fn transfer_on_one_bridge(mode: &str) -> (u64, u64) {
+    let extra = |tag: u32, port: u16| {
+        format!("link_mode = \"{mode}\"\nbroadcast_address = \"10.{tag}.0.255:{port}\"")
+    };
+    let st = transfer_on_bridge(&extra, false);
+    let overheard = |s: &serde_json::Value| s["node"]["datagrams_overheard"].as_u64().unwrap();
+    (overheard(&st[0]), overheard(&st[2]))
+}
+
+/// Transfer a file 1 → 2 → 3 over one bridge, each node configured with `extra(tag, port)`;
+/// a `hub` bridge floods every frame to every port. Returns the nodes' statuses.
+fn transfer_on_bridge(extra: &dyn Fn(u32, u16) -> String, hub: bool) -> Vec<serde_json::Value> {
     let tag = (std::process::id() % 200 + unique() * 7) % 250 + 1;
     let base = format!("hopb{}x{}", std::process::id(), unique());
     let bridge_ns = format!("{base}br");
@@ -23,7 +39,18 @@ fn transfer_on_one_bridge(mode: &str) -> (u64, u64) {
         ip_ok(&["netns", "add", n]);
         ip_ok(&["-n", n, "link", "set", "lo", "up"]);
     }
-    ip_ok(&["-n", &bridge_ns, "link", "add", "hb0", "type", "bridge"]);
+    let ageing = if hub { "0" } else { "30000" };
+    ip_ok(&[
+        "-n",
+        &bridge_ns,
+        "link",
+        "add",
+        "hb0",
+        "type",
+        "bridge",
+        "ageing_time",
+        ageing,
+    ]);
     ip_ok(&["-n", &bridge_ns, "link", "set", "hb0", "up"]);
     for (i, ns) in node_ns.iter().enumerate() {
         let port_if = format!("hbp{i}");
@@ -34,13 +61,27 @@ fn transfer_on_one_bridge(mode: &str) -> (u64, u64) {
         ip_ok(&[
             "-n", &bridge_ns, "link", "set", &port_if, "master", "hb0", "up",
         ]);
+        if hub {
+            ip_ok(&[
+                "-n",
+                &bridge_ns,
+                "link",
+                "set",
+                "dev",
+                &port_if,
+                "type",
+                "bridge_slave",
+                "learning",
+                "off",
+            ]);
+        }
         let addr = format!("10.{tag}.0.{}/24", i + 1);
         ip_ok(&["-n", ns, "addr", "add", &addr, "dev", "eth0"]);
         ip_ok(&["-n", ns, "link", "set", "eth0", "up"]);
     }
     let port = 7470;
     let addr = |i: u32| -> SocketAddr { format!("10.{tag}.0.{i}:{port}").parse().unwrap() };
-    let extra = format!("link_mode = \"{mode}\"\nbroadcast_address = \"10.{tag}.0.255:{port}\"");
+    let extra = extra(tag, port);
     let work = tempfile::tempdir().unwrap();
     let nodes: Vec<Hopd> = (1..=3)
         .map(|i| {
@@ -73,10 +114,9 @@ fn transfer_on_one_bridge(mode: &str) -> (u64, u64) {
         std::fs::read(dir.join("bc.bin")).unwrap() == data,
         "file differs"
     );
-    let overheard = |n: &Hopd| n.status()["node"]["datagrams_overheard"].as_u64().unwrap();
-    let st2 = nodes[1].status();
-    assert_eq!(st2["counters"]["tx_no_address"], 0, "{st2}");
-    (overheard(&nodes[0]), overheard(&nodes[2]))
+    let st: Vec<serde_json::Value> = nodes.iter().map(|n| n.status()).collect();
+    assert_eq!(st[1]["counters"]["tx_no_address"], 0, "{}", st[1]);
+    st
 }
 
 #[test]
@@ -96,4 +136,37 @@ fn broadcast_mode_transfer_is_overheard() {
     let (u1, u3) = transfer_on_one_bridge("unicast");
     eprintln!("unicast mode, datagrams overheard: node 1 {u1}, node 3 {u3}");
     assert_eq!((u1, u3), (0, 0));
+}
+
+#[test]
+fn hxh_learns_from_overheard_forwards_instead_of_per_packet_acks() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    let run = |overhear: bool| {
+        let extra = move |_: u32, _: u16| format!("transport = \"hxh\"\noverhear = {overhear}");
+        transfer_on_bridge(&extra, true)
+    };
+    let hxh = |s: &serde_json::Value| s["node"]["transports"][0][1].clone();
+    let count = |v: &serde_json::Value, a: &str, b: &str| v[a][b].as_u64().unwrap_or(0);
+    let passive = run(true);
+    let (src, relay) = (hxh(&passive[0]), hxh(&passive[1]));
+    let relay_data = count(&relay, "sent_by_type", "data");
+    let relay_acks = count(&relay, "sent_by_type", "hopack");
+    eprintln!(
+        "overhear: node 1 read {} datagrams, {} passive acks; relay sent {relay_data} data, {relay_acks} hop acks",
+        passive[0]["counters"]["rx_overheard"],
+        count(&src, "extra", "passive_acks")
+    );
+    // Node 1 hears the relay forward its packets and takes that as their acknowledgement; the
+    // relay acknowledges only what it cannot show by forwarding (duplicates, refusals).
+    assert!(passive[0]["counters"]["rx_overheard"].as_u64().unwrap() > 0);
+    assert!(count(&src, "extra", "passive_acks") > 0, "{src}");
+    assert!(relay_acks * 4 < relay_data, "{relay}");
+    // Without overhearing the relay acknowledges every packet (§3.4's explicit variant).
+    let explicit = run(false);
+    let relay = hxh(&explicit[1]);
+    assert_eq!(explicit[0]["counters"]["rx_overheard"], 0);
+    assert!(count(&relay, "sent_by_type", "hopack") >= count(&relay, "sent_by_type", "data"));
 }
