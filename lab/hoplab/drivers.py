@@ -158,8 +158,9 @@ class HopDriver(Driver):
     comes from the flows' options.transport (one of TRANSPORTS, the values of hopd's
     `transport` key; one per run) and options.hop is copied into hopd's [hop] section
     (hopd ignores it for the other transports); options.control_dscp sets hopd's
-    `control_dscp` (the access category of BSYN/BACK; default EF, the voice queue). Sized
-    transfers only."""
+    `control_dscp` (the access category of BSYN/BACK; default EF, the voice queue);
+    options.overhear = true sets hopd's `overhear` (with medium.overhear). Sized transfers
+    only."""
 
     name = "hop"
     PORT = 7470
@@ -184,10 +185,13 @@ class HopDriver(Driver):
         return lab.sockets / f"hopd-{node}.sock"
 
     def config(self, lab, node: int, transport: str, params: dict, link_mode: str = "unicast",
-               control_dscp: int | None = None) -> str:
+               control_dscp: int | None = None, overhear: bool = False) -> str:
         t = lab.spec.topology
         lines = [f"node_id = {self.node_id(node)}", f'listen = "{lab.ip(node)}:{self.PORT}"',
                  f'transport = "{transport}"', f'api_socket = "{self.socket(lab, node)}"', ""]
+        if overhear:
+            # The neighbours' unicast from a packet socket (HxH's passive feedback, §3.2).
+            lines[-1:-1] = ["overhear = true"]
         if control_dscp is not None:
             lines[-1:-1] = [f"control_dscp = {int(control_dscp)}"]
         if link_mode == "broadcast":
@@ -235,6 +239,13 @@ class HopDriver(Driver):
         if len(dscps) != 1 or not all(d is None or (isinstance(d, int) and 0 <= d <= 63) for d in dscps):
             raise LabError(f"hop flows need one control_dscp (0..63) per run, got {sorted(map(str, dscps))}")
         control_dscp = next(iter(dscps))
+        hears = {bool(f.options.get("overhear", False)) for f in flows}
+        if len(hears) != 1:
+            raise LabError("hop flows need one overhear setting per run")
+        overhear = next(iter(hears))
+        if overhear and not lab.spec.medium.overhear:
+            raise LabError("options.overhear needs medium.overhear = true: the medium drops the frames "
+                           "for other nodes unless told to pass them to the taps")
         for f in flows:
             if f.size is None:
                 raise LabError("the hop driver transfers files: give every hop flow a size")
@@ -242,7 +253,7 @@ class HopDriver(Driver):
             d = lab.work / f"hopd-{node}"
             (d / "store").mkdir(parents=True, exist_ok=True)
             cfg = d / "hopd.toml"
-            cfg.write_text(self.config(lab, node, transport, params, link_mode, control_dscp))
+            cfg.write_text(self.config(lab, node, transport, params, link_mode, control_dscp, overhear))
             lab.spawn_cmd(node, [hopd, "--config", str(cfg)], f"hopd-{node}")
         deadline = time.time() + 30
         while not all(self.socket(lab, n).exists() for n in range(lab.spec.topology.n)):

@@ -311,6 +311,7 @@ class Lab:
             "rts_cts": spec.medium.rts_cts,
             "txop_us": spec.medium.txop_us,
             "classify_dscp": spec.medium.classify_dscp,
+            "overhear": spec.medium.overhear,
             "no_retry_tids": spec.medium.no_retry_tids(),
             "links": links,
             "seed": spec.seed,

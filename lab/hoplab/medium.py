@@ -129,7 +129,7 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
 
     # The helper's channel only builds the PHYs: Hook moves each to a channel of its own
     # (medium_cpp.h, "one channel per sender").
-    hl.Setup(n, matrix, delay, bool(cfg.get("classify_dscp", True)))
+    hl.Setup(n, matrix, delay, bool(cfg.get("classify_dscp", True)), bool(cfg.get("overhear", False)))
     for i in range(n):
         hl.SetMobility(i, nodes.Get(i).GetObject[ns.MobilityModel]())
     for i in range(n):

@@ -86,6 +86,8 @@ static Ptr<MatrixPropagationLossModel> g_matrix;
 static std::vector<Ptr<MobilityModel>> g_mob;
 static std::vector<std::vector<double>> g_db; // configured path loss per directed pair
 static bool g_classify{true};
+// Frames for another MAC go to the taps too (a packet socket there overhears them).
+static bool g_overhear{false};
 
 static uint8_t
 TidForDscp(uint8_t dscp)
@@ -322,8 +324,13 @@ ApplyDb(uint32_t a, uint32_t b)
 }
 
 void
-Setup(uint32_t n, Ptr<MatrixPropagationLossModel> m, Ptr<PropagationDelayModel> delay, bool classify)
+Setup(uint32_t n,
+      Ptr<MatrixPropagationLossModel> m,
+      Ptr<PropagationDelayModel> delay,
+      bool classify,
+      bool overhear)
 {
+    g_overhear = overhear;
     g_counters.assign(n, Counters{});
     g_per.assign(n, std::vector<double>(n, 0.0));
     g_db.assign(n, std::vector<double>(n, 1000.0));
@@ -484,7 +491,10 @@ DeviceRx(uint32_t node,
     if (type == NetDevice::PACKET_OTHERHOST)
     {
         g_tap.other_host++;
-        return true;
+        if (!g_overhear)
+        {
+            return true;
+        }
     }
     uint32_t len = 14 + p->GetSize();
     uint8_t* buf = static_cast<uint8_t*>(std::malloc(len));

@@ -55,6 +55,9 @@ class Medium:
     txop_us: dict[str, float] = field(default_factory=dict)
     broadcast_rate_mbps: float | None = None  # None: lowest basic rate (802.11 default)
     classify_dscp: bool = True
+    # Unicast frames for another node also reach its tap, as a radio's receiver hears them
+    # (hopd's `overhear` reads them from a packet socket); off, the medium drops them.
+    overhear: bool = False
     # Access categories whose unicast frames get no link retries (the others keep
     # retry_limit): Hop §4.1 turns link ARQ off for its data frames only.
     no_arq_acs: list[str] = field(default_factory=list)
@@ -232,7 +235,7 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
 
     md = d.get("medium", {})
     _check_keys(md, {"standard", "rate_mbps", "auto_rate", "retry_limit", "rts_cts", "txop_us",
-                     "broadcast_rate_mbps", "classify_dscp", "no_arq_acs"}, "medium")
+                     "broadcast_rate_mbps", "classify_dscp", "no_arq_acs", "overhear"}, "medium")
     std = _take(md, "standard", str, DEFAULT_STANDARD, "medium")
     if std not in ("b", "g"):
         raise SpecError("medium.standard must be 'b' or 'g'")
@@ -252,6 +255,7 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
         txop_us={k: float(v) for k, v in txop.items()},
         broadcast_rate_mbps=_take(md, "broadcast_rate_mbps", float, None, "medium"),
         classify_dscp=_take(md, "classify_dscp", bool, True, "medium"),
+        overhear=_take(md, "overhear", bool, False, "medium"),
         no_arq_acs=sorted(set(no_arq)),
     )
     if m.no_arq_acs and m.auto_rate:

@@ -611,3 +611,9 @@ def test_hxh_experiments_give_tcp_the_papers_packet_size():
     # the kernel's own segments only as the dumbbell's reference
     assert all("mss" not in f.get("options", {}) for f in flows(dumbbell, "tcp-reno-1448"))
     assert "tcp-reno-1448" not in [v.name for v in grid.variants]
+    # HxH with the paper's passive feedback: hopd overhears, the medium passes it the frames
+    for e in (dumbbell, grid):
+        hxh = e.spec(e.variant("hxh"), None, 0, quick=False)
+        assert hxh["medium"]["overhear"] and all(f["options"]["overhear"] for f in hxh["flow"])
+    explicit = dumbbell.spec(dumbbell.variant("hxh-explicit"), None, 0, quick=False)
+    assert not explicit["medium"].get("overhear") and all("overhear" not in f["options"] for f in explicit["flow"])

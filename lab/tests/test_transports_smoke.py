@@ -82,3 +82,48 @@ def test_emulated_transport_three_node_chain(tmp_path, transport, link_mode):
         sent_by = dict(status["node"]["transports"])[transport]["sent_by_type"]
         assert node == 2 or sum(sent_by.values()) > 0, (node, sent_by)
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
+
+
+@needs_root
+@pytest.mark.usefixtures("medium_server")
+def test_emulated_hxh_overhears_the_relay_forward_instead_of_acknowledging_each_packet(tmp_path):
+    # HxH §3.2 passive feedback: the medium passes frames for other nodes to the taps and
+    # hopd reads them from a packet socket; the source learns from the relay's forwards.
+    sp = spec.from_dict({
+        "name": "pytest-hxh-overhear", "duration": 35,
+        "topology": {"kind": "chain", "nodes": 3},
+        "medium": {"overhear": True},
+        "flow": [{"driver": "hop", "src": 0, "dst": 2, "size": SIZE, "label": "f",
+                  "options": {"transport": "hxh", "overhear": True}}],
+    })
+    out = tmp_path / "out"
+    res = run_spec(sp, out, progress=lambda *_: None)
+    f = res["flows"][0]
+    raw = out / "raw"
+    assert f["complete"] and f["bytes"] == SIZE, f
+    got = (raw / "hop-recv-0" / "hop-send-0.bin").read_bytes()
+    assert got == (raw / "hop-send-0.bin").read_bytes()
+    status = [json.loads((raw / f"hopd-{n}" / "status.json").read_text()) for n in range(3)]
+    hxh = [dict(s["node"]["transports"])["hxh"] for s in status]
+    assert "overhear = true" in (raw / "hopd-0" / "hopd.toml").read_text()
+    assert status[0]["counters"]["rx_overheard"] > 0, status[0]["counters"]
+    assert hxh[0]["extra"].get("passive_acks", 0) > 0, hxh[0]
+    relay = hxh[1]["sent_by_type"]
+    assert relay.get("hopack", 0) * 4 < relay["data"], relay
+    assert lab.lab_namespaces() == [] and lab.lab_links() == []
+
+
+def test_overhearing_hopd_needs_an_overhearing_medium(tmp_path):
+    sp = spec.from_dict({
+        "name": "pytest-hxh-deaf", "duration": 10, "topology": {"kind": "chain", "nodes": 3},
+        "flow": [{"driver": "hop", "src": 0, "dst": 2, "size": SIZE,
+                  "options": {"transport": "hxh", "overhear": True}}],
+    })
+
+    class Lab:
+        spec = sp
+
+    d = HopDriver()
+    d.binary = lambda name: name
+    with pytest.raises(LabError, match="medium.overhear"):
+        d.prepare(Lab(), sp.flows)

@@ -16,16 +16,22 @@ PAPER_TCP_MSS = 1012
 
 def variants(reference: bool = False) -> list[Variant]:
     """HxH, ATP and NewReno with the paper's packet size; with `reference`, also NewReno
-    with the kernel's own segments (1448 payload bytes on the lab's 1500-byte MTU)."""
-    hxh = hopd_transport("hxh", "HxH (hopd)", "hxh")
+    with the kernel's own segments (1448 payload bytes on the lab's 1500-byte MTU) and HxH
+    acknowledging every packet (§3.4's explicit variant, without overhearing)."""
+    # HxH §3.2: passive feedback from overheard forwards (hopd `overhear`; the medium passes
+    # the frames for other nodes to the taps, as a radio receiver hears them).
+    hxh = hopd_transport("hxh", "HxH (hopd), passive feedback", "hxh")
+    hxh.flow["options"]["overhear"] = True
     atp = hopd_transport("atp", "ATP, default (hopd)", "atp")
     reno = tcp("tcp-reno", "TCP NewReno (kernel reno), 1000-byte segments as in the paper", cc="reno")
     reno.flow["options"] = {"mss": PAPER_TCP_MSS}
     out = [hxh, atp, reno]
     if reference:
         out.append(tcp("tcp-reno-1448", "TCP NewReno (kernel reno), the kernel's 1448-byte segments", cc="reno"))
+        out.append(hopd_transport("hxh-explicit", "HxH (hopd), a per-hop ack for every packet", "hxh"))
     for v in out:
         v.medium = dict(HXH_MEDIUM)
+    hxh.medium["overhear"] = True
     return out
 
 
@@ -72,6 +78,9 @@ def experiments() -> list[Experiment]:
                    "packets, AODV): absolute rates differ, ratios and fairness are comparable.",
                    "Every protocol sends 1000-byte packets, as in the paper (TCP: TCP_MAXSEG 1012); "
                    "`tcp-reno-1448` is NewReno with the kernel's own 1448-byte segments, for reference.",
+                   "HxH learns from overheard forwards (§3.2 passive feedback: hopd `overhear`, the medium "
+                   "passes frames for other nodes to the taps); `hxh-explicit` acknowledges every packet "
+                   "instead (§3.4's explicit variant), for reference.",
                    "Per-flow goodput over each flow's whole life, not only the last 30 s."]),
         Experiment(
             "hxh-grid", "6x6 grid, 12 crossing flows", "hxh", "HxH §4.6, Fig. 10",
