@@ -190,11 +190,16 @@ def from_file(path: Path) -> Topology:
 
 
 def from_dict(data: dict, name: str = "custom") -> Topology:
+    """The inverse of Topology.to_dict: nodes, links and sense pairs."""
     try:
         t = Topology(int(data["nodes"]), name=data.get("name", name))
         for link in data.get("links", []):
             t.add(int(link["a"]), int(link["b"]), float(link.get("loss", 0.0)),
                   float(link["loss_back"]) if "loss_back" in link else None)
-    except (KeyError, TypeError, ValueError) as e:
+        for a, b in (sorted((int(p[0]), int(p[1]))) for p in data.get("sense", [])):
+            if not 0 <= a < b < t.n or t.in_range(a, b):
+                raise SpecError(f"bad topology: sense pair {a}, {b} must be two nodes without a link")
+            t.sense.add((a, b))
+    except (KeyError, TypeError, ValueError, IndexError) as e:
         raise SpecError(f"bad topology: {e}") from e
     return t

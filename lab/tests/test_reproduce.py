@@ -617,3 +617,29 @@ def test_hxh_experiments_give_tcp_the_papers_packet_size():
         assert hxh["medium"]["overhear"] and all(f["options"]["overhear"] for f in hxh["flow"])
     explicit = dumbbell.spec(dumbbell.variant("hxh-explicit"), None, 0, quick=False)
     assert not explicit["medium"].get("overhear") and all("overhear" not in f["options"] for f in explicit["flow"])
+
+
+def test_sensed_dumbbell_senses_every_two_hop_pair_and_nothing_else():
+    e = registry()["hxh-dumbbell-sensed"]
+    d = e.spec(e.variant("hxh"), None, 0, quick=False)
+    t = d["_topology"]
+    linked = {tuple(sorted((x["a"], x["b"]))) for x in t["links"]}
+    sense = {tuple(p) for p in t["sense"]}
+    assert not sense & linked
+    # the chain 4-5-6-7-8 and its ends: sources 0-3 sense 5, 7 senses the sinks 9-12
+    assert {(4, 6), (5, 7), (6, 8)} <= sense and {(s, 5) for s in range(4)} <= sense
+    assert {(7, k) for k in range(9, 13)} <= sense and (4, 7) not in sense
+    plain = registry()["hxh-dumbbell"].spec(e.variant("hxh"), None, 0, quick=False)
+    assert "sense" not in plain["_topology"]
+    assert [f["src"] for f in d["flow"]] == [f["src"] for f in plain["flow"]]
+
+
+def test_topology_sense_pairs_survive_a_round_trip_through_a_file():
+    from hoplab import topology as topo
+
+    t = topo.chain(4)
+    t.sense = {(0, 2), (1, 3)}
+    back = topo.from_dict(t.to_dict())
+    assert back.sense == t.sense and back.links == t.links
+    with pytest.raises(LabError):
+        topo.from_dict({"nodes": 3, "links": [{"a": 0, "b": 1}], "sense": [[0, 1]]})
