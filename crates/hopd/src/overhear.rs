@@ -144,6 +144,18 @@ pub fn udp_payload(pkt: &[u8], port: u16) -> Option<(SocketAddr, &[u8])> {
     Some((src, &udp[8..ulen]))
 }
 
+/// A libc call's return value as a result, its error naming what failed.
+fn os_result(r: libc::c_int, what: &str) -> io::Result<()> {
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    Err(io::Error::new(
+        e.kind(),
+        format!("overhearing: {what}: {e}"),
+    ))
+}
+
 /// A packet socket that receives the mesh's datagrams for other hosts.
 pub struct Overhear {
     sock: tokio::io::unix::AsyncFd<Socket>,
@@ -181,13 +193,7 @@ impl Overhear {
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
-        if r != 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("overhearing: PACKET_VNET_HDR: {e}"),
-            ));
-        }
+        os_result(r, "PACKET_VNET_HDR")?;
         let ifindex = match interface {
             Some(name) => {
                 let c = std::ffi::CString::new(name).map_err(|_| {
@@ -218,13 +224,7 @@ impl Overhear {
                 std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         };
-        if r != 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("overhearing: binding the packet socket: {e}"),
-            ));
-        }
+        os_result(r, "binding the packet socket")?;
         sock.set_nonblocking(true)?;
         // SAFETY: the Socket owns its descriptor and keeps it open, unchanged, until the
         // AsyncFd drops it.

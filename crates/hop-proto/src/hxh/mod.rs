@@ -1457,9 +1457,13 @@ mod tests {
     }
 
     fn data(seq: u32, flags: u8) -> Vec<u8> {
+        data_with_credits(seq, flags, 4)
+    }
+
+    fn data_with_credits(seq: u32, flags: u8, credits: u16) -> Vec<u8> {
         Message::Data(wire::Data {
             flags,
-            credits: 4,
+            credits,
             src: F.src,
             id: F.id,
             dst: 9,
@@ -1494,6 +1498,16 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Source node 1 with 20 000 bytes of flow F queued for 9, whose next hop is 2.
+    fn source(cfg: HxhConfig) -> (HxhTransport, Env) {
+        let mut t = HxhTransport::new(cfg);
+        let mut env = Env::new(&[(9, 2)], 1);
+        t.open(&mut env.ctx(ms(0), 1), F, 9).unwrap();
+        t.send(&mut env.ctx(ms(0), 1), F, Bytes::from(vec![7u8; 20_000]))
+            .unwrap();
+        (t, env)
     }
 
     #[test]
@@ -1569,32 +1583,15 @@ mod tests {
     #[test]
     fn passive_upstream_learns_delivery_and_credits_from_the_forward_it_overhears() {
         // Source 1 sends to 9 via relay 2, which forwards to 3.
-        let cfg = HxhConfig {
+        let (mut t, mut env) = source(HxhConfig {
             passive_feedback: true,
             ..HxhConfig::default()
-        };
-        let mut t = HxhTransport::new(cfg);
-        let mut env = Env::new(&[(9, 2)], 1);
-        t.open(&mut env.ctx(ms(0), 1), F, 9).unwrap();
-        t.send(&mut env.ctx(ms(0), 1), F, Bytes::from(vec![7u8; 20_000]))
-            .unwrap();
+        });
         assert_eq!(drain(&mut t, &mut env, ms(0), 1).len(), 4);
         assert!(t.flows[&F].fwd.passive);
         // Relay 2 forwards packet 2 to 3 with one credit left; we overhear it. Packets 0
         // and 1 went before it, so they reached the relay too.
-        let fwd = |seq: u32, credits: u16| {
-            Message::Data(wire::Data {
-                flags: 0,
-                credits,
-                src: F.src,
-                id: F.id,
-                dst: 9,
-                seq,
-                rev_ack: 0,
-                payload: b"payload",
-            })
-            .to_vec()
-        };
+        let fwd = |seq: u32, credits: u16| data_with_credits(seq, 0, credits);
         let heard = |from, to, body| Received {
             link_src: from,
             link_dst: to,
@@ -1625,11 +1622,7 @@ mod tests {
     #[test]
     fn credits_gate_sending_and_a_stalled_flow_is_probed() {
         // Source node 1 sends to 9 via 2.
-        let mut t = HxhTransport::new(HxhConfig::default());
-        let mut env = Env::new(&[(9, 2)], 1);
-        t.open(&mut env.ctx(ms(0), 1), F, 9).unwrap();
-        t.send(&mut env.ctx(ms(0), 1), F, Bytes::from(vec![7u8; 20_000]))
-            .unwrap();
+        let (mut t, mut env) = source(HxhConfig::default());
         let first = drain(&mut t, &mut env, ms(0), 1);
         // Four default credits: four packets, then nothing until feedback.
         assert_eq!(first.len(), 4);
