@@ -190,17 +190,7 @@ pub(crate) fn force_buffers(s: &socket2::Socket) {
         (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
     ] {
         for opt in [force, plain] {
-            // SAFETY: setsockopt on a socket we own with a correctly sized int value.
-            let r = unsafe {
-                libc::setsockopt(
-                    s.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    &size as *const libc::c_int as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r == 0 {
+            if crate::io::set_int_option(s.as_raw_fd(), libc::SOL_SOCKET, opt, size) == 0 {
                 break;
             }
         }

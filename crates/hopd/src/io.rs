@@ -45,18 +45,26 @@ const CMSG_BYTES: usize = 32;
 /// Enable `UDP_GRO` on a socket; false if the kernel does not offer it (then every datagram
 /// arrives on its own, which [`RxBatch`] handles the same way).
 pub fn enable_gro(fd: RawFd) -> bool {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt on a caller-owned socket with a correctly sized int value.
-    let r = unsafe {
+    set_int_option(fd, SOL_UDP, UDP_GRO, 1) == 0
+}
+
+/// `setsockopt` with an int value; returns its result (0, or -1 with errno set).
+pub fn set_int_option(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> libc::c_int {
+    // SAFETY: setsockopt with a correctly sized int value; a bad descriptor is an error, not UB.
+    unsafe {
         libc::setsockopt(
             fd,
-            SOL_UDP,
-            UDP_GRO,
-            &on as *const libc::c_int as *const libc::c_void,
+            level,
+            name,
+            &value as *const libc::c_int as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
-    };
-    r == 0
+    }
 }
 
 fn sockaddr_to_std(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {

@@ -182,17 +182,7 @@ impl Overhear {
         sock.attach_filter(&filter(port))?;
         // A neighbour's burst must not overflow it (the datagrams would just be unheard).
         crate::daemon::force_buffers(&sock);
-        let on: libc::c_int = 1;
-        // SAFETY: setsockopt on a socket we own with a correctly sized int value.
-        let r = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_PACKET,
-                PACKET_VNET_HDR,
-                &on as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        let r = crate::io::set_int_option(sock.as_raw_fd(), libc::SOL_PACKET, PACKET_VNET_HDR, 1);
         os_result(r, "PACKET_VNET_HDR")?;
         let ifindex = match interface {
             Some(name) => {
