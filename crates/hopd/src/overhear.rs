@@ -229,7 +229,7 @@ impl Overhear {
         })
     }
 
-    /// Wait until datagrams may be queued; [`try_recv`](Self::try_recv) clears the readiness
+    /// Wait until datagrams may be queued; [`drain`](Self::drain) clears the readiness
     /// when it finds the socket empty.
     pub async fn readable(&self) -> io::Result<()> {
         self.sock.readable().await.map(|_guard| ())
