@@ -184,3 +184,39 @@ fn a_receiver_that_gave_up_never_reopens_the_flow() {
     assert!(net.extra(2, "abandoned_drops") > 0);
     assert_eq!(net.flows_with_state(), 0);
 }
+
+/// A packet leaves the source's send buffer only when feedback acknowledges it, once per
+/// epoch (E = 1 s for the default variant). A fixed 256 KiB buffer therefore capped default
+/// ATP at 256 KiB per second (2.1 Mbit/s) on any path; the buffer now grows with the rate.
+#[test]
+fn default_atp_is_not_capped_by_its_send_buffer() {
+    let payload = pattern(4_000_000, 9);
+    let run = |cfg: AtpConfig| {
+        let make = move || Box::new(AtpTransport::new(cfg.clone())) as Box<dyn Transport>;
+        let mut net = Net::chain(31, 2, TransportId::Atp, &make);
+        net.start_flow(secs(0.0), 0, 1, payload.clone());
+        run_to_completion(&mut net, 120.0);
+        assert_all_delivered(&net);
+        let (t, bytes) = net.flows.values().next().unwrap().flow_finished.unwrap();
+        bytes as f64 * 8.0 / t.as_secs_f64()
+    };
+    let growing = run(AtpConfig::for_variant(AtpVariant::Default));
+    let fixed_cfg = AtpConfig {
+        send_buffer_max_bytes: hop_proto::atp::config::SEND_BUFFER_BYTES,
+        ..AtpConfig::for_variant(AtpVariant::Default)
+    };
+    let interval = fixed_cfg.epoch.as_secs_f64();
+    let fixed = run(fixed_cfg);
+    let cap = hop_proto::atp::config::SEND_BUFFER_BYTES as f64 * 8.0 / interval;
+    eprintln!(
+        "default ATP, one 11 Mbit/s hop, 4 MB: {:.2} Mbit/s with the growing buffer, {:.2} with a fixed 256 KiB (cap {:.2})",
+        growing / 1e6,
+        fixed / 1e6,
+        cap / 1e6
+    );
+    assert!(fixed <= cap * 1.05, "the fixed buffer should cap the rate");
+    assert!(
+        growing > 2.0 * cap,
+        "the growing buffer still caps the rate"
+    );
+}

@@ -267,6 +267,11 @@ pub fn atp_config(
     o.secs("max_delay", &mut c.max_delay)?;
     o.secs("give_up", &mut c.give_up)?;
     o.uint("send_buffer_bytes", &mut c.send_buffer_bytes)?;
+    o.float(
+        "send_buffer_feedback_intervals",
+        &mut c.send_buffer_feedback_intervals,
+    )?;
+    o.uint("send_buffer_max_bytes", &mut c.send_buffer_max_bytes)?;
     o.uint("max_flows", &mut c.max_flows)?;
     o.uint("finished_memory", &mut c.finished_memory)?;
     o.finish()?;

@@ -35,6 +35,16 @@ pub const ADAPTIVE_RUN: u32 = 10;
 pub const ADAPTIVE_DROPS: u32 = 2;
 /// Payload bytes per data packet (same as HxH, HxH paper §4).
 pub const PACKET_PAYLOAD_BYTES: usize = 1000;
+/// A source's send buffer holds at least this much (not in the paper: its Python sender held
+/// the whole 2 MB file, §IV-B).
+pub const SEND_BUFFER_BYTES: usize = 256 * 1024;
+/// ... and grows to what the flow sends at its current rate in this many feedback intervals
+/// (1.1·E, §III-C): a packet is freed only by the feedback that acknowledges it, so a
+/// buffer smaller than that caps the rate at buffer / E, whatever the path allows (256 KiB
+/// per second is 2.1 Mbit/s). Not in the paper.
+pub const SEND_BUFFER_FEEDBACK_INTERVALS: f64 = 2.0;
+/// Ceiling of that growth per flow (memory bound; 16 MiB is 2 s at 64 Mbit/s).
+pub const SEND_BUFFER_MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// Which ATP the transport runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -81,13 +91,37 @@ pub struct AtpConfig {
     pub max_delay: Duration,
     /// A flow with no feedback for this long fails (source) or is dropped (destination).
     pub give_up: Duration,
+    /// Smallest send buffer of a source flow ([`SEND_BUFFER_BYTES`]).
     pub send_buffer_bytes: usize,
+    /// The send buffer grows above `send_buffer_bytes` to the bytes sent at the flow's rate
+    /// in `send_buffer_feedback_intervals` feedback intervals, up to `send_buffer_max_bytes`.
+    pub send_buffer_feedback_intervals: f64,
+    pub send_buffer_max_bytes: usize,
     pub max_flows: usize,
     /// Finished flows remembered by a destination to answer late packets and probes.
     pub finished_memory: usize,
 }
 
 impl AtpConfig {
+    /// Send buffer of a source flow sending `rate` packets per second: what it sends in
+    /// `send_buffer_feedback_intervals` feedback intervals, within
+    /// [`send_buffer_bytes`, `send_buffer_max_bytes`].
+    pub fn send_buffer_for_rate(&self, rate: f64) -> usize {
+        let bytes = rate
+            * self.packet_payload_bytes as f64
+            * self.feedback_interval().as_secs_f64()
+            * self.send_buffer_feedback_intervals;
+        let bytes = if bytes.is_finite() && bytes > 0.0 {
+            bytes.min(usize::MAX as f64) as usize
+        } else {
+            0
+        };
+        bytes.clamp(
+            self.send_buffer_bytes,
+            self.send_buffer_max_bytes.max(self.send_buffer_bytes),
+        )
+    }
+
     /// The parameters of one variant.
     pub fn for_variant(variant: AtpVariant) -> Self {
         let base = AtpConfig {
@@ -112,7 +146,9 @@ impl AtpConfig {
             min_delay: Duration::from_micros(100),
             max_delay: Duration::from_secs(1),
             give_up: Duration::from_secs(30),
-            send_buffer_bytes: 256 * 1024,
+            send_buffer_bytes: SEND_BUFFER_BYTES,
+            send_buffer_feedback_intervals: SEND_BUFFER_FEEDBACK_INTERVALS,
+            send_buffer_max_bytes: SEND_BUFFER_MAX_BYTES,
             max_flows: 1024,
             finished_memory: 1024,
         };
@@ -195,6 +231,41 @@ impl AtpConfig {
             .give_up
             .clamp(Duration::from_millis(1), Duration::from_secs(86_400));
         self.send_buffer_bytes = self.send_buffer_bytes.max(1);
+        self.send_buffer_feedback_intervals = at_least_or(
+            self.send_buffer_feedback_intervals,
+            0.0,
+            SEND_BUFFER_FEEDBACK_INTERVALS,
+        )
+        .min(1000.0);
+        self.send_buffer_max_bytes = self.send_buffer_max_bytes.max(self.send_buffer_bytes);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_buffer_follows_the_rate_within_its_bounds() {
+        let c = AtpConfig::for_variant(AtpVariant::Default);
+        // 1000 packets/s of 1000 bytes over 2 × 1.1 s: 2.2 MB.
+        assert_eq!(c.send_buffer_for_rate(1000.0), 2_200_000);
+        assert_eq!(c.send_buffer_for_rate(1.0), SEND_BUFFER_BYTES);
+        assert_eq!(c.send_buffer_for_rate(1e9), SEND_BUFFER_MAX_BYTES);
+        for bad in [f64::NAN, f64::INFINITY, -5.0, 0.0] {
+            let b = c.send_buffer_for_rate(bad);
+            assert!(
+                (SEND_BUFFER_BYTES..=SEND_BUFFER_MAX_BYTES).contains(&b),
+                "{bad}"
+            );
+        }
+        // A ceiling below the floor is raised to it by `sanitized`.
+        let low = AtpConfig {
+            send_buffer_max_bytes: 1,
+            ..c
+        }
+        .sanitized();
+        assert_eq!(low.send_buffer_for_rate(1e6), SEND_BUFFER_BYTES);
     }
 }

@@ -445,10 +445,7 @@ impl AtpTransport {
         s.missed = 0;
         s.feedback_deadline = now + cfg.feedback_interval();
         // Reliability: cumulative ACK and SACK blocks (§III-C).
-        if s.buf.ack(f.cum) && s.writable_pending && s.buf.has_room() {
-            s.writable_pending = false;
-            self.events.push_back(Event::Writable { flow: key });
-        }
+        s.buf.ack(f.cum);
         let acked = s.buf.acked();
         let mut highest = acked;
         for &(a, b) in &f.blocks {
@@ -492,6 +489,12 @@ impl AtpTransport {
             } else if fb_rate < s.rate {
                 s.rate = fb_rate;
             }
+        }
+        // The buffer holds what the new rate sends until feedback can free it.
+        s.buf.set_limit(cfg.send_buffer_for_rate(s.rate));
+        if s.writable_pending && s.buf.has_room() {
+            s.writable_pending = false;
+            self.events.push_back(Event::Writable { flow: key });
         }
         s.wake(had, now);
         let done = s.buf.complete().then(|| s.buf.total());

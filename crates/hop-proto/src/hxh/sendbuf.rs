@@ -62,6 +62,11 @@ impl SendBuffer {
         self.fin_seq
     }
 
+    /// A new limit on the bytes held (bytes already held above it stay until acknowledged).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.max(1);
+    }
+
     pub fn has_room(&self) -> bool {
         self.bytes < self.limit
     }
