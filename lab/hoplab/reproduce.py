@@ -383,12 +383,24 @@ def airtime_table(runs: list[dict], prefix: str) -> dict[str, dict]:
                 per[k].append(t[f"air_{k}_us"] / node_us)
             # Bits delivered over the whole run times their path's hops, divided by the large
             # frames' air time over the same run, all nodes together.
-            bit_hops = sum(float(f.get("bytes") or 0) * 8 / 1e6 * f.get("hops", 1) for f in measured(r, prefix))
-            if t["air_large_us"] > 0:
+            bits = _bytes_x_hops(measured(r, prefix))
+            bit_hops = None if bits is None else bits * 8 / 1e6
+            if t["air_large_us"] > 0 and bit_hops is not None:
                 per["bit_hops_per_air_s"].append(bit_hops / (t["air_large_us"] / 1e6))
         out[v] = {k: percentile(x, 50) for k, x in per.items() if x}
         out[v]["runs"] = len(rs)
     return out
+
+
+def _bytes_x_hops(flows: list[dict]) -> float | None:
+    """Bytes delivered times their path's hops, summed over `flows`; None when a flow's path
+    length is unknown (routes chosen at run time, e.g. by Babel), rather than a guess."""
+    total = 0.0
+    for f in flows:
+        if not f.get("hops"):
+            return None
+        total += float(f.get("bytes") or 0) * f["hops"]
+    return total
 
 
 # hop-proto's DEFAULT_PACKET_PAYLOAD_BYTES: the payload of a full Hop DATA packet.
@@ -432,13 +444,14 @@ def hop_data_table(runs: list[dict], prefix: str) -> dict[str, dict]:
         per: dict[str, list[float]] = {k: [] for k in ("sent", "reached", "resent", "duplicates", "delivered")}
         for r in rs:
             h = r["hop_data"]
-            pkt_hops = sum(float(f.get("bytes") or 0) * f.get("hops", 1) for f in measured(r, prefix)) / HOP_PAYLOAD_BYTES
             per["sent"].append(h["sent"])
             per["reached"].append(h["received"] / h["sent"])
             per["resent"].append(h["resent"] / h["sent"])
             per["duplicates"].append(h["duplicates"] / h["sent"])
-            per["delivered"].append(pkt_hops / h["sent"])
-        out[v] = {k: percentile(x, 50) for k, x in per.items()}
+            byte_hops = _bytes_x_hops(measured(r, prefix))
+            if byte_hops is not None:
+                per["delivered"].append(byte_hops / HOP_PAYLOAD_BYTES / h["sent"])
+        out[v] = {k: percentile(x, 50) for k, x in per.items() if x}
         out[v]["runs"] = len(rs)
         out[v]["nodes_answering"] = min(r["hop_data"]["nodes"] for r in rs)
     return out
@@ -942,8 +955,10 @@ def markdown(rep: dict) -> str:
                       "| delivered packet-hops per packet sent |",
                       "|---|---|---|---|---|---|---|"]
             for v, h in e["hop_data"].items():
+                dl = h.get("delivered")
                 lines.append(f"| {v} | {h['runs']} | {h['sent']:.0f} | {100 * h['reached']:.1f} % "
-                             f"| {100 * h['resent']:.1f} % | {100 * h['duplicates']:.1f} % | {h['delivered']:.2f} |")
+                             f"| {100 * h['resent']:.1f} % | {100 * h['duplicates']:.1f} % "
+                             f"| {'—' if dl is None else f'{dl:.2f}'} |")
         lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")

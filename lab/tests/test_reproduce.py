@@ -578,6 +578,26 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
     assert "| a | 1 | 1000 | 80.0 % | 20.0 % | 1.0 % | 0.40 |" in md
 
 
+def test_runs_with_routes_chosen_at_run_time_have_no_hop_weighted_figures(tmp_path):
+    # With Babel a flow's path length is not known in advance (hops None): its air-time and
+    # packet-hop figures are left out rather than counted as one hop, and the report renders.
+    p = rp.HOP_PAYLOAD_BYTES
+    fl = [flow("m0", 1.0, hops=None, bytes=100 * p), flow("m1", 1.0, hops=3, bytes=50 * p)]
+    r = rec("a", 0, fl)
+    r["nodes"] = 1
+    r["totals"].update(state_idle_us=5_000_000, state_cca_us=0, state_tx_us=5_000_000, state_rx_us=0,
+                       air_large_us=1_000_000, air_small_us=0, air_mac_us=0, air_retry_us=0)
+    r["hop_data"] = {"sent": 1000, "resent": 0, "received": 900, "duplicates": 0, "nodes": 2}
+    air = rp.airtime_table([r], "m")["a"]
+    assert air["tx"] == pytest.approx(0.5) and "bit_hops_per_air_s" not in air
+    h = rp.hop_data_table([r], "m")["a"]
+    assert h["reached"] == pytest.approx(0.9) and "delivered" not in h
+    meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
+    rp.aggregate([r], [dummy_experiment()], [], tmp_path, meta, plots=False)
+    md = (tmp_path / "report.md").read_text()
+    assert "| a | 1 | 1000 | 90.0 % | 0.0 % | 0.0 % | — |" in md
+
+
 def test_top_share_is_the_largest_flows_part_of_the_total():
     # Hop §5.3.1: "the top three TCP flows get around 90% of the total goodput"
     assert rp.top_share([5.0, 3.0, 1.0, 0.5, 0.5], 3) == pytest.approx(0.9)
