@@ -109,7 +109,8 @@ def test_emulated_hxh_overhears_the_relay_forward_instead_of_acknowledging_each_
     assert status[0]["counters"]["rx_overheard"] > 0, status[0]["counters"]
     assert hxh[0]["extra"].get("passive_acks", 0) > 0, hxh[0]
     relay = hxh[1]["sent_by_type"]
-    assert relay.get("hopack", 0) * 4 < relay["data"], relay
+    # The relay acknowledges only duplicates and packets it had no room for.
+    assert relay.get("hopack", 0) * 4 < relay["data"], (relay, hxh[1]["extra"])
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
 
 

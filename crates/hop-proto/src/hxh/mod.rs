@@ -519,6 +519,7 @@ impl HxhTransport {
             rl.last_activity = now;
         }
         let mut implied = 0;
+        let synced_sent_at = flow.fwd.inflight.get(&d.seq).map(|inf| inf.sent_at);
         let freed = match flow.fwd.inflight.remove(&d.seq) {
             Some(inf) => {
                 flow.fwd
@@ -543,6 +544,21 @@ impl HxhTransport {
             }
             None => false,
         };
+        // The credits are the next hop's when it sent this packet. What we sent to it after
+        // this packet may still be on the way (in our interface and MAC queues) and is not
+        // in them: count it against the pool, or a source that hands packets to its
+        // interface faster than the air carries them overruns the next hop's buffer. Packets
+        // that did arrive before the next hop sent this one are counted twice, which errs
+        // on the side of the buffer.
+        flow.fwd.sent_since_sync = flow
+            .fwd
+            .inflight
+            .values()
+            .filter(|i| match synced_sent_at {
+                Some(t) => i.sent_at > t,
+                None => true,
+            })
+            .count() as u32;
         self.bump("passive_syncs");
         if implied > 0 {
             *self.stats.extra.entry("passive_acks_implied").or_insert(0) += implied;
@@ -1617,6 +1633,37 @@ mod tests {
         // (five EWMAs of the delay), not after the explicit variant's shorter timeout.
         let fw = &t.flows[&F].fwd;
         assert!(fw.hop_rto(&t.cfg) >= fw.stall_after(&t.cfg));
+    }
+
+    #[test]
+    fn passive_credits_count_what_is_still_on_the_way_to_the_next_hop() {
+        // Source 1 hands four packets to its interface, one a millisecond; relay 2 has
+        // received only the first when it forwards it, advertising three credits.
+        let (mut t, mut env) = source(HxhConfig {
+            passive_feedback: true,
+            ..HxhConfig::default()
+        });
+        for i in 0..4 {
+            assert!(t.poll_transmit(&mut env.ctx(ms(i), 1)).is_some());
+        }
+        let heard = |body| Received {
+            link_src: 2,
+            link_dst: 3,
+            overheard: true,
+            body,
+        };
+        let b = data_with_credits(0, 0, 3);
+        t.handle(&mut env.ctx(ms(10), 1), heard(&b)).unwrap();
+        // Packets 1-3 left after packet 0 and are not in the relay's three credits: sending
+        // three more would put seven packets toward a relay that takes six (4 + reserve 2).
+        assert_eq!(t.flows[&F].fwd.pool(), 0);
+        assert!(drain(&mut t, &mut env, ms(10), 1).is_empty());
+        // The relay forwards packet 3 with one credit: 1 and 2 went before it, nothing of
+        // ours is on the way, and the one credit is ours to use.
+        let b = data_with_credits(3, 0, 1);
+        t.handle(&mut env.ctx(ms(20), 1), heard(&b)).unwrap();
+        assert!(t.flows[&F].fwd.inflight.is_empty());
+        assert_eq!(drain(&mut t, &mut env, ms(20), 1).len(), 1);
     }
 
     #[test]
