@@ -179,6 +179,7 @@ pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, Stri
     o.bool("backpressure", &mut c.backpressure)?;
     o.bool("ack_withholding", &mut c.ack_withholding)?;
     o.secs("withhold_timeout", &mut c.withhold_timeout)?;
+    o.uint("withhold_turn_sends", &mut c.withhold_turn_sends)?;
     o.bool("wait_notice", &mut c.wait_notice)?;
     o.secs("wait_hold", &mut c.wait_hold)?;
     o.bool("txop_past_full_window", &mut c.txop_past_full_window)?;

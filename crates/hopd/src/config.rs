@@ -169,6 +169,7 @@ pub struct HopParams {
     pub early_bsyn: Option<bool>,
     pub round_per_next_hop: Option<bool>,
     pub wait_notice: Option<bool>,
+    pub withhold_turn_sends: Option<u32>,
     pub txop_past_full_window: Option<bool>,
     pub pipelining: Option<bool>,
 }

@@ -83,6 +83,9 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.wait_notice {
         h.wait_notice = v;
     }
+    if let Some(v) = p.withhold_turn_sends {
+        h.withhold_turn_sends = v;
+    }
     if let Some(v) = p.txop_past_full_window {
         h.txop_past_full_window = v;
     }

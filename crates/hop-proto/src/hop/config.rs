@@ -100,6 +100,19 @@ pub const TAIL_EXT_RESET_AFTER: u32 = 16;
 /// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
 pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// With `withhold_turn_sends` = k > 0, ack withholding ends a sender's turn, while other
+/// senders wait, once it has sent k times its block's packets in the turn (counted from the
+/// `expect` of its BSYNs): at its next BSYN round its partial block stays, and it asks again
+/// behind the others. §3.5 keeps the turn until the block completes, which hands every
+/// sender the same number of blocks: one whose link loses most frames then holds the
+/// receiver for many times the air of the others, and the receiver's good links carry as
+/// little as its worst (the 802.11 "performance anomaly", Heusse et al., INFOCOM 2003).
+/// k = 2 ends a turn early only on a link that needs more than two transmissions per packet
+/// (ETX above 2). Off by default (0, the paper): on the simulated 30-flow meshes ending
+/// turns delays the blocks behind them more than it gives (docs/wire-format.md, "Ack
+/// withholding"). Not in the paper.
+pub const DEFAULT_WITHHOLD_TURN_SENDS: u32 = 0;
+
 /// A sender told to wait (a BACK with `FLAG_WAIT`: its BSYN is held by ack withholding, §3.5,
 /// or backpressure, §3.3) asks again after this long unless its turn comes first. The
 /// receiver calls the sender when its turn comes, so this only bounds what a lost turn or a
@@ -152,6 +165,9 @@ pub struct HopConfig {
     pub ack_withholding: bool,
     /// Silence after which ack withholding moves on to another sender.
     pub withhold_timeout: Duration,
+    /// Packets one sender may send in a turn while others wait, in blocks of its own (see
+    /// [`DEFAULT_WITHHOLD_TURN_SENDS`]); zero: a turn lasts until the block completes (§3.5).
+    pub withhold_turn_sends: u32,
     /// A receiver that withholds a BSYN (§3.3, §3.5) answers it with a wait notice (a BACK
     /// with `FLAG_WAIT`), and the sender then asks again only after `wait_hold`. Off (the
     /// paper, and the default): the receiver stays silent and the sender repeats its BSYN on
@@ -277,6 +293,7 @@ impl Default for HopConfig {
             backpressure: true,
             ack_withholding: true,
             withhold_timeout: DEFAULT_WITHHOLD_TIMEOUT,
+            withhold_turn_sends: DEFAULT_WITHHOLD_TURN_SENDS,
             wait_notice: false,
             wait_hold: DEFAULT_WAIT_HOLD,
             txop_past_full_window: false,

@@ -293,6 +293,12 @@ struct Waiting {
 #[derive(Debug, Clone, Copy)]
 struct Admitted {
     last_heard: Instant,
+    /// Packets the sender sent in this turn, from the `expect` of its BSYNs
+    /// (`withhold_turn_sends`).
+    sent: u32,
+    /// Packets of the block held here when this node last answered the sender: a BSYN's
+    /// `expect` above it is what the sender sent since.
+    base: u32,
 }
 
 /// The Hop transport of one node.
@@ -1490,6 +1496,9 @@ impl HopTransport {
             Some(b) => {
                 b.last_used = now;
                 b.last_back = Some(now);
+                if let Some(a) = self.admitted.get_mut(&(key, n)) {
+                    a.base = b.have.count();
+                }
                 let mut bits = Vec::with_capacity(b.have.len().div_ceil(8) as usize);
                 b.have.write_bytes(&mut bits);
                 let dups = std::mem::take(&mut b.dups);
@@ -1603,6 +1612,9 @@ impl HopTransport {
             self.drop_block(key, n);
         }
         let complete_here = existing_ok.is_some_and(|(same, c)| same && c);
+        if !retry && !complete_here {
+            self.end_long_turn(ctx, key, n, from, geom, expect);
+        }
         if vtx && !retry {
             // A virtual retransmission served (wholly or partly) from this node's cache.
             let held = self
@@ -1693,7 +1705,15 @@ impl HopTransport {
         }
         let complete = b.complete();
         if !complete {
-            self.admitted.insert((key, n), Admitted { last_heard: now });
+            let base = b.have.count();
+            self.admitted
+                .entry((key, n))
+                .and_modify(|a| a.last_heard = now)
+                .or_insert(Admitted {
+                    last_heard: now,
+                    sent: 0,
+                    base,
+                });
         }
         self.note_cache();
         if complete {
@@ -2319,6 +2339,65 @@ impl HopTransport {
                 };
                 self.push_ctrl(nh, &msg);
             }
+        }
+    }
+
+    /// Ack withholding: the sender of block `n` asks for another round of its turn, having
+    /// sent the packets up to `expect`. A turn in which it sent more than
+    /// `withhold_turn_sends` blocks' worth, while another sender waits, ends here: the next
+    /// sender is served, and this one's BSYN is withheld like any other (its partial block
+    /// stays).
+    fn end_long_turn(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: FlowKey,
+        n: u32,
+        from: NodeId,
+        geom: BlockGeom,
+        expect: u16,
+    ) {
+        let budget = self.cfg.withhold_turn_sends;
+        if !self.cfg.ack_withholding || budget == 0 {
+            return;
+        }
+        let Some(a) = self.admitted.get_mut(&(key, n)) else {
+            return;
+        };
+        // Several BSYNs of one round (a repeat, an early one) count what is new once.
+        a.sent = a
+            .sent
+            .saturating_add(u32::from(expect).saturating_sub(a.base));
+        a.base = a.base.max(u32::from(expect));
+        let spent = u64::from(a.sent) > u64::from(budget) * u64::from(geom.packets());
+        let others = self
+            .waiting
+            .iter()
+            .any(|w| w.from != from && w.reason == Withhold::AckWithholding);
+        if !spent || !others {
+            return;
+        }
+        self.admitted.remove(&(key, n));
+        let holder = self.last_holder.replace(from);
+        self.service_waiting(ctx);
+        if self.admitted.is_empty() {
+            // Nobody could take the turn (their blocks wait for room): keep serving this
+            // sender, for another turn.
+            self.last_holder = holder;
+            let base = self
+                .flows
+                .get(&key)
+                .and_then(|f| f.blocks.get(&n))
+                .map_or(0, |b| b.have.count());
+            self.admitted.insert(
+                (key, n),
+                Admitted {
+                    last_heard: ctx.now,
+                    sent: 0,
+                    base,
+                },
+            );
+        } else {
+            self.extra("turns_ended");
         }
     }
 

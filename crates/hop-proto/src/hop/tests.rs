@@ -678,6 +678,78 @@ fn ack_withholding_serves_one_block_at_a_time_in_order_of_asking() {
     assert_eq!(backs_to(&h.drain(), 4), vec![(0, 3)]);
 }
 
+/// A BSYN of `bsyn_from`'s block announcing `expect` packets held once the round arrives.
+fn bsyn_expecting(src: NodeId, flow: u32, expect: u16) -> HopMessage<'static> {
+    let mut m = bsyn_from(src, flow);
+    if let HopBody::Bsyn { expect: e, .. } = &mut m.body {
+        *e = expect;
+    }
+    m
+}
+
+#[test]
+fn a_turn_that_sent_its_budget_ends_when_another_sender_waits() {
+    // Two blocks' worth of packets per turn (the block has three).
+    let cfg = HopConfig {
+        withhold_turn_sends: 2,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(cfg));
+    h.recv(1, &bsyn_from(1, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    // Node 1's link loses most frames: of each round of three packets one arrives (packet 0
+    // in the first round, then nothing new).
+    let mut m = data_packet(0, 250, 0, &[1u8; 100]);
+    m.header.src = 1;
+    m.header.flow_id = 1;
+    m.header.dst = 2;
+    h.recv(1, &m);
+    // Round 1 ends: three sent. Alone, node 1 keeps the turn past its budget.
+    h.recv(1, &bsyn_expecting(1, 1, 3));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    h.recv(1, &bsyn_expecting(1, 1, 3));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    h.recv(3, &bsyn_from(3, 1));
+    assert!(h.drain().is_empty());
+    // Round 3 (two more sent: 3 + 2 + 2 = 7 > 2 x 3): node 3 waits, so the turn ends and
+    // node 3 is served.
+    h.recv(1, &bsyn_expecting(1, 1, 3));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 3), vec![(0, 3)]);
+    assert!(backs_to(&out, 1).is_empty());
+    assert_eq!(h.t.stats().extra["turns_ended"], 1);
+    let key1 = FlowKey { src: 1, id: 1 };
+    assert_eq!(
+        h.t.flows[&key1].blocks[&0].have.count(),
+        1,
+        "the partial block stays"
+    );
+    // Node 1's rounds are withheld while node 3's block is in progress...
+    h.recv(1, &bsyn_expecting(1, 1, 3));
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    // ...and when it completes, node 1's turn comes back, its packet still held.
+    complete_block_from(&mut h, 3, 1);
+    assert_eq!(backs_to(&h.drain(), 1), vec![(0, 3)]);
+    assert_eq!(h.t.flows[&key1].blocks[&0].have.count(), 1);
+}
+
+#[test]
+fn by_default_a_turn_lasts_until_the_block_completes() {
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    h.recv(3, &bsyn_from(3, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    // Node 1 sends its three packets round after round and none arrives.
+    for _ in 0..20 {
+        h.now += Duration::from_millis(300);
+        h.recv(1, &bsyn_expecting(1, 1, 3));
+        h.recv(3, &bsyn_from(3, 1));
+        let out = h.drain();
+        assert_eq!(backs_to(&out, 1).len(), 1);
+        assert!(backs_to(&out, 3).is_empty());
+    }
+}
+
 #[test]
 fn a_block_released_by_silence_waits_for_its_next_turn() {
     let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
