@@ -2376,6 +2376,7 @@ impl HopTransport {
         if !spent || !others {
             return;
         }
+        let turn = *a;
         self.admitted.remove(&(key, n));
         let holder = self.last_holder.replace(from);
         self.service_waiting(ctx);
@@ -2383,19 +2384,7 @@ impl HopTransport {
             // Nobody could take the turn (their blocks wait for room): keep serving this
             // sender, for another turn.
             self.last_holder = holder;
-            let base = self
-                .flows
-                .get(&key)
-                .and_then(|f| f.blocks.get(&n))
-                .map_or(0, |b| b.have.count());
-            self.admitted.insert(
-                (key, n),
-                Admitted {
-                    last_heard: ctx.now,
-                    sent: 0,
-                    base,
-                },
-            );
+            self.admitted.insert((key, n), Admitted { sent: 0, ..turn });
         } else {
             self.extra("turns_ended");
         }
