@@ -106,6 +106,8 @@ struct RawConfig {
     kernel_routes: bool,
     #[serde(default)]
     overhear: bool,
+    link_status_socket: Option<PathBuf>,
+    link_queue_frames: Option<Spanned<u32>>,
     #[serde(default)]
     hosts: Vec<RawNeighbour>,
     storage: RawStorage,
@@ -204,6 +206,10 @@ pub struct Config {
     /// Read the unicast datagrams neighbours send each other from a packet socket
     /// (CAP_NET_RAW): HxH then uses passive feedback (HxH §3.2) and Hop caches what it hears.
     pub overhear: bool,
+    /// A Unix datagram socket on which the link reports its transmit backlog
+    /// ([`crate::linkstatus`]); hopd then keeps at most `link_queue_frames` frames queued there.
+    pub link_status_socket: Option<PathBuf>,
+    pub link_queue_frames: u32,
     /// IP addresses of nodes that are not neighbours (for kernel routes).
     pub hosts: Vec<(NodeId, IpAddr)>,
     pub storage_dir: PathBuf,
@@ -368,6 +374,24 @@ impl Config {
         };
         let control_dscp = dscp(&raw.control_dscp, "control_dscp", DSCP_EF)?;
         let data_dscp = dscp(&raw.data_dscp, "data_dscp", DSCP_CS1)?;
+        let link_queue_frames = match &raw.link_queue_frames {
+            None => crate::linkstatus::DEFAULT_QUEUE_FRAMES,
+            Some(f) if (1..=1024).contains(f.get_ref()) => *f.get_ref(),
+            Some(f) => {
+                return Err(ctx.err(
+                    Some(f.span()),
+                    format!("link_queue_frames = {} is out of range", f.get_ref()),
+                    "use 1..1024 frames (the default is 4)",
+                ))
+            }
+        };
+        if raw.link_queue_frames.is_some() && raw.link_status_socket.is_none() {
+            return Err(ctx.err(
+                raw.link_queue_frames.as_ref().map(|f| f.span()),
+                "link_queue_frames needs link_status_socket".into(),
+                "add link_status_socket = \"/run/...\" (where the link reports its backlog), or remove the key",
+            ));
+        }
         let metrics_listen = match &raw.metrics_listen {
             Some(m) => Some(parse_addr(&ctx, m, "metrics_listen", None)?),
             None => None,
@@ -491,6 +515,8 @@ impl Config {
             routes,
             kernel_routes: raw.kernel_routes,
             overhear: raw.overhear,
+            link_status_socket: raw.link_status_socket,
+            link_queue_frames,
             hosts,
             storage_dir,
             max_memory_bytes: raw

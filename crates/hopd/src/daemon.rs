@@ -139,6 +139,16 @@ pub struct Daemon {
     txq: crate::io::TxQueue,
     /// The packet socket of `overhear = true`.
     overhear: Option<crate::overhear::Overhear>,
+    /// The link's transmit backlog (`link_status_socket`).
+    link: Option<crate::linkstatus::LinkStatus>,
+}
+
+/// A link status report waiting; never, without the socket.
+async fn link_report(l: &Option<crate::linkstatus::LinkStatus>) -> std::io::Result<()> {
+    match l {
+        Some(l) => l.readable().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Readiness of the overhearing socket; never, without one.
@@ -238,6 +248,17 @@ impl Daemon {
         } else {
             None
         };
+        let link = match &cfg.link_status_socket {
+            Some(p) => {
+                let l =
+                    crate::linkstatus::LinkStatus::bind(p, cfg.link_queue_frames).map_err(|e| {
+                        io_err(&format!("binding link_status_socket {}", p.display()), e)
+                    })?;
+                debug!(path = %p.display(), limit = cfg.link_queue_frames, "link status socket ready");
+                Some(l)
+            }
+            None => None,
+        };
         let routes = merged_routes(&cfg, &BTreeMap::new());
         let transport_id = transport.id();
         let mut node = Node::new(cfg.node_id, Box::new(routes), first_counter());
@@ -268,6 +289,7 @@ impl Daemon {
             rx: Some(Box::new(crate::io::RxBatch::new())),
             txq: crate::io::TxQueue::new(true),
             overhear,
+            link,
             cfg,
         };
         d.scan_inbox();
@@ -300,7 +322,13 @@ impl Daemon {
             self.drain_events();
             let deadline = self.node.poll_timeout().map(|t| self.to_instant(t));
             let blocked = self.txq.blocked();
-            let more_tx = blocked.is_none() && self.counters.tx_budget_exhausted;
+            let link_full = self.link.as_ref().is_some_and(|l| l.backlog.full());
+            let stale = self
+                .link
+                .as_ref()
+                .and_then(|l| l.backlog.stale_at())
+                .map(tokio::time::Instant::from_std);
+            let more_tx = blocked.is_none() && self.counters.tx_budget_exhausted && !link_full;
             let ctrl = self.ctrl.clone();
             let done = self.custody_done.clone();
             let wsock = match blocked {
@@ -317,6 +345,17 @@ impl Daemon {
                 r = overheard(&self.overhear) => {
                     r?;
                     self.receive_overheard();
+                }
+                r = link_report(&self.link) => {
+                    r?;
+                    if let Some(l) = self.link.as_mut() {
+                        l.drain();
+                    }
+                }
+                _ = sleep_opt(stale), if stale.is_some() => {
+                    if let Some(l) = self.link.as_mut() {
+                        l.backlog.expire(std::time::Instant::now());
+                    }
                 }
                 Some(cmd) = cmds.recv() => self.handle_cmd(cmd),
                 _ = done.notify.notified() => self.custody_written(),
@@ -446,6 +485,11 @@ impl Daemon {
         }
         let mut polled = 0;
         while polled < TX_BATCH {
+            if let Some(l) = self.link.as_mut() {
+                if !l.backlog.room(std::time::Instant::now()) {
+                    break;
+                }
+            }
             let now = self.now();
             let Some(t) = self.node.poll_transmit(now) else {
                 tracing::trace!(stats = ?self.node.stats(), timeout = ?self.node.poll_timeout(), now = ?now, "nothing to transmit");
@@ -472,6 +516,9 @@ impl Daemon {
                 data: t.class == Class::Data,
                 payload,
             });
+            if let Some(l) = self.link.as_mut() {
+                l.backlog.sent();
+            }
         }
         if self.send_queued() && polled == TX_BATCH {
             self.counters.tx_budget_exhausted = true;
@@ -919,6 +966,7 @@ impl Daemon {
             "custody": self.custody_json(),
             "spool": self.spool_json(),
             "counters": self.counters,
+            "link_status": self.link.as_ref().map(|l| l.backlog.counters),
             "node": stats,
         })
     }

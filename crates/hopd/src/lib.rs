@@ -9,6 +9,7 @@ pub mod config;
 pub mod daemon;
 pub mod flowfmt;
 pub mod io;
+pub mod linkstatus;
 pub mod metrics;
 pub mod netlink;
 pub mod overhear;
