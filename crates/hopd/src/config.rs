@@ -617,6 +617,26 @@ mod tests {
     }
 
     #[test]
+    fn link_status_is_off_by_default_and_its_limit_is_checked() {
+        let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
+        assert_eq!(c.link_status_socket, None);
+        let text = format!("link_status_socket = \"/run/l.sock\"\n{}", good());
+        let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+        assert_eq!(c.link_status_socket, Some(PathBuf::from("/run/l.sock")));
+        assert_eq!(c.link_queue_frames, crate::linkstatus::DEFAULT_QUEUE_FRAMES);
+        let text = format!(
+            "link_status_socket = \"/run/l.sock\"\nlink_queue_frames = 0\n{}",
+            good()
+        );
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("out of range"), "{e}");
+        let text = format!("link_queue_frames = 8\n{}", good());
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert!(e.message.contains("needs link_status_socket"), "{e}");
+    }
+
+    #[test]
     fn dscps_default_to_voice_and_background_and_are_checked() {
         let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
         assert_eq!((c.control_dscp, c.data_dscp), (DSCP_EF, DSCP_CS1));
