@@ -214,6 +214,9 @@ class HopDriver(Driver):
             for d, nh in sorted(lab.table[node].items()):
                 lines += ["[[routes]]", f"destination = {self.node_id(d)}",
                           f"next_hop = {self.node_id(nh)}", ""]
+        if lab.spec.reports_link_status():
+            # Send only while the MAC holds few frames, as a real interface's socket would.
+            lines.insert(4, f'link_status_socket = "{lab.link_status_socket(node)}"')
         lines += ["[storage]", f'dir = "{lab.work / f"hopd-{node}" / "store"}"', "",
                   "[security]", f'mesh_key = "{"4c" * 32}"', ""]
         if params:

@@ -185,6 +185,10 @@ class Lab:
     def ip(self, node: int) -> str:
         return ip_of(node)
 
+    def link_status_socket(self, node: int) -> Path:
+        """Where node `node`'s daemon receives its MAC backlog from the medium (medium.link_status)."""
+        return self.sockets / f"link-{node}.sock"
+
     def flow_file(self, idx: int, role: str) -> Path:
         return self.work / f"flow{idx}-{role}.json"
 
@@ -312,6 +316,7 @@ class Lab:
             "txop_us": spec.medium.txop_us,
             "classify_dscp": spec.medium.classify_dscp,
             "overhear": spec.medium.overhear,
+            "link_status": [str(self.link_status_socket(i)) for i in range(t.n)] if spec.reports_link_status() else [],
             "no_retry_tids": spec.medium.no_retry_tids(),
             "links": links,
             "seed": spec.seed,

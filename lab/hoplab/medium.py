@@ -149,6 +149,11 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
     tap_fds = [open_tap(name) for name in cfg["taps"]]
     for i in range(n):
         hl.AttachTap(i, tap_fds[i], devices.Get(i).GetObject[ns.WifiNetDevice]())
+    for i, path in enumerate(cfg.get("link_status") or []):
+        # Each node's MAC backlog to the node's Unix socket (medium_cpp.h, "link status").
+        err = str(hl.SetLinkStatus(i, devices.Get(i).GetObject[ns.WifiNetDevice](), str(path)))
+        if err:
+            raise OSError(f"medium: {err}")
     err = str(hl.StartTapIo())
     if err:
         raise OSError(f"medium: tap I/O threads: {err}")
@@ -177,6 +182,7 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
             dict(zip(COUNTER_NAMES, [int(x) for x in hl.CountersOf(i)])) for i in range(n)
         ],
         "taps": dict(zip(TAP_COUNTER_NAMES, [int(x) for x in hl.TapCountersAll()])),
+        "link_status": dict(zip(["reports", "refused"], [int(x) for x in hl.LinkStatusCounters()])),
     }
     Path(cfg["out"]).write_text(json.dumps(out))
     ns.Simulator.Destroy()

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -566,6 +568,109 @@ WriterLoop()
     }
 }
 
+// ---- link status: each node's transmit backlog, reported to the node -------------
+// The tap driver orphans a frame as the medium reads it, so a node's sockets never fill
+// while its MAC queue does (docs/lab.md, known gaps). On a real interface a frame stays
+// charged to its socket until the driver has sent it. With link status on, the medium
+// tells a node how many frames its MAC still holds (queued or in flight, all access
+// categories) whenever that number falls: one datagram to the node's Unix socket, the way
+// a driver reports transmit status. Layout (big-endian): "HLQ1", backlog (u32), frames
+// read from the node's tap so far (u64). A node that is not listening loses the report.
+static int g_status_fd = -1;
+static std::vector<sockaddr_un> g_status_addr;   // per node; empty sun_path: off
+static std::vector<Ptr<WifiMac>> g_status_mac;
+static std::vector<uint8_t> g_status_pending;
+static std::vector<uint64_t> g_status_taken;     // frames read from the tap (loop thread)
+static uint64_t g_status_sent{0}, g_status_errors{0};
+
+static uint32_t
+MacBacklog(uint32_t node)
+{
+    uint32_t n = 0;
+    for (AcIndex ac : {AC_BE, AC_BK, AC_VI, AC_VO})
+    {
+        Ptr<WifiMacQueue> q = g_status_mac[node]->GetTxopQueue(ac);
+        if (q)
+            n += q->GetNPackets();
+    }
+    return n;
+}
+
+static void
+SendStatus(uint32_t node)
+{
+    g_status_pending[node] = 0;
+    uint8_t msg[16] = {'H', 'L', 'Q', '1'};
+    uint32_t b = MacBacklog(node);
+    uint64_t t = g_status_taken[node];
+    for (int i = 0; i < 4; i++)
+        msg[4 + i] = uint8_t(b >> (24 - 8 * i));
+    for (int i = 0; i < 8; i++)
+        msg[8 + i] = uint8_t(t >> (56 - 8 * i));
+    const sockaddr_un& a = g_status_addr[node];
+    ssize_t r = ::sendto(g_status_fd, msg, sizeof(msg), MSG_DONTWAIT,
+                         reinterpret_cast<const sockaddr*>(&a), sizeof(a));
+    if (r == ssize_t(sizeof(msg)))
+        g_status_sent++;
+    else
+        g_status_errors++;
+}
+
+// A frame left one of the node's MAC queues (sent and acknowledged, sent without
+// acknowledgement, dropped or expired): report once the event has run its course.
+static void
+OnQueueOut(uint32_t node, Ptr<const WifiMpdu>)
+{
+    if (g_status_pending[node])
+        return;
+    g_status_pending[node] = 1;
+    Simulator::ScheduleNow(&SendStatus, node);
+}
+
+// Report node `node`'s backlog to the Unix datagram socket at `path`; returns an error
+// text, empty on success.
+std::string
+SetLinkStatus(uint32_t node, Ptr<WifiNetDevice> dev, std::string path)
+{
+    if (g_status_fd < 0)
+    {
+        g_status_fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (g_status_fd < 0)
+            return std::string("link status socket: ") + std::strerror(errno);
+    }
+    sockaddr_un a{};
+    if (path.size() >= sizeof(a.sun_path))
+        return "link status path too long: " + path;
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.data(), path.size());
+    if (g_status_addr.size() <= node)
+    {
+        g_status_addr.resize(node + 1, sockaddr_un{});
+        g_status_mac.resize(node + 1);
+        g_status_pending.resize(node + 1, 0);
+        g_status_taken.resize(node + 1, 0);
+    }
+    g_status_addr[node] = a;
+    g_status_mac[node] = dev->GetMac();
+    for (AcIndex ac : {AC_BE, AC_BK, AC_VI, AC_VO})
+    {
+        Ptr<WifiMacQueue> q = dev->GetMac()->GetTxopQueue(ac);
+        if (!q)
+            continue;
+        q->TraceConnectWithoutContext("Dequeue", MakeBoundCallback(&OnQueueOut, node));
+        q->TraceConnectWithoutContext("Drop", MakeBoundCallback(&OnQueueOut, node));
+        q->TraceConnectWithoutContext("Expired", MakeBoundCallback(&OnQueueOut, node));
+    }
+    return "";
+}
+
+// Reports sent, and reports the kernel refused (no node listening yet, or its buffer full).
+std::vector<uint64_t>
+LinkStatusCounters()
+{
+    return {g_status_sent, g_status_errors};
+}
+
 // Runs in the event loop: a frame read from node `node`'s tap goes to its device.
 static void
 FromTap(uint32_t node, uint8_t* buf, uint32_t len)
@@ -582,6 +687,8 @@ FromTap(uint32_t node, uint8_t* buf, uint32_t len)
     Ptr<Packet> p = Create<Packet>(buf + 14, len - 14);
     std::free(buf);
     g_tap.from_tap++;
+    if (node < g_status_taken.size())
+        g_status_taken[node]++;
     g_tap_dev[node]->Send(p, dst, type);
 }
 

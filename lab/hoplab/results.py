@@ -106,6 +106,7 @@ def assemble(spec, run: dict) -> dict:
             "totals": medium_totals(counters), "per_node": counters,
             "sim_seconds": med.get("sim_seconds"), "control_log": med.get("control_log", []),
             "taps": med.get("taps"),
+            "link_status": med.get("link_status") if spec.reports_link_status() else None,
         },
         "topology": spec.topology.to_dict(),
         "routing": spec.routing,

@@ -61,6 +61,11 @@ class Medium:
     # Access categories whose unicast frames get no link retries (the others keep
     # retry_limit): Hop §4.1 turns link ARQ off for its data frames only.
     no_arq_acs: list[str] = field(default_factory=list)
+    # The medium reports each node's MAC backlog to the node's hopd (medium_cpp.h, "link
+    # status"), which sends only while that backlog is short, as a real interface's socket
+    # would hold it back (docs/lab.md). Only runs with hopd flows get reports: kernel TCP and
+    # the other peers have no use for them. False: the tap takes every frame at once.
+    link_status: bool = True
 
     def no_retry_tids(self) -> int:
         """The TIDs of `no_arq_acs` as a bit mask (bit i = TID i)."""
@@ -127,6 +132,11 @@ class Spec:
     lag_bound_ms: float = DEFAULT_LAG_BOUND_MS
     settle: float = 1.0
     source: dict = field(default_factory=dict)
+
+    def reports_link_status(self) -> bool:
+        """Whether the medium reports MAC backlogs in this run: medium.link_status, and hopd
+        runs (a flow of the hop driver)."""
+        return self.medium.link_status and any(f.driver == "hop" for f in self.flows)
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)(i?)[bB]?\s*$")
@@ -235,7 +245,8 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
 
     md = d.get("medium", {})
     _check_keys(md, {"standard", "rate_mbps", "auto_rate", "retry_limit", "rts_cts", "txop_us",
-                     "broadcast_rate_mbps", "classify_dscp", "no_arq_acs", "overhear"}, "medium")
+                     "broadcast_rate_mbps", "classify_dscp", "no_arq_acs", "overhear",
+                     "link_status"}, "medium")
     std = _take(md, "standard", str, DEFAULT_STANDARD, "medium")
     if std not in ("b", "g"):
         raise SpecError("medium.standard must be 'b' or 'g'")
@@ -256,6 +267,7 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
         broadcast_rate_mbps=_take(md, "broadcast_rate_mbps", float, None, "medium"),
         classify_dscp=_take(md, "classify_dscp", bool, True, "medium"),
         overhear=_take(md, "overhear", bool, False, "medium"),
+        link_status=_take(md, "link_status", bool, True, "medium"),
         no_arq_acs=sorted(set(no_arq)),
     )
     if m.no_arq_acs and m.auto_rate:

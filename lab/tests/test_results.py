@@ -163,6 +163,9 @@ def test_hopd_config_uses_lab_routes(tmp_path):
         def ip(self, n):
             return ip_of(n)
 
+        def link_status_socket(self, n):
+            return tmp_path / f"link-{n}.sock"
+
     lab = FakeLab()
     d = drivers.HopDriver()
     text = d.config(lab, 1, "hop", {"backpressure_limit": 100}, control_dscp=8)
@@ -173,6 +176,8 @@ def test_hopd_config_uses_lab_routes(tmp_path):
     assert sorted(n["id"] for n in cfg["neighbours"]) == [1, 3]
     assert {r["destination"]: r["next_hop"] for r in cfg["routes"]} == {1: 1, 3: 3, 4: 3}
     assert cfg["hop"]["backpressure_limit"] == 100
+    # the medium reports node 1's MAC backlog there (medium.link_status, on by default)
+    assert cfg["link_status_socket"] == str(tmp_path / "link-1.sock")
     assert topology.chain(4).n == 4
     try:
         hopd = drivers.HopDriver.binary("hopd")

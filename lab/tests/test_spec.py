@@ -113,3 +113,12 @@ def test_example_specs_parse():
     for p in examples:
         s = spec.load(p)
         assert s.flows and s.topology.n >= 2
+
+
+def test_link_status_is_on_by_default_and_only_for_runs_with_hopd():
+    def mk(driver, **medium):
+        return spec.from_dict({"topology": {"kind": "chain", "nodes": 2}, "medium": medium,
+                               "flow": [{"driver": driver, "src": 0, "dst": 1, "size": "1KB"}]})
+    assert mk("hop").medium.link_status and mk("hop").reports_link_status()
+    assert not mk("tcp").reports_link_status()  # nobody would read the reports
+    assert not mk("hop", link_status=False).reports_link_status()

@@ -114,6 +114,38 @@ def test_emulated_hxh_overhears_the_relay_forward_instead_of_acknowledging_each_
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
 
 
+@needs_root
+@pytest.mark.usefixtures("medium_server")
+def test_emulated_link_status_holds_hopd_to_a_short_mac_queue(tmp_path):
+    # medium.link_status: the medium reports each node's MAC backlog to its hopd, which sends
+    # only while the MAC holds fewer than link_queue_frames frames. Without it ATP's source
+    # fills ns-3's 500-frame queue on this chain (802.11g 24 Mbit/s, 3 MB) and frames expire
+    # there; with it the backlog waits in ATP's own queue, where ATP measures it.
+    sp = spec.from_dict({
+        "name": "pytest-link-status", "duration": 40,
+        "topology": {"kind": "chain", "nodes": 3},
+        "medium": {"standard": "g", "rate_mbps": 24.0, "link_status": True},
+        "flow": [{"driver": "hop", "src": 0, "dst": 2, "size": 2_000_000, "label": "f",
+                  "options": {"transport": "atp"}}],
+    })
+    out = tmp_path / "out"
+    res = run_spec(sp, out, progress=lambda *_: None)
+    f = res["flows"][0]
+    raw = out / "raw"
+    assert f["complete"] and f["bytes"] == 2_000_000, f
+    assert (raw / "hop-recv-0" / "hop-send-0.bin").read_bytes() == (raw / "hop-send-0.bin").read_bytes()
+    status = [json.loads((raw / f"hopd-{n}" / "status.json").read_text()) for n in range(3)]
+    assert "link_status_socket" in (raw / "hopd-0" / "hopd.toml").read_text()
+    link = [s["link_status"] for s in status]
+    med = res["medium"]
+    assert med["link_status"]["reports"] > 0, med["link_status"]
+    # Source and relay heard their MAC and waited for it; the receiver only sends feedback.
+    assert link[0]["reports"] > 0 and link[0]["full"] > 0 and link[0]["stale"] == 0, link
+    assert link[1]["reports"] > 0, link
+    assert med["totals"]["queue_expired"] == 0 and med["totals"]["queue_full"] == 0, med["totals"]
+    assert lab.lab_namespaces() == [] and lab.lab_links() == []
+
+
 def test_overhearing_hopd_needs_an_overhearing_medium(tmp_path):
     sp = spec.from_dict({
         "name": "pytest-hxh-deaf", "duration": 10, "topology": {"kind": "chain", "nodes": 3},
