@@ -162,6 +162,8 @@ def main(argv=None) -> int:
     rp.add_argument("--points", help="comma-separated points to run, e.g. 2,3 (hop counts) or 16KB")
     rp.add_argument("--variants", help="comma-separated variants (protocols) to run, e.g. hop,tcp (default: all)")
     rp.add_argument("--out", help="output directory (default results/reproduce/<time>-<preset>)")
+    rp.add_argument("--medium", action="append", metavar="KEY=VALUE",
+                    help="override a medium setting in every run, e.g. link_status=true (repeatable)")
     rp.add_argument("--retry-invalid", type=int,
                     help="repeat a run the lab marks invalid (lag) up to N times (default: 1 full, 0 quick)")
     rp.add_argument("--list", action="store_true", help="list the experiments and the time estimate; run nothing")

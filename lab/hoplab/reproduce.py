@@ -626,8 +626,9 @@ def _run_id(r: dict) -> tuple:
 
 def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, progress=print,
             points: list[str] | None = None, retry_invalid: int = 0,
-            previous: list[dict] | None = None, variants: set[str] | None = None) -> list[dict]:
-    """Run the plan; a run the lab marks invalid is repeated up to `retry_invalid` times
+            previous: list[dict] | None = None, variants: set[str] | None = None,
+            medium: dict | None = None) -> list[dict]:
+    """Run the plan (`medium`: settings that override every run's medium); a run the lab marks invalid is repeated up to `retry_invalid` times
     (every attempt is recorded; the invalid ones are excluded and counted in the report).
     `previous` are the records of an interrupted run of the same plan (--resume): a run
     that has a valid record there, or has used up its attempts, is kept and not run again."""
@@ -657,7 +658,7 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
             progress(f"reproduce [{i + 1}/{len(todo)}, {(time.time() - t_start) / 60:.1f} min]: "
                      f"{e.id} {e.point_name or 'point'}={_key(p)} rep {rep} {v.name}"
                      + (f" (repeat {attempt}: the previous attempt was invalid)" if attempt else ""))
-            rec = run_one(e, v, p, rep, attempt, quick, out, progress)
+            rec = run_one(e, v, p, rep, attempt, quick, out, progress, medium=medium)
             rec["retry_invalid"] = retry_invalid  # the repeat limit, for `--report-only`
             records.append(rec)
             # With the kept records of the items not reached yet and of runs outside the plan,
@@ -679,7 +680,8 @@ def retry_limit(records: list[dict]) -> int:
     return max((r.get("retry_invalid", r.get("attempt") or 0) for r in records), default=0)
 
 
-def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, out: Path, progress) -> dict:
+def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, out: Path, progress,
+            medium: dict | None = None) -> dict:
     from . import spec as specmod
     from .cli import run_spec
 
@@ -689,7 +691,9 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
     rec["dir"] = str(run_dir.relative_to(out))
     t0 = time.time()
     try:
-        d = materialize(e.spec(v, p, rep, quick), run_dir)
+        d = e.spec(v, p, rep, quick)
+        d.setdefault("medium", {}).update(medium or {})
+        d = materialize(d, run_dir)
         sp = specmod.from_dict(d, run_dir)
         res = run_spec(sp, run_dir, progress=lambda s: s.startswith("waiting") and progress("  " + s))
         rec.update(status="valid" if res["valid"] else "invalid", reason=res.get("invalid_reason"),
@@ -998,6 +1002,27 @@ def estimate(exps: list[Experiment], quick: bool, reps: int | None,
     return runs, secs, lines
 
 
+def parse_medium_overrides(items: list[str]) -> dict:
+    """`KEY=VALUE` settings of the medium table (values in TOML/JSON syntax, e.g.
+    link_status=true, retry_limit=3), checked against the spec's medium keys."""
+    from . import spec as specmod
+    out = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        k = k.strip()
+        if not sep or not k:
+            raise SpecError(f"--medium {it!r}: write KEY=VALUE, e.g. --medium link_status=true")
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v.strip()  # a bare word: a string (e.g. standard=g)
+    if out:
+        # Unknown keys and bad types fail here, before any run.
+        specmod.from_dict({"medium": out, "topology": {"kind": "chain", "nodes": 2},
+                           "flow": [{"src": 0, "dst": 1, "size": "1KB"}]})
+    return out
+
+
 def main(a) -> int:
     reg = registry()
     rows = load_paper()
@@ -1027,6 +1052,7 @@ def main(a) -> int:
         known = {v.name for e in exps for v in e.variants}
         if variants - known:
             raise SpecError(f"unknown variant(s) {sorted(variants - known)} in this selection; known: {sorted(known)}")
+    medium = parse_medium_overrides(getattr(a, "medium", None) or [])
     n, secs, lines = estimate(exps, quick, a.reps, points, variants)
     if not a.report_only:
         print(f"hoplab reproduce ({'quick' if quick else 'full'}): {n} runs, estimated {secs / 60:.0f} min "
@@ -1074,7 +1100,7 @@ def main(a) -> int:
                   f"{out / 'runs.json'}")
         with mediumserver.serving():
             records = run_all(exps, quick, a.reps, out, points=points, retry_invalid=retry, previous=previous,
-                              variants=variants)
+                              variants=variants, medium=medium)
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
     ran = [r for r in records if r.get("started")]
     if ran:  # a resumed reproduction spans several sittings (and possibly commits): say so

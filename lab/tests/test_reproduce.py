@@ -265,6 +265,18 @@ def test_plan_and_estimate_keep_only_the_chosen_variants():
     assert spec["flow"][0]["options"]["hop"] == {"pipelining": False}
 
 
+def test_medium_overrides_are_checked_before_any_run():
+    assert rp.parse_medium_overrides(["link_status=true", "retry_limit=3", "standard=g"]) == {
+        "link_status": True, "retry_limit": 3, "standard": "g"}
+    assert rp.parse_medium_overrides([]) == {}
+    with pytest.raises(SpecError, match="unknown keys"):
+        rp.parse_medium_overrides(["link_stats=true"])
+    with pytest.raises(SpecError, match="expected bool"):
+        rp.parse_medium_overrides(["link_status=3"])
+    with pytest.raises(SpecError, match="KEY=VALUE"):
+        rp.parse_medium_overrides(["link_status"])
+
+
 def test_apply_variant_leaves_background_flows():
     d = {"name": "n", "flow": [{"label": "m0"}, {"label": "voip", "driver": "voip"}]}
     out = apply_variant(d, Variant("hop-h100", "H", {"driver": "hop", "options": {"hop": {"backpressure_limit": 100}}}))
@@ -333,7 +345,7 @@ def test_run_all_repeats_invalid_runs_and_records_every_attempt(tmp_path, monkey
     statuses = iter(["invalid", "valid", "invalid", "invalid", "valid", "error"])
     calls = []
 
-    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress):
+    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress, medium=None):
         calls.append((v.name, rep, attempt))
         return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
                 "status": next(statuses), "flows": []}
@@ -356,7 +368,7 @@ def test_a_run_saturated_for_long_is_not_repeated(tmp_path, monkeypatch):
                  ("starved", 30.0), ("saturated", 1.0)])  # rep 2: the machine's load, repeated
     calls = []
 
-    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress):
+    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress, medium=None):
         calls.append((rep, attempt))
         cause, behind = next(lags)
         return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
@@ -417,7 +429,7 @@ def test_run_all_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path, monkey
     e.full = Scale(reps=4, points=[None])
     calls = []
 
-    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress):
+    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress, medium=None):
         calls.append((rep, attempt))
         return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
                 "status": "valid", "flows": []}
@@ -446,7 +458,7 @@ def test_interrupted_resume_keeps_the_records_it_had_not_reached(tmp_path, monke
         return {"experiment": e.id, "variant": "a", "point": None, "rep": rep, "attempt": 0,
                 "status": status, "flows": []}
 
-    def interrupted(e_, v, p, rep, attempt, quick, out, progress):
+    def interrupted(e_, v, p, rep, attempt, quick, out, progress, medium=None):
         if rep == 1 and attempt == 0:
             return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": 0,
                     "status": "error", "flows": []}
