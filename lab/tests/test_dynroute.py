@@ -99,14 +99,17 @@ def test_spec_accepts_babel_and_names_the_choices():
 def test_hopd_follows_the_kernel_under_dynamic_routing(tmp_path):
     sp = spec.from_dict({"name": "x", "routing": "babel", "topology": {"kind": "chain", "nodes": 4},
                          "flow": [{"driver": "hop", "src": 0, "dst": 3, "size": 1000}]})
-    fake = SimpleNamespace(spec=sp, dynamic=True, table={}, work=tmp_path, sockets=tmp_path, ip=lab.ip_of)
+    status = lambda n: tmp_path / f"link-{n}.sock"  # noqa: E731
+    fake = SimpleNamespace(spec=sp, dynamic=True, table={}, work=tmp_path, sockets=tmp_path, ip=lab.ip_of,
+                           link_status_socket=status)
     cfg = tomllib.loads(HopDriver().config(fake, 1, "hop", {}, "broadcast"))
     assert cfg["kernel_routes"] is True
+    assert cfg["link_status_socket"] == str(tmp_path / "link-1.sock")  # top level, with kernel_routes
     assert "routes" not in cfg
     assert sorted(n["id"] for n in cfg["neighbours"]) == [1, 3]  # hop ids of nodes 0 and 2
     assert [h["id"] for h in cfg["hosts"]] == [4]  # node 3, not in range of node 1
     static = SimpleNamespace(spec=sp, dynamic=False, table={1: {3: 2, 0: 0, 2: 2}}, work=tmp_path, sockets=tmp_path,
-                             ip=lab.ip_of)
+                             ip=lab.ip_of, link_status_socket=status)
     cfg = tomllib.loads(HopDriver().config(static, 1, "hop", {}))
     assert "kernel_routes" not in cfg and {r["destination"]: r["next_hop"] for r in cfg["routes"]}[4] == 3
 
