@@ -285,7 +285,12 @@ class NoRetryTidWifiManager : public ConstantRateWifiManager
         for (const auto& mpdu : *PeekPointer(psdu))
         {
             const WifiMacHeader& h = mpdu->GetHeader();
-            bool no_retry = h.IsQosData() && ((no_retry_tids >> h.GetQosTid()) & 1u);
+            // In flight: the frame went on the air and its ACK is missing. Not in flight: it
+            // lost an internal collision to a higher access category of the same node (ns-3
+            // peeks the head of the losing queue), which never reaches the air; a no-retry
+            // frame then waits for its one transmission instead of being discarded unsent.
+            bool no_retry = h.IsQosData() && ((no_retry_tids >> h.GetQosTid()) & 1u) &&
+                            mpdu->IsInFlight();
             if (no_retry || mpdu->GetRetryCount() >= GetMac()->GetFrameRetryLimit())
                 drop.push_back(mpdu);
         }

@@ -125,8 +125,9 @@ def test_no_arq_acs_turns_link_retries_off_for_one_access_category_only(tmp_path
     })
     res = run_spec(sp, tmp_path / "out", progress=lambda *_: None)
     fl = {f["label"]: f for f in res["flows"]}
-    # 0.5 with one attempt; 0.5 ** 8 = 0.4 % with seven retries
-    assert 0.35 < fl["bk"]["loss"] < 0.65, fl["bk"]["loss"]
+    # 0.5 with one attempt; 0.5 ** 8 = 0.4 % with seven retries. About 137 packets: the
+    # window is 4.7 standard deviations of a fair coin wide on each side.
+    assert 0.3 < fl["bk"]["loss"] < 0.7, fl["bk"]["loss"]
     assert fl["vo"]["loss"] < 0.05, fl["vo"]["loss"]
     sender = res["medium"]["per_node"][0]
     assert sender["tid1"] > 0 and sender["tid6"] > 0, sender
