@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::time::Instant;
-use crate::transport::{Class, Ctx, Received, Transport, TransportStats};
+use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
 use crate::{AppError, Event, FlowKey, RecvError, Routing};
 
 /// A datagram the runtime must send to a neighbour.
@@ -246,10 +246,24 @@ impl Node {
 
     /// Next datagram to send. Transports are served round robin.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        self.poll_with(now, |t, ctx| t.poll_transmit(ctx))
+    }
+
+    /// Next control datagram already queued, never data (see [`Transport::poll_control`]).
+    /// For a runtime whose link has no room for data. Transports are served round robin.
+    pub fn poll_control(&mut self, now: Instant) -> Option<Transmit> {
+        self.poll_with(now, |t, ctx| t.poll_control(ctx))
+    }
+
+    fn poll_with(
+        &mut self,
+        now: Instant,
+        mut poll: impl FnMut(&mut dyn Transport, &mut Ctx<'_>) -> Option<Outgoing>,
+    ) -> Option<Transmit> {
         let n = self.transports.len();
         for k in 0..n {
             let idx = (self.tx_turn + k) % n;
-            if let Some(out) = self.with_ctx(now, idx, |t, ctx| t.poll_transmit(ctx)) {
+            if let Some(out) = self.with_ctx(now, idx, |t, ctx| poll(t, ctx)) {
                 self.tx_turn = (idx + 1) % n;
                 let repr = EnvelopeRepr {
                     transport: self.transports[idx].id(),

@@ -107,6 +107,15 @@ pub trait Transport: Send {
     /// transport may defer work (e.g. a txop of data) until polled.
     fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing>;
 
+    /// Next control message ([`Class::Control`]) already queued, if any, and never data. The
+    /// runtime calls this when its link queue has no room for data: acknowledgements and
+    /// feedback then reach the link (where they may take a higher access category) without
+    /// waiting for a data frame to leave first. A transport that returns `None` has its
+    /// control sent by `poll_transmit` alone.
+    fn poll_control(&mut self, _ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        None
+    }
+
     /// Earliest instant at which `handle_timeout` must be called.
     fn poll_timeout(&self) -> Option<Instant>;
 

@@ -173,6 +173,12 @@ pub struct MediumSpec {
     /// category, e.g. hopd `control_dscp = 8`).
     #[serde(default = "d_true")]
     pub control_priority: bool,
+    /// Pull model: while the interface queue is full, the runtime still takes the control
+    /// datagrams the node has queued (`Node::poll_control`), as hopd does with
+    /// `link_control_when_full`, so an ack does not wait for a data frame to leave. Off (the
+    /// default, as in hopd): control waits for room like data.
+    #[serde(default)]
+    pub control_when_full: bool,
 }
 
 fn d_true() -> bool {
@@ -249,6 +255,7 @@ impl Default for MediumSpec {
             data_broadcast: false,
             lossless_acks: false,
             control_priority: true,
+            control_when_full: false,
         }
     }
 }

@@ -912,10 +912,20 @@ impl Simulation {
                 self.app_event(n, ev.event);
             }
             let now = self.inst();
-            while self.nodes[n].queued() < cap {
+            let control_when_full = !push && self.sc.medium.control_when_full;
+            loop {
                 let sn = &mut self.nodes[n];
+                let room = sn.queued() < cap;
+                if !room && !control_when_full {
+                    break;
+                }
                 let Some(node) = sn.node.as_mut() else { break };
-                let Some(t) = node.poll_transmit(now) else {
+                let polled = if room {
+                    node.poll_transmit(now)
+                } else {
+                    node.poll_control(now)
+                };
+                let Some(t) = polled else {
                     break;
                 };
                 progressed = true;

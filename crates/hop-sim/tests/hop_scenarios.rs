@@ -102,6 +102,27 @@ fn seven_hop_chain_completes() {
 }
 
 #[test]
+fn control_sent_while_the_queue_is_full_still_delivers_identical_bytes() {
+    // A one-frame interface queue is full whenever a data frame waits, so with
+    // control_when_full the relays' BACKs join it beyond the bound; the flow must complete
+    // either way, and the two rules must give different runs.
+    let text = include_str!("../../../examples/scenarios/chain7.toml");
+    let base = text.replace("[topology]", "[medium]\nqueue_frames = 1\n[topology]");
+    assert_ne!(base, text, "chain7.toml has no [medium] table of its own");
+    let off = run(&base);
+    let on = run(&base.replace(
+        "queue_frames = 1",
+        "queue_frames = 1\ncontrol_when_full = true",
+    ));
+    assert_complete(&off);
+    assert_complete(&on);
+    assert_ne!(
+        off.flows[0].completion_time, on.flows[0].completion_time,
+        "control_when_full changed nothing"
+    );
+}
+
+#[test]
 fn same_seed_gives_identical_json() {
     let text = include_str!("../../../examples/scenarios/hidden-terminals.toml");
     let strip = |r: &SimResult| {

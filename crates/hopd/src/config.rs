@@ -30,6 +30,9 @@ pub const DSCP_EF: u8 = 46;
 /// DSCP CS1 (8): 802.11e background (AC_BK). Default for data: "Hop traffic is sent using the
 /// lowest priority background queue" (§3.6).
 pub const DSCP_CS1: u8 = 8;
+/// Control datagrams wait for room at a full link like data (`link_control_when_full`).
+/// Not from the papers (they had no link status); the lab's A/B is in docs/hopd.md.
+pub const DEFAULT_LINK_CONTROL_WHEN_FULL: bool = false;
 
 /// Which transport the daemon's flows use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -108,6 +111,7 @@ struct RawConfig {
     overhear: bool,
     link_status_socket: Option<PathBuf>,
     link_queue_frames: Option<Spanned<u32>>,
+    link_control_when_full: Option<Spanned<bool>>,
     #[serde(default)]
     hosts: Vec<RawNeighbour>,
     storage: RawStorage,
@@ -210,6 +214,10 @@ pub struct Config {
     /// ([`crate::linkstatus`]); hopd then keeps at most `link_queue_frames` frames queued there.
     pub link_status_socket: Option<PathBuf>,
     pub link_queue_frames: u32,
+    /// While the link holds `link_queue_frames`, still send the control datagrams the
+    /// transport has queued (acks, feedback), never data: they then wait behind no data
+    /// frame in hopd (in the link they may take a higher access category, `control_dscp`).
+    pub link_control_when_full: bool,
     /// IP addresses of nodes that are not neighbours (for kernel routes).
     pub hosts: Vec<(NodeId, IpAddr)>,
     pub storage_dir: PathBuf,
@@ -392,6 +400,17 @@ impl Config {
                 "add link_status_socket = \"/run/...\" (where the link reports its backlog), or remove the key",
             ));
         }
+        if raw.link_control_when_full.is_some() && raw.link_status_socket.is_none() {
+            return Err(ctx.err(
+                raw.link_control_when_full.as_ref().map(|f| f.span()),
+                "link_control_when_full needs link_status_socket".into(),
+                "add link_status_socket = \"/run/...\" (where the link reports its backlog), or remove the key",
+            ));
+        }
+        let link_control_when_full = raw
+            .link_control_when_full
+            .as_ref()
+            .map_or(DEFAULT_LINK_CONTROL_WHEN_FULL, |f| *f.get_ref());
         let metrics_listen = match &raw.metrics_listen {
             Some(m) => Some(parse_addr(&ctx, m, "metrics_listen", None)?),
             None => None,
@@ -517,6 +536,7 @@ impl Config {
             overhear: raw.overhear,
             link_status_socket: raw.link_status_socket,
             link_queue_frames,
+            link_control_when_full,
             hosts,
             storage_dir,
             max_memory_bytes: raw
@@ -633,6 +653,23 @@ mod tests {
         assert!(e.message.contains("out of range"), "{e}");
         let text = format!("link_queue_frames = 8\n{}", good());
         let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert!(e.message.contains("needs link_status_socket"), "{e}");
+    }
+
+    #[test]
+    fn control_when_full_is_read_and_needs_link_status() {
+        let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
+        assert_eq!(c.link_control_when_full, DEFAULT_LINK_CONTROL_WHEN_FULL);
+        let flip = !DEFAULT_LINK_CONTROL_WHEN_FULL;
+        let text = format!(
+            "link_status_socket = \"/run/l.sock\"\nlink_control_when_full = {flip}\n{}",
+            good()
+        );
+        let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+        assert_eq!(c.link_control_when_full, flip);
+        let text = format!("link_control_when_full = {flip}\n{}", good());
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert_eq!(e.line, 1, "{e}");
         assert!(e.message.contains("needs link_status_socket"), "{e}");
     }
 

@@ -485,13 +485,24 @@ impl Daemon {
         }
         let mut polled = 0;
         while polled < TX_BATCH {
+            // A full link takes no data; with `link_control_when_full` it still takes the
+            // control the transport has queued.
+            let mut control_only = false;
             if let Some(l) = self.link.as_mut() {
                 if !l.backlog.room(std::time::Instant::now()) {
-                    break;
+                    if !self.cfg.link_control_when_full {
+                        break;
+                    }
+                    control_only = true;
                 }
             }
             let now = self.now();
-            let Some(t) = self.node.poll_transmit(now) else {
+            let polled_out = if control_only {
+                self.node.poll_control(now)
+            } else {
+                self.node.poll_transmit(now)
+            };
+            let Some(t) = polled_out else {
                 tracing::trace!(stats = ?self.node.stats(), timeout = ?self.node.poll_timeout(), now = ?now, "nothing to transmit");
                 break;
             };

@@ -140,11 +140,15 @@ impl Backlog {
         self.sent_since = self.sent_since.saturating_add(1);
     }
 
-    /// A report arrived.
-    pub fn report(&mut self, r: Report) {
+    /// A report arrived at `now`. If hopd is waiting for room, the wait for the next report
+    /// starts again: reports are coming, so the link is busy rather than silent.
+    pub fn report(&mut self, r: Report, now: Instant) {
         self.counters.reports += 1;
         self.reported = r.backlog;
         self.sent_since = 0;
+        if self.full_since.is_some() {
+            self.full_since = Some(now);
+        }
     }
 
     /// When hopd stops waiting for a report, if it is waiting.
@@ -197,7 +201,7 @@ impl LinkStatus {
         loop {
             match self.sock.try_recv(&mut buf) {
                 Ok(n) => match Report::parse(&buf[..n]) {
-                    Ok(r) => self.backlog.report(r),
+                    Ok(r) => self.backlog.report(r, Instant::now()),
                     Err(e) => {
                         self.backlog.counters.bad_reports += 1;
                         tracing::debug!(error = %e, "link status datagram dropped");
@@ -250,19 +254,25 @@ mod tests {
         assert!(!b.room(t0), "four frames queued: full");
         assert_eq!(b.counters.full, 1);
         // The link sent one of them: three left.
-        b.report(Report {
-            backlog: 3,
-            taken: 4,
-        });
+        b.report(
+            Report {
+                backlog: 3,
+                taken: 4,
+            },
+            t0,
+        );
         assert!(b.room(t0));
         b.sent();
         assert!(!b.room(t0));
         assert_eq!(b.counters.full, 2);
         // Frames of other programs count too.
-        b.report(Report {
-            backlog: 5,
-            taken: 9,
-        });
+        b.report(
+            Report {
+                backlog: 5,
+                taken: 9,
+            },
+            t0,
+        );
         assert!(!b.room(t0));
     }
 
@@ -280,6 +290,33 @@ mod tests {
         assert!(b.room(t0 + STALE_AFTER));
         assert_eq!(b.counters.stale, 1);
         assert_eq!(b.stale_at(), None);
+    }
+
+    #[test]
+    fn reports_of_a_link_that_stays_full_restart_the_wait() {
+        let t0 = Instant::now();
+        let mut b = Backlog::new(2);
+        b.sent();
+        b.sent();
+        assert!(!b.room(t0));
+        // The link sent a frame but holds as many again (frames of other programs).
+        let half = t0 + STALE_AFTER / 2;
+        b.report(
+            Report {
+                backlog: 2,
+                taken: 3,
+            },
+            half,
+        );
+        b.expire(t0 + STALE_AFTER);
+        assert!(
+            !b.room(t0 + STALE_AFTER),
+            "a report came half-way: still full"
+        );
+        assert_eq!(b.stale_at(), Some(half + STALE_AFTER));
+        b.expire(half + STALE_AFTER);
+        assert!(b.room(half + STALE_AFTER));
+        assert_eq!((b.counters.stale, b.counters.full), (1, 1));
     }
 
     #[tokio::test]

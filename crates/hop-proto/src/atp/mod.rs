@@ -857,6 +857,10 @@ impl Transport for AtpTransport {
         self.note_usage();
     }
 
+    fn poll_control(&mut self, _ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        self.control.pop_front()
+    }
+
     fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
         if let Some(o) = self.control.pop_front() {
             return Some(o);

@@ -2909,6 +2909,10 @@ impl Transport for HopTransport {
         out
     }
 
+    fn poll_control(&mut self, _ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        self.ctrl.pop_front()
+    }
+
     fn poll_timeout(&self) -> Option<Instant> {
         self.timer
     }

@@ -1706,3 +1706,27 @@ fn duplicates_reported_by_the_next_hop_lengthen_the_tail_rules_loss_age() {
         }
     }
 }
+
+#[test]
+fn poll_control_yields_the_queued_acks_and_never_data() {
+    // A source with a block to send: nothing is queued yet, so poll_control has nothing;
+    // poll_transmit forms the block and opens the round with its BSYN.
+    let mut src = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(small_cfg()));
+    let key = FlowKey { src: 1, id: 9 };
+    src.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    src.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![7u8; 250])))
+        .unwrap();
+    assert!(src.with(|t, ctx| t.poll_control(ctx)).is_none());
+    assert_eq!(bsyn_blocks(&src.drain()), vec![0]);
+    // A relay that received a whole block owes node 1 its BACKs: poll_control yields them,
+    // all control.
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+    feed_block(&mut h, 0, &[5u8; 250]);
+    let mut control = Vec::new();
+    while let Some(o) = h.with(|t, ctx| t.poll_control(ctx)) {
+        control.push(o);
+    }
+    assert!(control.iter().all(|o| o.class == Class::Control));
+    assert!(!backs_to(&control, 1).is_empty(), "the BACK to node 1");
+    assert!(backs_to(&h.drain(), 1).is_empty(), "taken once");
+}

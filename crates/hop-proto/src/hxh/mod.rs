@@ -391,6 +391,15 @@ impl HxhTransport {
         });
     }
 
+    /// The next queued control message, counted as sent.
+    fn pop_control(&mut self) -> Option<Outgoing> {
+        let o = self.control.pop_front()?;
+        if let Ok(m) = wire::parse(&o.body) {
+            *self.stats.sent_by_type.entry(m.type_name()).or_insert(0) += 1;
+        }
+        Some(o)
+    }
+
     fn note_usage(&mut self) {
         let mut bytes = 0u64;
         let mut peak_pkts = 0u64;
@@ -1343,11 +1352,12 @@ impl Transport for HxhTransport {
         self.note_usage();
     }
 
+    fn poll_control(&mut self, _ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        self.pop_control()
+    }
+
     fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
-        if let Some(o) = self.control.pop_front() {
-            if let Ok(m) = wire::parse(&o.body) {
-                *self.stats.sent_by_type.entry(m.type_name()).or_insert(0) += 1;
-            }
+        if let Some(o) = self.pop_control() {
             return Some(o);
         }
         // Per-flow fair queueing (§3.1): serve the eligible flow with the smallest start tag.
