@@ -185,7 +185,8 @@ class HopDriver(Driver):
         return lab.sockets / f"hopd-{node}.sock"
 
     def config(self, lab, node: int, transport: str, params: dict, link_mode: str = "unicast",
-               control_dscp: int | None = None, overhear: bool = False) -> str:
+               control_dscp: int | None = None, overhear: bool = False,
+               control_when_full: bool | None = None) -> str:
         t = lab.spec.topology
         lines = [f"node_id = {self.node_id(node)}", f'listen = "{lab.ip(node)}:{self.PORT}"',
                  f'transport = "{transport}"', f'api_socket = "{self.socket(lab, node)}"', ""]
@@ -217,6 +218,8 @@ class HopDriver(Driver):
         if lab.spec.reports_link_status():
             # Send only while the MAC holds few frames, as a real interface's socket would.
             lines.insert(4, f'link_status_socket = "{lab.link_status_socket(node)}"')
+            if control_when_full is not None:
+                lines.insert(5, f"link_control_when_full = {'true' if control_when_full else 'false'}")
         lines += ["[storage]", f'dir = "{lab.work / f"hopd-{node}" / "store"}"', "",
                   "[security]", f'mesh_key = "{"4c" * 32}"', ""]
         if params:
@@ -246,6 +249,13 @@ class HopDriver(Driver):
         if len(hears) != 1:
             raise LabError("hop flows need one overhear setting per run")
         overhear = next(iter(hears))
+        fulls = {f.options.get("link_control_when_full") for f in flows}
+        if len(fulls) != 1 or not fulls <= {None, True, False}:
+            raise LabError("hop flows need one link_control_when_full setting (true or false) per run")
+        control_when_full = next(iter(fulls))
+        if control_when_full is not None and not lab.spec.reports_link_status():
+            raise LabError("options.link_control_when_full needs the medium's link status "
+                           "(medium.link_status = true): hopd only knows its link is full from it")
         if overhear and not lab.spec.medium.overhear:
             raise LabError("options.overhear needs medium.overhear = true: the medium drops the frames "
                            "for other nodes unless told to pass them to the taps")
@@ -256,7 +266,8 @@ class HopDriver(Driver):
             d = lab.work / f"hopd-{node}"
             (d / "store").mkdir(parents=True, exist_ok=True)
             cfg = d / "hopd.toml"
-            cfg.write_text(self.config(lab, node, transport, params, link_mode, control_dscp, overhear))
+            cfg.write_text(self.config(lab, node, transport, params, link_mode, control_dscp, overhear,
+                                       control_when_full))
             lab.spawn_cmd(node, [hopd, "--config", str(cfg)], f"hopd-{node}")
         deadline = time.time() + 30
         while not all(self.socket(lab, n).exists() for n in range(lab.spec.topology.n)):

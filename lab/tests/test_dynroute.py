@@ -114,6 +114,23 @@ def test_hopd_follows_the_kernel_under_dynamic_routing(tmp_path):
     assert "kernel_routes" not in cfg and {r["destination"]: r["next_hop"] for r in cfg["routes"]}[4] == 3
 
 
+def test_hopd_config_carries_control_when_full_next_to_the_link_status_socket(tmp_path):
+    sp = spec.from_dict({"name": "x", "topology": {"kind": "chain", "nodes": 3},
+                         "flow": [{"driver": "hop", "src": 0, "dst": 2, "size": 1000}]})
+    status = lambda n: tmp_path / f"link-{n}.sock"  # noqa: E731
+    fake = SimpleNamespace(spec=sp, dynamic=False, table={1: {0: 0, 2: 2}}, work=tmp_path, sockets=tmp_path,
+                           ip=lab.ip_of, link_status_socket=status)
+    for setting in (True, False):
+        cfg = tomllib.loads(HopDriver().config(fake, 1, "hop", {}, control_when_full=setting))
+        assert cfg["link_status_socket"] == str(tmp_path / "link-1.sock")
+        assert cfg["link_control_when_full"] is setting  # top level, not in a table
+    assert "link_control_when_full" not in tomllib.loads(HopDriver().config(fake, 1, "hop", {}))
+    e = registry()["hop-5.2"]
+    v = e.variant("hop-ctlfull")
+    assert v.flow["options"]["link_control_when_full"] is True
+    assert "link_control_when_full" not in e.variant("hop").flow["options"]
+
+
 def test_hop_59_runs_dynamic_routing_variants():
     e = registry()["hop-5.9"]
     names = [v.name for v in e.variants]

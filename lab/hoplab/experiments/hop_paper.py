@@ -330,6 +330,19 @@ TURNS_NOTE = ("`hop-turns` is hopd with `[hop] withhold_turn_sends = 2`: ack wit
               "paper's turn lasts until the block completes (§3.5). Not the default (docs/wire-format.md).")
 
 
+CTLFULL_NOTE = ("`hop-ctlfull` is hopd with `link_control_when_full = true`: while the medium reports the "
+                "link holding `link_queue_frames` frames, hopd still hands it the BSYN/BACK its transport has "
+                "queued (voice access category), so they no longer wait for one of the node's own data "
+                "frames (background) to leave first. Not from the papers, which had no link status; not "
+                "the default (docs/hopd.md).")
+
+
+def ctlfull() -> Variant:
+    v = hop("hop-ctlfull", "Hop, BSYN/BACK sent while the link is full (link_control_when_full = true)")
+    v.flow["options"]["link_control_when_full"] = True
+    return v
+
+
 def turns() -> Variant:
     return hop("hop-turns", "Hop, a turn ends after two blocks' worth of sends (withhold_turn_sends = 2)",
                withhold_turn_sends=2)
@@ -404,7 +417,8 @@ def experiments() -> list[Experiment]:
                    "driver, after the MAC, so its transport saw the loss rate directly)."]),
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
-            [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), held(), nodup()], build_52,
+            [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), held(), nodup(), ctlfull()],
+            build_52,
             point_name="hops",
             full=Scale(reps=2, points=[2, 4, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
             quick=Scale(reps=1, points=[2], variants=["hop", "tcp", "udp-noarq"],
@@ -413,7 +427,7 @@ def experiments() -> list[Experiment]:
             notes=["Pairs are drawn (seeded) among the mesh's pairs of that hop count under ETX routes; the "
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
                    "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "
-                   "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, HELD_NOTE, NODUP_NOTE]),
+                   "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, HELD_NOTE, NODUP_NOTE, CTLFULL_NOTE]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
             [hop(), hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
@@ -434,7 +448,8 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
-            [hop(), tcp(), HBHTCP, nopipe(), deviations(), hop_unicast_noarq(), held(), hop_arq(), nodup(), turns()],
+            [hop(), tcp(), HBHTCP, nopipe(), deviations(), hop_unicast_noarq(), held(), hop_arq(), nodup(), turns(),
+             ctlfull()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -444,7 +459,7 @@ def experiments() -> list[Experiment]:
                    "testbed's OLSR routes used good links). The main §5.3 mesh (seed 1) routes 24 of its 30 "
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, DEVIATIONS_NOTE, UNICAST_NOTE,
-                   HELD_NOTE, ARQ_NOTE, NODUP_NOTE, TURNS_NOTE]),
+                   HELD_NOTE, ARQ_NOTE, NODUP_NOTE, TURNS_NOTE, CTLFULL_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",
