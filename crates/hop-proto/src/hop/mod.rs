@@ -1434,7 +1434,10 @@ impl HopTransport {
             .get(&n)
             .map(|b| u64::from(b.geom.block_len))
             .unwrap_or(0);
-        if self.protected_bytes() + u64::from(geom.block_len) - have > self.cfg.cache_limit_bytes {
+        // A block held under another geometry (a waiting BSYN from before the source
+        // restarted) is replaced, so it may hold more than the BSYN asks for.
+        let need = (self.protected_bytes() + u64::from(geom.block_len)).saturating_sub(have);
+        if need > self.cfg.cache_limit_bytes {
             return Err(Withhold::Backpressure);
         }
         if self.cfg.ack_withholding && !micro {
