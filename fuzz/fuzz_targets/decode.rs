@@ -21,7 +21,8 @@ fuzz_target!(|data: &[u8]| {
         check_hop(env.body);
         if env.trailer.is_empty() {
             let mut out = Vec::new();
-            EnvelopeRepr::emit(&env.repr, env.body, &mut out).expect("a parsed envelope re-encodes");
+            EnvelopeRepr::emit(&env.repr, env.body, &mut out)
+                .expect("a parsed envelope re-encodes");
             assert_eq!(out, data);
         }
     }
