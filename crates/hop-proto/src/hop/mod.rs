@@ -1939,6 +1939,10 @@ impl HopTransport {
         if new_block {
             self.cache_bytes += u64::from(geom.block_len);
         }
+        // Every DATA packet of a flow's last block carries FIN: the block may complete here
+        // from DATA alone (its BSYN was withheld, and the sender sent the packets that
+        // follow a BSYN at once), and without it the destination would never finish.
+        b.fin |= h.flags & FLAG_FIN != 0;
         let was_complete = b.complete();
         let fresh = b.store(u32::from(packet_num), payload);
         b.last_used = now;
@@ -2583,10 +2587,14 @@ impl HopTransport {
                 let dst = f.dst;
                 for (n, x) in f.outs.iter_mut() {
                     // With early BSYNs a transfer keeps sending while its first BSYN of the
-                    // round is answered; not after a BSYN timeout (the next hop may be gone).
+                    // round is answered; not after a BSYN timeout (the next hop may be gone),
+                    // not before the next hop has answered for the block at all (it may be
+                    // serving another sender, §3.5), and not once it said to wait.
                     let sending = x.state == OutState::Sending
                         || (early
                             && x.attempts == 1
+                            && !x.told_wait
+                            && x.ever_sent.count() > 0
                             && matches!(x.state, OutState::AwaitBack { .. }));
                     if !sending || x.micro {
                         continue;

@@ -1786,6 +1786,110 @@ fn a_waiting_bsyn_for_a_block_cached_under_another_geometry_gets_its_turn() {
     assert_eq!(backs_to(&out, 4).len(), 1);
 }
 
+#[test]
+fn a_last_block_completed_by_data_alone_finishes_the_flow() {
+    // Node 3, the destination, gets every packet of the flow's last block, each flagged FIN,
+    // but no BSYN for it (withheld, lost, or answered before a restart).
+    let mut h = Harness::new(3, &[(1, 1)], HopTransport::new(small_cfg()));
+    let geom = BlockGeom {
+        block_len: 250,
+        packet_size: 100,
+    };
+    let data = [7u8; 250];
+    for p in 0..geom.packets() {
+        h.recv(
+            1,
+            &HopMessage {
+                header: hdr(0, FLAG_FIN),
+                body: HopBody::Data {
+                    offset: 0,
+                    geom,
+                    packet_num: p as u16,
+                    payload: &data[geom.packet_range(p).unwrap()],
+                },
+            },
+        );
+    }
+    h.drain();
+    let mut finished = None;
+    while let Some(e) = h.t.poll_event() {
+        if let Event::FlowFinished { flow, bytes } = e {
+            finished = Some((flow, bytes));
+        }
+    }
+    assert_eq!(finished, Some((FLOW, 250)));
+}
+
+#[test]
+fn early_bsyns_send_no_data_of_a_block_before_the_next_hop_answers_for_it() {
+    let cfg = HopConfig {
+        early_bsyn: true,
+        max_block_bytes: 250,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    h.with(|t, ctx| t.open(ctx, FLOW, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, FLOW, Bytes::from(vec![5u8; 500])))
+        .unwrap();
+    let data_of = |o: &Outgoing| match HopMessage::parse(&o.body) {
+        Ok(HopMessage {
+            header,
+            body: HopBody::Data { .. },
+        }) => Some(header.block_num),
+        _ => None,
+    };
+    let back = |block, flags, bitmap: &'static [u8]| HopMessage {
+        header: hdr(block, flags),
+        body: HopBody::Back {
+            block_len: 250,
+            packets: 3,
+            duplicates: 0,
+            bitmap,
+        },
+    };
+    assert_eq!(bsyn_blocks(&h.drain()), vec![0]);
+    h.recv(2, &back(0, 0, &[0]));
+    // Block 0's three packets go out; the flow is still in the data rotation when node 2
+    // reports the block complete and block 1 is cut.
+    let mut sent = Vec::new();
+    while sent.len() < 3 {
+        let o = h.with(|t, ctx| t.poll_transmit(ctx)).unwrap();
+        sent.extend(data_of(&o));
+    }
+    assert_eq!(sent, vec![0, 0, 0]);
+    h.recv(2, &back(0, FLAG_COMPLETE, &[0x07]));
+    let out = h.drain();
+    // (The BSYN of block 0 that ended its round was already queued.)
+    assert!(bsyn_blocks(&out).contains(&1));
+    assert!(
+        out.iter().all(|o| data_of(o).is_none()),
+        "data of block 1 before its BACK"
+    );
+    // Node 2 serves another sender: it holds the BSYN and says so.
+    h.recv(
+        2,
+        &HopMessage {
+            header: hdr(1, FLAG_WAIT),
+            body: HopBody::Back {
+                block_len: 250,
+                packets: 0,
+                duplicates: 0,
+                bitmap: &[],
+            },
+        },
+    );
+    assert!(
+        h.drain().iter().all(|o| data_of(o).is_none()),
+        "data after a wait notice"
+    );
+    // Its turn comes: the BACK starts the data.
+    h.recv(2, &back(1, 0, &[0]));
+    assert_eq!(
+        h.drain().iter().filter_map(data_of).collect::<Vec<_>>(),
+        vec![1, 1, 1]
+    );
+}
+
 /// A message of one of a few flows this node knows (relayed, its own, its destination's) or
 /// does not, with geometry and flags drawn so that most of them meet live state.
 fn interleaved_msg(kind: u8, v: &[u32]) -> Vec<u8> {
