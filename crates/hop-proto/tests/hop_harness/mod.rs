@@ -92,6 +92,10 @@ pub struct Net {
     /// are lost (hidden terminals).
     pub collisions: bool,
     pub queue_cap: usize,
+    /// Largest random wait before each attempt of a frame (802.11's backoff; zero: none, every
+    /// frame starts at once). Without it two hidden senders can stay in lockstep and collide
+    /// on every frame forever, which a real MAC's random backoff prevents.
+    pub backoff: Duration,
     routes: BTreeMap<NodeId, Vec<(NodeId, NodeId)>>,
     ctrl_q: HashMap<NodeId, VecDeque<Frame>>,
     data_q: HashMap<NodeId, VecDeque<Frame>>,
@@ -127,6 +131,7 @@ impl Net {
             overhear: false,
             collisions: false,
             queue_cap: 8,
+            backoff: Duration::ZERO,
             routes: BTreeMap::new(),
             ctrl_q: HashMap::new(),
             data_q: HashMap::new(),
@@ -362,13 +367,20 @@ impl Net {
                 1
             };
             let mut delivered = false;
-            for k in 0..attempts {
-                let t_end = self.now + air * (k + 1);
+            let mut t = self.now;
+            for _ in 0..attempts {
+                if !self.backoff.is_zero() {
+                    t += Duration::from_nanos(
+                        self.rng.gen_range(0..=self.backoff.as_nanos() as u64),
+                    );
+                }
+                let t_end = t + air;
                 let ok = spec.up
                     && !self.crashed.contains(&frame.next_hop)
                     && self.rng.gen::<f64>() >= spec.loss
-                    && !self.collides(frame.next_hop, id, self.now + air * k, t_end, frame.class);
+                    && !self.collides(frame.next_hop, id, t, t_end, frame.class);
                 end = t_end;
+                t = t_end;
                 if ok {
                     delivered = true;
                     break;
