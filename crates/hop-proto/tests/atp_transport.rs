@@ -220,3 +220,32 @@ fn default_atp_is_not_capped_by_its_send_buffer() {
         "the growing buffer still caps the rate"
     );
 }
+
+/// A source whose every packet was lost learns nothing from SACK blocks: its receiver holds
+/// no state and its epoch feedback never comes. The quick-start probe after three missed
+/// feedbacks is answered by the receiver, which now marks the answer SACK-MORE (nothing
+/// arrived), so the source resends what is unacknowledged. An empty flow's lone FIN packet
+/// lost once used to leave the flow unfinished until the source gave up.
+#[test]
+fn a_flow_whose_every_packet_was_lost_is_resent_after_the_probe() {
+    for v in VARIANTS {
+        for len in [0usize, 3000] {
+            let make = maker(v);
+            let mut net = Net::chain(31, 3, TransportId::Atp, &make);
+            // Every non-probe data packet the source sends in its first second is lost.
+            net.drop_filter = Some(Box::new(|now, from, _, bytes| {
+                let Ok(env) = hop_wire::Envelope::parse(bytes) else {
+                    return false;
+                };
+                let data = matches!(
+                    hop_wire::atp::parse(env.body),
+                    Ok(hop_wire::atp::Message::Data(d)) if !d.is_probe()
+                );
+                from == 0 && data && now < secs(1.0)
+            }));
+            net.start_flow(secs(0.0), 0, 2, pattern(len, 5));
+            run_to_completion(&mut net, 60.0);
+            assert_all_delivered(&net);
+        }
+    }
+}

@@ -328,7 +328,15 @@ impl AtpTransport {
                 r.last_heard = now;
             }
             let r = self.receivers.get(&key);
-            let mut msg = self.feedback(key, wire::FLAG_SACK_REQ, r, d.d_max_us);
+            // SACK-MORE as in the epoch feedback (§III-C) when no data arrived for half an
+            // epoch, also when none ever did: a restarted source whose every packet was lost
+            // (an empty flow's lone FIN, say) learns of no hole from SACK blocks and would
+            // otherwise probe until it gives up.
+            let mut flags = wire::FLAG_SACK_REQ;
+            if !r.is_some_and(|r| now < r.last_data + self.cfg.epoch / 2) {
+                flags |= wire::FLAG_SACK_MORE;
+            }
+            let mut msg = self.feedback(key, flags, r, d.d_max_us);
             if let Message::Feedback(f) = &mut msg {
                 f.hops = d.hops;
             }
