@@ -1396,17 +1396,17 @@ impl HopTransport {
         flags: u8,
     ) -> Result<(), Withhold> {
         let micro = flags & FLAG_MICRO != 0;
-        // A virtual retransmission of a block older than every block held here repairs a
-        // block the destination is missing; holding it back behind H blocks that wait for
-        // exactly this repair would deadlock the flow. (A premature one, for a newer block,
+        // A block older than every block held here repairs a block the destination is
+        // missing (a virtual retransmission, or a relay's transfer started again after its
+        // next hop lost the block in a crash); holding it back behind H blocks that wait for
+        // exactly this repair would deadlock the flow. (A newer block, premature VTX or not,
         // obeys H like any other.)
-        let repair = flags & FLAG_VTX != 0
-            && self.flows.get(&key).is_some_and(|f| {
-                f.blocks
-                    .iter()
-                    .filter(|(_, b)| b.custody && !b.moved && b.complete())
-                    .all(|(m, _)| n < *m)
-            });
+        let repair = self.flows.get(&key).is_some_and(|f| {
+            f.blocks
+                .iter()
+                .filter(|(_, b)| b.custody && !b.moved && b.complete())
+                .all(|(m, _)| n < *m)
+        });
         let Some(f) = self.flows.get(&key) else {
             return Ok(());
         };

@@ -1890,6 +1890,33 @@ fn early_bsyns_send_no_data_of_a_block_before_the_next_hop_answers_for_it() {
     );
 }
 
+#[test]
+fn an_older_block_passes_backpressure_without_the_vtx_flag() {
+    // Node 2 holds block 5 of the flow (H = 1) and cannot move it on: its next hop waits for
+    // block 3, which it lost in a crash. Node 1 starts block 3's transfer again as a plain
+    // BSYN. Holding it back behind block 5 would deadlock the flow; block 6 still waits.
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+    feed_block(&mut h, 5, &[5; 250]);
+    h.drain();
+    let bsyn = |block| HopMessage {
+        header: hdr(block, 0),
+        body: HopBody::Bsyn {
+            offset: 0,
+            geom: BlockGeom {
+                block_len: 250,
+                packet_size: 100,
+            },
+            packet_num: 0,
+            expect: 0,
+            payload: &[],
+        },
+    };
+    h.recv(1, &bsyn(6));
+    assert!(backs_to(&h.drain(), 1).is_empty(), "block 6 passed H");
+    h.recv(1, &bsyn(3));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1, "block 3 held back");
+}
+
 /// A message of one of a few flows this node knows (relayed, its own, its destination's) or
 /// does not, with geometry and flags drawn so that most of them meet live state.
 fn interleaved_msg(kind: u8, v: &[u32]) -> Vec<u8> {
