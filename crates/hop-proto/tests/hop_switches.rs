@@ -1,7 +1,7 @@
 //! Every combination of Hop's mechanisms and options delivers every byte, once and in order:
 //! random switches, chain lengths, link losses, overhearing and hidden-terminal collisions,
 //! and concurrent transfers of mixed sizes (micro-blocks, partial blocks, several blocks) in
-//! both directions.
+//! both directions; and with a relay that crashes or loses a link.
 
 mod hop_harness;
 
@@ -84,6 +84,52 @@ proptest! {
                 a.data.len(),
                 Duration::from_nanos(net.now.as_nanos())
             );
+            prop_assert!(a.received[..] == a.data[..], "switches {switches:#x}: flow {} bytes differ", a.flow);
+            prop_assert!(a.delivered_at.is_some(), "switches {switches:#x}: flow {} not finished at its destination", a.flow);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// The same with a relay that crashes (losing every block it held) or loses its link
+    /// downstream for up to 3 s, early in the transfers.
+    #[test]
+    fn every_switch_combination_recovers_from_a_relay_crash_or_an_outage(
+        switches in any::<u32>(),
+        hops in 2u32..5,
+        loss_pct in 0u32..25,
+        sizes in proptest::collection::vec(0usize..200_000, 1..3),
+        crash_ms in 0u64..600,
+        down_ms in 0u64..3000,
+        outage: bool,
+        seed in any::<u64>(),
+    ) {
+        let spec = LinkSpec { loss: f64::from(loss_pct) / 100.0, ..LinkSpec::default() };
+        let n = hops + 1;
+        let mut net = Net::chain(n, spec, config(switches), seed);
+        net.backoff = Duration::from_micros(620);
+        for (i, &len) in sizes.iter().enumerate() {
+            let (src, dst) = if i % 2 == 0 { (1, n) } else { (n, 1) };
+            net.transfer(src, dst, len);
+        }
+        let relay = 1 + (seed % u64::from(n - 2)) as u32 + 1;
+        net.run_until(net.now + Duration::from_millis(crash_ms), |_| false);
+        if outage {
+            net.set_link_up(relay, relay + 1, false);
+        } else {
+            net.crash(relay);
+        }
+        net.run_until(net.now + Duration::from_millis(down_ms), |_| false);
+        if outage {
+            net.set_link_up(relay, relay + 1, true);
+        } else {
+            net.restart(relay);
+        }
+        net.run_to_completion(secs(1200.0));
+        for a in &net.apps {
+            prop_assert!(!a.failed, "switches {switches:#x}: flow {} failed", a.flow);
+            prop_assert!(a.complete_at.is_some(), "switches {switches:#x} relay {relay} outage {outage}: flow {} incomplete, {} of {} bytes at {:?}", a.flow, a.received.len(), a.data.len(), Duration::from_nanos(net.now.as_nanos()));
             prop_assert!(a.received[..] == a.data[..], "switches {switches:#x}: flow {} bytes differ", a.flow);
             prop_assert!(a.delivered_at.is_some(), "switches {switches:#x}: flow {} not finished at its destination", a.flow);
         }
