@@ -13,6 +13,7 @@ sequence/delay statistics. Senders write their start/end times.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import signal
 import socket
@@ -100,11 +101,19 @@ def tcp_send(a) -> int:
     s = None
     try:
         s = _tcp_socket(a)
-        for _ in range(100):
+        for attempt in range(100):
             try:
                 s.connect((a.dst, a.port))
                 break
-            except ConnectionRefusedError:
+            except OSError as e:
+                # Refused: the receiver is not listening yet. Unreachable: a routing daemon
+                # is rewriting the kernel table (Babel drops a dead relay's routes about 45 s
+                # after it went down). Either passes within the 5 s of retries; the time is
+                # charged to the flow, whose goodput counts from `start`.
+                transient = isinstance(e, ConnectionRefusedError) or e.errno in (
+                    errno.ENETUNREACH, errno.EHOSTUNREACH)
+                if not transient or attempt == 99:
+                    raise
                 time.sleep(0.05)
                 s.close()
                 s = _tcp_socket(a)

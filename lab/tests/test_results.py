@@ -216,3 +216,54 @@ def test_hopd_sockets_fit_a_unix_socket_path_whatever_the_run_directory(tmp_path
     assert len(str(lab.work)) > 108 and not str(sock).startswith(str(lab.work))
     assert len(str(sock).encode()) < 108
     assert tomllib.loads(drivers.HopDriver().config(lab, 19, "hop", {}))["api_socket"] == str(sock)
+
+
+def test_flowtool_tcp_send_retries_a_moment_without_a_route(tmp_path, monkeypatch):
+    # A routing daemon rewriting the kernel table leaves the destination unreachable for a
+    # moment: the sender tries again instead of ending the flow with an error.
+    import errno
+    import types
+
+    from hoplab import flowtool
+
+    attempts = []
+
+    class FakeSocket:
+        def connect(self, addr):
+            attempts.append(addr)
+            if len(attempts) <= 2:
+                raise OSError(errno.ENETUNREACH, "Network is unreachable")
+
+        def send(self, data):
+            return len(data)
+
+        def shutdown(self, how):
+            pass
+
+        def settimeout(self, t):
+            pass
+
+        def recv(self, n):
+            return b""
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(flowtool, "_tcp_socket", lambda a: FakeSocket())
+    out = tmp_path / "send.json"
+    a = types.SimpleNamespace(dst="10.0.0.2", port=5001, out=str(out), size=3000, duration=None, mss=None)
+    flowtool.tcp_send(a)
+    res = json.loads(out.read_text())
+    assert res["error"] is None and res["sent"] == 3000
+    assert len(attempts) == 3
+
+    # Anything else still ends the flow with its error.
+    attempts.clear()
+
+    class Refusing(FakeSocket):
+        def connect(self, addr):
+            raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(flowtool, "_tcp_socket", lambda a: Refusing())
+    flowtool.tcp_send(a)
+    assert "Permission denied" in json.loads(out.read_text())["error"]
