@@ -74,19 +74,8 @@ proptest! {
             }
         }
         net.run_to_completion(secs(900.0));
-        for a in &net.apps {
-            prop_assert!(!a.failed, "switches {switches:#x}: flow {} failed", a.flow);
-            prop_assert!(
-                a.complete_at.is_some(),
-                "switches {switches:#x}: flow {} incomplete, {} of {} bytes after {:?}",
-                a.flow,
-                a.received.len(),
-                a.data.len(),
-                Duration::from_nanos(net.now.as_nanos())
-            );
-            prop_assert!(a.received[..] == a.data[..], "switches {switches:#x}: flow {} bytes differ", a.flow);
-            prop_assert!(a.delivered_at.is_some(), "switches {switches:#x}: flow {} not finished at its destination", a.flow);
-        }
+        let checked = net.check_all_identical();
+        prop_assert!(checked.is_ok(), "switches {switches:#x}: {}", checked.unwrap_err());
     }
 }
 
@@ -127,11 +116,11 @@ proptest! {
             net.restart(relay);
         }
         net.run_to_completion(secs(1200.0));
-        for a in &net.apps {
-            prop_assert!(!a.failed, "switches {switches:#x}: flow {} failed", a.flow);
-            prop_assert!(a.complete_at.is_some(), "switches {switches:#x} relay {relay} outage {outage}: flow {} incomplete, {} of {} bytes at {:?}", a.flow, a.received.len(), a.data.len(), Duration::from_nanos(net.now.as_nanos()));
-            prop_assert!(a.received[..] == a.data[..], "switches {switches:#x}: flow {} bytes differ", a.flow);
-            prop_assert!(a.delivered_at.is_some(), "switches {switches:#x}: flow {} not finished at its destination", a.flow);
-        }
+        let checked = net.check_all_identical();
+        prop_assert!(
+            checked.is_ok(),
+            "switches {switches:#x}, relay {relay}, outage {outage}: {}",
+            checked.unwrap_err()
+        );
     }
 }

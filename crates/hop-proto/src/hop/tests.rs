@@ -266,8 +266,13 @@ fn deferred_relay() -> (Harness, Arc<Mutex<Log>>) {
 }
 
 fn relay_bsyn(block_len: u32) -> HopMessage<'static> {
+    bsyn_msg(hdr(0, 0), block_len)
+}
+
+/// A plain BSYN (no micro payload) for a block of `block_len` bytes in 100-byte packets.
+fn bsyn_msg(header: HopHeader, block_len: u32) -> HopMessage<'static> {
     HopMessage {
-        header: hdr(0, 0),
+        header,
         body: HopBody::Bsyn {
             offset: 0,
             geom: BlockGeom {
@@ -1742,22 +1747,9 @@ fn a_waiting_bsyn_for_a_block_cached_under_another_geometry_gets_its_turn() {
         dst: 3,
         block_num: 0,
     };
-    let bsyn = |header, block_len| HopMessage {
-        header,
-        body: HopBody::Bsyn {
-            offset: 0,
-            geom: BlockGeom {
-                block_len,
-                packet_size: 100,
-            },
-            packet_num: 0,
-            expect: 0,
-            payload: &[],
-        },
-    };
     // Node 1's block holds the turn; node 4 asks for its 250-byte block 0 and waits.
-    h.recv(1, &bsyn(hdr(0, 0), 250));
-    h.recv(4, &bsyn(theirs, 250));
+    h.recv(1, &bsyn_msg(hdr(0, 0), 250));
+    h.recv(4, &bsyn_msg(theirs, 250));
     let out = h.drain();
     assert_eq!(backs_to(&out, 1).len(), 1);
     assert!(backs_to(&out, 4).is_empty());
@@ -1898,22 +1890,9 @@ fn an_older_block_passes_backpressure_without_the_vtx_flag() {
     let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
     feed_block(&mut h, 5, &[5; 250]);
     h.drain();
-    let bsyn = |block| HopMessage {
-        header: hdr(block, 0),
-        body: HopBody::Bsyn {
-            offset: 0,
-            geom: BlockGeom {
-                block_len: 250,
-                packet_size: 100,
-            },
-            packet_num: 0,
-            expect: 0,
-            payload: &[],
-        },
-    };
-    h.recv(1, &bsyn(6));
+    h.recv(1, &bsyn_msg(hdr(6, 0), 250));
     assert!(backs_to(&h.drain(), 1).is_empty(), "block 6 passed H");
-    h.recv(1, &bsyn(3));
+    h.recv(1, &bsyn_msg(hdr(3, 0), 250));
     assert_eq!(backs_to(&h.drain(), 1).len(), 1, "block 3 held back");
 }
 

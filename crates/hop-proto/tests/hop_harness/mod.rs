@@ -560,23 +560,34 @@ impl Net {
     }
 
     pub fn assert_all_identical(&self) {
-        for a in &self.apps {
-            assert!(!a.failed, "flow {} failed", a.flow);
-            assert!(
-                a.complete_at.is_some(),
-                "flow {} incomplete: {} of {} bytes delivered",
-                a.flow,
-                a.received.len(),
-                a.data.len()
-            );
-            assert_eq!(a.received.len(), a.data.len(), "flow {} length", a.flow);
-            assert!(a.received[..] == a.data[..], "flow {} bytes differ", a.flow);
-            assert!(
-                a.delivered_at.is_some(),
-                "flow {} not finished at destination",
-                a.flow
-            );
+        if let Err(e) = self.check_all_identical() {
+            panic!("{e}");
         }
+    }
+
+    /// Every transfer finished at both ends with its bytes delivered once and in order.
+    pub fn check_all_identical(&self) -> Result<(), String> {
+        for a in &self.apps {
+            if a.failed {
+                return Err(format!("flow {} failed", a.flow));
+            }
+            if a.complete_at.is_none() {
+                return Err(format!(
+                    "flow {} incomplete: {} of {} bytes delivered by {:?}",
+                    a.flow,
+                    a.received.len(),
+                    a.data.len(),
+                    self.now
+                ));
+            }
+            if a.received[..] != a.data[..] {
+                return Err(format!("flow {} bytes differ", a.flow));
+            }
+            if a.delivered_at.is_none() {
+                return Err(format!("flow {} not finished at destination", a.flow));
+            }
+        }
+        Ok(())
     }
 }
 
