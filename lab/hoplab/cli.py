@@ -1,4 +1,4 @@
-"""Command line: hoplab run | clean | demo | selftest | setup | reproduce."""
+"""Command line: hoplab run | snapshot | clean | demo | selftest | reproduce | compare."""
 
 from __future__ import annotations
 
@@ -129,6 +129,12 @@ def cmd_snapshot(a) -> int:
     return 0
 
 
+def cmd_compare(a) -> int:
+    from .compare import main as compare_main
+
+    return compare_main(a)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hoplab", description="Emulated 802.11 mesh experiments")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -172,6 +178,13 @@ def main(argv=None) -> int:
     rp.add_argument("--report-only", action="store_true",
                     help="rebuild report.md/report.json from the runs already in --out")
     rp.set_defaults(fn=cmd_reproduce)
+
+    cp = sub.add_parser("compare", help="two reproduction reports row by row (Markdown table)")
+    cp.add_argument("old", help="report.json of the earlier reproduction (or its directory)")
+    cp.add_argument("new", help="report.json of the later reproduction (or its directory)")
+    cp.add_argument("--apart", action="store_true",
+                    help="only the rows whose 95 %% intervals do not overlap")
+    cp.set_defaults(fn=cmd_compare)
     a = p.parse_args(argv)
     try:
         return a.fn(a)
