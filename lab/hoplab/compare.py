@@ -43,8 +43,10 @@ def _rows(rep: dict) -> dict[tuple, dict]:
 def _cell(r: dict | None) -> str:
     if r is None:
         return "not in report"
-    if r.get("status") != "ok" or r.get("ours") is None:
+    if r.get("status") != "ok":
         return f"{r.get('status', '?')}" + (f": {r['note']}" if r.get("note") else "")
+    if r.get("ours") is None:
+        return f"— ({r.get('note') or 'undefined'}; n={r.get('n')})"
     unit = r.get("unit", "")
     s = _fmt(r["ours"], unit) + ("×" if unit == "x" else "")
     ci = r.get("ci")

@@ -319,6 +319,12 @@ def row_result(row: Row, exp: Experiment, runs: list[dict], reasons: dict[str, s
         return out
     v = value(groups)
     out["ours"] = v
+    if v is None:
+        if row.versus is not None:
+            a, b = (fn([g[i] for g in groups], exp.measure) for i in (0, 1))
+            out["note"] = "undefined: both figures are 0" if a == 0 and b == 0 else "undefined: a figure is missing"
+        else:
+            out["note"] = "undefined: no measured flow"
     out["ci"] = bootstrap_ci(groups, value)
     if len(groups) == 1 and row.stat in POOLED:
         # One repetition: resample its measured flows instead (paired by flow for a ratio:
@@ -897,6 +903,8 @@ def markdown(rep: dict) -> str:
             u = "" if unit in ("", "x") else f" {unit}" if unit != "Mbit/s" else ""
             if r["status"] != "ok":
                 ours = f"{r['status']}: {r['note']}"
+            elif r["ours"] is None:
+                ours = f"— ({r['note'] or 'undefined'}; n={r['n']})"
             else:
                 ci = r["ci"]
                 ours = _fmt(r["ours"], unit) + ("×" if unit == "x" else u)
@@ -910,7 +918,7 @@ def markdown(rep: dict) -> str:
             else:
                 paper = "figure only"
             rel = _fmt(r["ours_over_paper"]) if r["ours_over_paper"] is not None else (
-                r["note"] if r["status"] == "ok" and r["note"] else "—")
+                r["note"] if r["status"] == "ok" and r["note"] and r["ours"] is not None else "—")
             what = r["what"]
             if r["point"] is not None and str(r["point"]) not in what:
                 what += f" ({e.get('point_name') or 'point'} {r['point']})"

@@ -54,6 +54,13 @@ def test_rows_of_one_report_or_without_a_figure_keep_the_reason_and_no_ratio():
     assert len(rows) == 6
 
 
+def test_an_undefined_figure_keeps_its_note():
+    old = report({"e": [row("z / y", None, note="undefined: both figures are 0", n=1)]}, "a")
+    new = report({"e": [row("z / y", 2.0, n=1)]}, "b")
+    (r,) = cmp.compare(old, new)
+    assert r["old"] == "— (undefined: both figures are 0; n=1)" and r["new_over_old"] is None
+
+
 def test_apart_keeps_only_rows_whose_intervals_do_not_overlap():
     rows = cmp.compare(OLD, NEW, only_apart=True)
     assert [(r["experiment"], r["what"], r["point"]) for r in rows] == [("e1", "a / b", None)]

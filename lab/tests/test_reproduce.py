@@ -215,6 +215,21 @@ def test_row_not_run_and_no_valid_runs():
     assert r["status"] == "no valid runs" and r["ours"] is None
 
 
+def test_a_ratio_of_two_zero_figures_is_undefined_and_says_so():
+    e = dummy_experiment()
+    runs = [rec("a", 0, [flow("m1", 0.0), flow("m2", 0.0), flow("m3", 1.0)]),
+            rec("b", 0, [flow("m1", 0.0), flow("m2", 0.0), flow("m3", 2.0)])]
+    r = rp.row_result(rp.Row("x", "median a / b", "median", "a", "r", versus="b", value=2.0), e, runs, {})
+    assert r["status"] == "ok" and r["ours"] is None and r["ours_over_paper"] is None
+    assert r["note"] == "undefined: both figures are 0"
+    rep = {"meta": {"preset": "full", "date": "d", "machine": "m", "commit": "c", "command": "x"},
+           "ci_method": "bootstrap", "experiments": [{
+               "id": "x", "title": "t", "ref": "r", "notes": [], "point_name": "", "variants": {"a": "A", "b": "B"},
+               "runs": rp.run_accounting(runs), "invalid": [], "counters": {}, "wall_s": 60.0, "rows": [r]}]}
+    line = next(ln for ln in rp.markdown(rep).splitlines() if ln.startswith("| median a / b"))
+    assert line == "| median a / b | r | — (undefined: both figures are 0; n=1) | 2× | — |"
+
+
 def test_range_rows_and_delay_statistic():
     e = dummy_experiment()
     runs = [rec("a", 0, [flow("m", 0.1, completion=6.0)]), rec("b", 0, [flow("m", 1.0, completion=1.0)]),
