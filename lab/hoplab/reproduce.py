@@ -325,6 +325,9 @@ def row_result(row: Row, exp: Experiment, runs: list[dict], reasons: dict[str, s
             out["note"] = "undefined: both figures are 0" if a == 0 and b == 0 else "undefined: a figure is missing"
         else:
             out["note"] = "undefined: no measured flow"
+    elif math.isinf(v):
+        # JSON has no infinity (report.json carries null): say it in words.
+        out["note"] = "infinite: the second figure is 0"
     out["ci"] = bootstrap_ci(groups, value)
     if len(groups) == 1 and row.stat in POOLED:
         # One repetition: resample its measured flows instead (paired by flow for a ratio:
@@ -918,7 +921,8 @@ def markdown(rep: dict) -> str:
             else:
                 paper = "figure only"
             rel = _fmt(r["ours_over_paper"]) if r["ours_over_paper"] is not None else (
-                r["note"] if r["status"] == "ok" and r["note"] and r["ours"] is not None else "—")
+                r["note"] if r["status"] == "ok" and r["note"] and r["ours"] is not None
+                and not math.isinf(r["ours"]) else "—")
             what = r["what"]
             if r["point"] is not None and str(r["point"]) not in what:
                 what += f" ({e.get('point_name') or 'point'} {r['point']})"

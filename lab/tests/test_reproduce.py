@@ -228,6 +228,11 @@ def test_a_ratio_of_two_zero_figures_is_undefined_and_says_so():
                "runs": rp.run_accounting(runs), "invalid": [], "counters": {}, "wall_s": 60.0, "rows": [r]}]}
     line = next(ln for ln in rp.markdown(rep).splitlines() if ln.startswith("| median a / b"))
     assert line == "| median a / b | r | — (undefined: both figures are 0; n=1) | 2× | — |"
+    runs[0]["flows"][0]["goodput_mbps"] = runs[0]["flows"][1]["goodput_mbps"] = 1.0
+    runs[1]["flows"][2]["goodput_mbps"] = 0.0
+    r = rp.row_result(rp.Row("x", "median a / b", "median", "a", "r", versus="b", value=2.0), e, runs, {})
+    assert r["ours"] == float("inf") and r["note"] == "infinite: the second figure is 0"
+    assert _json.loads(_json.dumps(rp._json_safe(r)))["ours"] is None
 
 
 def test_range_rows_and_delay_statistic():
