@@ -1213,10 +1213,17 @@ impl HopTransport {
         if x.micro {
             flags |= FLAG_MICRO;
             // Every packet the next hop lacks rides on its own BSYN; the last one asks for
-            // the BACK.
-            let missing: Vec<u32> = (0..b.geom.packets())
+            // the BACK. A repeat (no BACK since the last send) carries only the last of
+            // them, which asks (§3.6 piggybacks the micro-block on the initial BSYN): the
+            // packets of the last send may only be queued behind a busy link, and sending
+            // all of them again on every timeout fed a collapse at a lossy hub
+            // (docs/reproduce.md); the BACK then says which are missing.
+            let mut missing: Vec<u32> = (0..b.geom.packets())
                 .filter(|i| !x.peer.get(*i) && b.have.get(*i))
                 .collect();
+            if repeat && missing.len() > 1 {
+                missing.drain(..missing.len() - 1);
+            }
             if missing.is_empty() || !b.complete() {
                 let msg = HopMessage {
                     header: Self::header(key, dst, n, flags | FLAG_ASK, ttl),
