@@ -193,9 +193,19 @@ def from_dict(data: dict, name: str = "custom") -> Topology:
     """The inverse of Topology.to_dict: nodes, links and sense pairs."""
     try:
         t = Topology(int(data["nodes"]), name=data.get("name", name))
-        for link in data.get("links", []):
-            t.add(int(link["a"]), int(link["b"]), float(link.get("loss", 0.0)),
-                  float(link["loss_back"]) if "loss_back" in link else None)
+        links = data.get("links", [])
+        listed = {(int(link["a"]), int(link["b"])) for link in links}
+        for link in links:
+            a, b, loss = int(link["a"]), int(link["b"]), float(link.get("loss", 0.0))
+            if "loss_back" in link:
+                back = float(link["loss_back"])
+            elif (b, a) in listed:
+                # to_dict's form: one entry per direction, so this entry sets a -> b only
+                # (b -> a keeps its own entry's loss, whichever comes first).
+                back = t.links.get((b, a), loss)
+            else:
+                back = None
+            t.add(a, b, loss, back)
         for a, b in (sorted((int(p[0]), int(p[1]))) for p in data.get("sense", [])):
             if not 0 <= a < b < t.n or t.in_range(a, b):
                 raise SpecError(f"bad topology: sense pair {a}, {b} must be two nodes without a link")

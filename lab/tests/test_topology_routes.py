@@ -113,3 +113,15 @@ def test_sense_range_adds_sensing_pairs_without_links_or_routes():
         with pytest.raises(SpecError):
             spec.from_dict({"topology": {"kind": "chain", "nodes": 3, "sense": bad},
                             "flow": [{"driver": "udp", "src": 0, "dst": 1}]})
+
+
+def test_to_dict_round_trip_keeps_each_direction():
+    # The mesh's links lose different shares of frames in each direction.
+    t = T.mesh(seed=1)
+    assert any(abs(t.links[(a, b)] - t.links[(b, a)]) > 0.05 for a, b in t.links)
+    back = T.from_dict(t.to_dict())
+    assert back.links == t.links and back.n == t.n and back.name == t.name
+    # One entry per link still means both directions, with loss_back for the other one.
+    u = T.from_dict({"nodes": 3, "links": [{"a": 0, "b": 1, "loss": 0.2},
+                                    {"a": 1, "b": 2, "loss": 0.1, "loss_back": 0.3}]})
+    assert u.links == {(0, 1): 0.2, (1, 0): 0.2, (1, 2): 0.1, (2, 1): 0.3}
