@@ -62,8 +62,16 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     if let Some(v) = p.link_queue_lifetime_ms {
         h.link_queue_lifetime = std::time::Duration::from_millis(v);
     }
-    if let Some(v) = p.link_window_packets {
-        h.link_window_packets = v;
+    match p.link_window_packets {
+        Some(v) => h.link_window_packets = v,
+        // A link that reports its backlog (`link_status_socket`) bounds the queue itself:
+        // hopd hands it a frame only while it holds fewer than `link_queue_frames`, as the
+        // paper's driver queue pushed back (§4.1). The link window, which bounds that queue
+        // from BACKs when nothing else does (docs/wire-format.md), would only add a
+        // BSYN/BACK round per window; without it a transfer hands whole rounds of its block
+        // to the link and asks once per round, as in §3.1.
+        None if cfg.link_status_socket.is_some() => h.link_window_packets = 0,
+        None => {}
     }
     if let Some(v) = p.link_window_max_packets {
         h.link_window_max_packets = v;
@@ -198,6 +206,19 @@ mod tests {
         assert_eq!(
             d.link_window_packets,
             HopConfig::default().link_window_packets
+        );
+        // With a link that reports its backlog, no link window unless the file sets one.
+        let with_link = |hop: &str| {
+            let text = format!(
+                "node_id = 1\nlisten = \"127.0.0.1:7000\"\nlink_status_socket = \"/run/l.sock\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n{hop}",
+                "ab".repeat(32)
+            );
+            hop_config(&Config::parse("t.toml", &text, Path::new("/")).unwrap())
+        };
+        assert_eq!(with_link("").link_window_packets, 0);
+        assert_eq!(
+            with_link("[hop]\nlink_window_packets = 32\n").link_window_packets,
+            32
         );
         let text = format!(
             "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nhold_tail_losses = true\nduplicate_feedback = false\nlink_queue_lifetime_ms = 200\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\npipelining = false\n",
