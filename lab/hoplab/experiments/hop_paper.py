@@ -231,6 +231,10 @@ def build_57(e, v, point, rep, p):
 
 # ---- §5.8 VoIP next to bulk flows --------------------------------------------------------------
 
+MOS_NOTE = ("MOS from the E-model (Cole & Rosenbluth's simplification, G.711, random loss) with the median "
+            "one-way delay; the paper cites its own MOS estimate.")
+
+
 def build_58(e, v, n, rep, p):
     d = base(f"hop58-{n}f", p["duration"], rep)
     seed = p.get("mesh_seed", MESH_SEED)
@@ -553,8 +557,7 @@ def experiments() -> list[Experiment]:
             "hop-5.8", "VoIP next to 5 and 10 bulk flows on 3-hop paths", "hop", "Hop §5.8, Table 5",
             [hop(), tcp()], build_58, point_name="flows",
             full=Scale(reps=1, points=[5, 10], params={"duration": 90.0}), run_seconds=flows_time,
-            notes=["MOS from the E-model (Cole & Rosenbluth's simplification, G.711, random loss) with the "
-                   "median one-way delay; the paper cites its own MOS estimate."]),
+            notes=[MOS_NOTE]),
         Experiment(
             "hop-5.8-good", "VoIP next to 5 and 10 bulk flows on 3-hop paths of the good-route mesh", "hop",
             "Hop §5.8, Table 5",
@@ -564,9 +567,7 @@ def experiments() -> list[Experiment]:
             notes=[f"§5.8 again on the mesh of seed {GOOD_MESH_SEED}, whose ETX routes cross no link losing more "
                    f"than {GOOD_ROUTE_MAX_LOSS:.0%} of frames (as `hop-5.3-good`). On the main mesh (seed 1) the "
                    "3-hop paths drawn for §5.8 cross the 12-14 link (89-90 % frame loss each way): 3 of the "
-                   "5 bulk flows and 6 of the 10 take it.",
-                   "MOS from the E-model (Cole & Rosenbluth's simplification, G.711, random loss) with the "
-                   "median one-way delay; the paper cites its own MOS estimate."]),
+                   "5 bulk flows and 6 of the 10 take it.", MOS_NOTE]),
         Experiment(
             "hop-5.9", "30 flows with auto-rate and dynamic routing", "hop", "Hop §5.9, Fig. 15, Table 1",
             [hop(), hop_dyn, tcp(), auto, tcp_dyn, tcp_dyn_auto, nopipe(), deviations(), hop_unicast_noarq()],
