@@ -123,7 +123,7 @@ def _voip(key):
         f = v[0]
         if key == "mos":
             return mos(f.get("voip_loss"), f.get("delay_ms_p50"))
-        return f.get("voip_clp")
+        return f.get(f"voip_{key}")
     return per
 
 
@@ -141,9 +141,11 @@ STATS = {
     "delay_median": _delay,
     "clp": _per_run(_voip("clp")),
     "mos": _per_run(_voip("mos")),
+    "voip_loss": _per_run(_voip("loss")),
 }
 POOLED = {"median", "mean", "q1", "q3"}  # statistics of the flows pooled over runs
-STAT_UNITS = {"jain": "", "jain_hw": "", "top3_share": "", "clp": "", "mos": "", "delay_median": "s"}
+STAT_UNITS = {"jain": "", "jain_hw": "", "top3_share": "", "clp": "", "mos": "", "voip_loss": "",
+              "delay_median": "s"}
 
 
 def stat_fn(name: str):

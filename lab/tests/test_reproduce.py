@@ -51,6 +51,18 @@ def test_mos_bounds_and_monotonic():
     assert rp.mos(None, 20.0) is None
 
 
+def test_voip_statistics_average_the_runs_voice_stream():
+    def run(loss, clp, delay):
+        return {"flows": [{"label": "m0", "goodput_mbps": 1.0},
+                          {"label": "voip", "driver": "voip", "voip_loss": loss, "voip_clp": clp,
+                           "delay_ms_p50": delay}]}
+    runs = [run(0.10, 0.2, 10.0), run(0.30, 0.4, 30.0), {"flows": [{"label": "m0", "goodput_mbps": 1.0}]}]
+    assert rp.stat_fn("voip_loss")(runs, "m") == pytest.approx(0.20)
+    assert rp.stat_fn("clp")(runs, "m") == pytest.approx(0.30)
+    assert rp.stat_fn("mos")(runs, "m") == pytest.approx((rp.mos(0.10, 10.0) + rp.mos(0.30, 30.0)) / 2)
+    assert rp.stat_fn("voip_loss")(runs[2:], "m") is None
+
+
 def test_bootstrap_ci_covers_the_mean_of_normal_samples():
     """95 % CI of a mean from 30 normal samples: about mean +- 1.96 sigma / sqrt(n)."""
     rng = random.Random(7)
