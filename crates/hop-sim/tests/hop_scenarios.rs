@@ -263,6 +263,26 @@ fn partitioned_seven_hop_path_completes_without_end_to_end_path() {
     assert!(peak > 1 && peak <= 100, "peak {peak}");
 }
 
+/// With H = 1 (§3.3) the one relay between the two cuts (node 3) takes one block while
+/// node 4 is down and passes it on while node 2 is down: one block crosses per two-minute
+/// cycle, whatever the link rate. In 3600 s the first block arrives in the third minute and
+/// one more every 120 s after it: 29 blocks of 1 MiB (about 65 kbit/s). The paper's H = 1
+/// figure, 320 kbit/s (Table 4), is more than one block per relay allows on this path.
+#[test]
+fn partitioned_path_with_h1_moves_one_block_per_cycle() {
+    let r = run(&partition(1, "64MB"));
+    let blocks = r.flows[0].bytes_delivered as f64 / f64::from(1u32 << 20);
+    assert!((28.0..=30.0).contains(&blocks), "{blocks} blocks delivered");
+    assert_eq!(
+        r.flows[0].bytes_delivered % (1 << 20),
+        0,
+        "whole blocks only"
+    );
+    for n in &r.nodes {
+        assert!(n.buffered_blocks_peak <= 1, "{n:?}");
+    }
+}
+
 fn slow_last_hop(h: u32, backpressure: bool) -> String {
     slow_last_hop_on(h, backpressure, "shared")
 }

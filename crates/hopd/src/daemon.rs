@@ -53,11 +53,23 @@ pub struct InboxEntry {
     pub blake3: String,
 }
 
+/// A flow the daemon opened for a sending client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    pub flow: FlowKey,
+    /// File bytes to gather before handing the first of them to the transport: Hop cuts a
+    /// block from whatever the source holds and never waits for more (§4.2), so a file's
+    /// first block is only as large as the first hand-over. The client has announced the
+    /// whole file and streams it over a local socket, so gathering costs a few copies, not a
+    /// wait for data that may never come. 0: hand bytes over as they arrive.
+    pub first_bytes: usize,
+}
+
 /// Commands from API clients to the core task.
 pub enum Cmd {
     Open {
         to: NodeId,
-        reply: oneshot::Sender<Result<FlowKey, (ErrorCode, String)>>,
+        reply: oneshot::Sender<Result<Opened, (ErrorCode, String)>>,
         updates: mpsc::UnboundedSender<FlowUpdate>,
     },
     Data {
@@ -114,6 +126,8 @@ pub struct Daemon {
     /// Custody writes finished on the store's writer thread.
     custody_done: Arc<crate::custody::CustodyDone>,
     transport_id: TransportId,
+    /// See [`Opened::first_bytes`]: Hop's largest block, 0 for the other transports.
+    first_bytes: usize,
     node: Node,
     clock: std::time::Instant,
     auth: Authenticator,
@@ -261,6 +275,11 @@ impl Daemon {
         };
         let routes = merged_routes(&cfg, &BTreeMap::new());
         let transport_id = transport.id();
+        let first_bytes = if transport_id == TransportId::Hop {
+            crate::transport::hop_config(&cfg).block_bytes()
+        } else {
+            0
+        };
         let mut node = Node::new(cfg.node_id, Box::new(routes), first_counter());
         node.add_transport(transport);
         let auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first_counter(), cfg.max_peers);
@@ -271,6 +290,7 @@ impl Daemon {
             custody: built.custody,
             custody_done: built.custody_done.unwrap_or_default(),
             transport_id,
+            first_bytes,
             node,
             clock: std::time::Instant::now(),
             auth,
@@ -833,7 +853,10 @@ impl Daemon {
                                 finish: false,
                             },
                         );
-                        let _ = reply.send(Ok(flow));
+                        let _ = reply.send(Ok(Opened {
+                            flow,
+                            first_bytes: self.first_bytes,
+                        }));
                     }
                     Err(e) => {
                         let code = match e {

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::api::{self, ErrorCode, Reply, Request, API_VERSION, DATA_CHUNK};
-use crate::daemon::{Cmd, FlowUpdate, InboxEntry};
+use crate::daemon::{Cmd, FlowUpdate, InboxEntry, Opened};
 use crate::flowfmt::{sanitize_name, FlowHeader};
 
 /// Chunks a sending client may have queued in the core before it waits.
@@ -158,8 +158,8 @@ async fn send(
     })
     .await
     .map_err(|_| closed())?;
-    let flow = match orx.await.map_err(|_| closed())? {
-        Ok(f) => f,
+    let Opened { flow, first_bytes } = match orx.await.map_err(|_| closed())? {
+        Ok(o) => o,
         Err((code, msg)) => return error(&mut s, code, msg).await,
     };
     // Until the last byte is handed over, a client that goes away aborts the flow, whether
@@ -196,7 +196,10 @@ async fn send(
     // transport never cuts a block of just the header or just the hash (a tiny block costs a
     // BSYN/BACK round per hop and, with backpressure H = 1, holds a relay's only slot).
     // One frame is held back until the next arrives; `held` is (bytes, file bytes in them).
+    // The first hand-over waits for `first_bytes` of the file (or its end), so that the
+    // file's first block is as large as the transport allows (see `Opened::first_bytes`).
     let mut held: (Vec<u8>, u64) = (header, 0);
+    let mut first = true;
     let mut hasher = blake3::Hasher::new();
     let mut total = 0u64;
     let mut acked = 0u64;
@@ -232,12 +235,13 @@ async fn send(
         }
         hasher.update(&frame);
         let n = frame.len() as u64;
-        if held.1 == 0 {
-            // Only the header so far: the first bytes join it.
+        if first && (held.1 == 0 || held.1 < first_bytes as u64) {
+            // Only the header and fewer than `first_bytes` so far: the frame joins them.
             held.0.extend_from_slice(&frame);
-            held.1 = n;
+            held.1 += n;
             continue;
         }
+        first = false;
         let (bytes, file_bytes) = std::mem::replace(&mut held, (frame, n));
         sizes.push_back(file_bytes);
         let (c, rx) = push(Bytes::from(bytes));
@@ -446,7 +450,12 @@ mod tests {
             panic!("no open");
         };
         let flow = FlowKey { src: 1, id: 7 };
-        reply.send(Ok(flow)).unwrap();
+        reply
+            .send(Ok(Opened {
+                flow,
+                first_bytes: 0,
+            }))
+            .unwrap();
         assert!(api::read_frame(&mut client).await.unwrap().is_some()); // accepted
                                                                         // One frame more than the window: the server holds one back and queues the rest.
         for _ in 0..=SEND_WINDOW {
@@ -477,5 +486,76 @@ mod tests {
         .await
         .expect("no abort");
         assert_eq!(got, Some(flow));
+    }
+
+    /// Runs `send` for a file of `frames` (written one data frame each) with the daemon's
+    /// `first_bytes`, acknowledging every hand-over; returns the lengths handed to the
+    /// transport and the header's length.
+    async fn hand_overs(first_bytes: usize, frames: &[usize]) -> (Vec<usize>, usize) {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let size: usize = frames.iter().sum();
+        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size as u64));
+        let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
+            panic!("no open");
+        };
+        let flow = FlowKey { src: 1, id: 7 };
+        reply.send(Ok(Opened { flow, first_bytes })).unwrap();
+        assert!(api::read_frame(&mut client).await.unwrap().is_some()); // accepted
+        let frames = frames.to_vec();
+        let writer = tokio::spawn(async move {
+            for (i, n) in frames.iter().enumerate() {
+                api::write_frame(&mut client, &vec![i as u8; *n])
+                    .await
+                    .unwrap();
+            }
+            api::write_frame(&mut client, &[]).await.unwrap();
+            client // keep it open until the end
+        });
+        let mut lens = Vec::new();
+        loop {
+            match rx.recv().await {
+                Some(Cmd::Data { data, done, .. }) => {
+                    lens.push(data.len());
+                    let _ = done.send(());
+                }
+                Some(Cmd::Finish { .. }) => break,
+                _ => panic!("expected data or finish"),
+            }
+        }
+        let _client = writer.await.unwrap();
+        task.abort();
+        let header = FlowHeader {
+            name: "f.bin".into(),
+            size: size as u64,
+        }
+        .encode()
+        .len();
+        (lens, header)
+    }
+
+    /// Hop cuts a block from what the source holds, so the first hand-over gathers a block's
+    /// worth of the file: the first block is full, not one frame long.
+    #[tokio::test]
+    async fn the_first_hand_over_gathers_first_bytes_of_the_file() {
+        let (lens, h) = hand_overs(4096, &[1024; 7]).await;
+        // Header + 4 frames, then one frame at a time, the last with the 32-byte hash.
+        assert_eq!(lens, vec![h + 4096, 1024, 1024, 1024 + 32]);
+        // Frames that overshoot: the first hand-over holds at least first_bytes.
+        let (lens, h) = hand_overs(4096, &[3000, 3000, 3000]).await;
+        assert_eq!(lens, vec![h + 6000, 3000 + 32]);
+    }
+
+    #[tokio::test]
+    async fn a_file_smaller_than_first_bytes_goes_in_one_hand_over() {
+        let (lens, h) = hand_overs(1 << 20, &[1024, 1024, 100]).await;
+        assert_eq!(lens, vec![h + 2148 + 32]);
+    }
+
+    /// Without `first_bytes` (HxH, ATP) the first frame rides with the header alone.
+    #[tokio::test]
+    async fn without_first_bytes_frames_are_handed_over_one_by_one() {
+        let (lens, h) = hand_overs(0, &[1024, 1024, 1024]).await;
+        assert_eq!(lens, vec![h + 1024, 1024, 1024 + 32]);
     }
 }

@@ -333,7 +333,7 @@ impl HopConfig {
     }
 
     /// Block size actually used: at most 65535 packets and at most `u32::MAX` bytes.
-    pub(crate) fn block_bytes(&self) -> usize {
+    pub fn block_bytes(&self) -> usize {
         let cap = usize::from(self.packet_size()) * hop_wire::hop::MAX_PACKETS_PER_BLOCK as usize;
         self.max_block_bytes.clamp(1, cap.min(u32::MAX as usize))
     }
