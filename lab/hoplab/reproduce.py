@@ -1117,7 +1117,7 @@ def main(a) -> int:
                               variants=variants, medium=medium)
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
     ran = [r for r in records if r.get("started")]
-    if ran:  # a resumed reproduction spans several sittings (and possibly commits): say so
+    if ran:  # a resumed reproduction may span several runs of the command (and commits): say so
         # from the first run's start to the last run's end (older records have no end)
         first, last = min(r["started"] for r in ran), max(r.get("ended") or r["started"] for r in ran)
         meta["date"] = first if first == last else f"{first} to {last}"
