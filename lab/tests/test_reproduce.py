@@ -162,6 +162,27 @@ def test_thirty_minute_53_runs_the_same_flows_longer_and_is_opt_in(short_id):
     assert long.opt_in and not short.opt_in
 
 
+def test_long_partition_run_repeats_the_57_schedule_for_five_cycles_and_is_opt_in():
+    reg = registry()
+    short, long = reg["hop-5.7"], reg["hop-5.7-long"]
+    a = short.spec(short.variant("hop-h1"), None, 0, quick=False)
+    b = long.spec(long.variant("hop-h1"), None, 0, quick=False)
+    assert a["topology"] == b["topology"] and a["flow"][0]["src"] == b["flow"][0]["src"]
+    assert b["duration"] == 600.0 and a["duration"] == 180.0
+    assert a["schedule"] == b["schedule"][:len(a["schedule"])]
+    # Node 2 or node 4 is down at every instant of the run: never an end-to-end path.
+    down = sorted((ev["at"], ev["node"]) for ev in b["schedule"] if ev["action"] == "down")
+    assert [n for _, n in down] == [2, 4] * 5
+    ups = {(ev["at"], ev["node"]) for ev in b["schedule"] if ev["action"] == "up"}
+    for (t, n), (t2, _) in zip(down, down[1:] + [(600.0, None)]):
+        assert (t + 60.0, n) in ups and t2 <= t + 60.0
+    assert long.opt_in and not short.opt_in
+    assert {v.name for v in long.variants} == {"hop-h1", "hop-h100", "dtn"}
+    # The paper's Table 4 rows apply to both.
+    rows = {(r.experiment, r.what) for r in rp.load_paper()}
+    assert ("hop-5.7-long", "goodput, Hop H = 1") in rows and ("hop-5.7", "goodput, Hop H = 1") in rows
+
+
 def test_opt_in_experiments_are_listed_but_not_run_by_the_full_preset(tmp_path, monkeypatch, capsys):
     import argparse
 
