@@ -266,7 +266,7 @@ fn partitioned_seven_hop_path_completes_without_end_to_end_path() {
 /// With H = 1 (§3.3) the one relay between the two cuts (node 3) takes one block while
 /// node 4 is down and passes it on while node 2 is down: one block crosses per two-minute
 /// cycle, whatever the link rate. In 3600 s the first block arrives in the third minute and
-/// one more every 120 s after it: 29 blocks of 1 MiB (about 65 kbit/s). The paper's H = 1
+/// one more every 120 s after it: 29 blocks of 1 MiB (68 kbit/s over the hour). The paper's H = 1
 /// figure, 320 kbit/s (Table 4), is more than one block per relay allows on this path.
 #[test]
 fn partitioned_path_with_h1_moves_one_block_per_cycle() {
