@@ -700,6 +700,9 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
            "commit": git_commit(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     run_dir = out / "runs" / e.id / f"p{_key(p)}" / f"r{rep}" / (v.name + (f"-repeat{attempt}" if attempt else ""))
     rec["dir"] = str(run_dir.relative_to(out))
+    # What an interrupted attempt left here (a resumed reproduction runs it again) must not
+    # mix with this one's: its daemons' stores would hand the new daemons its flows.
+    shutil.rmtree(run_dir, ignore_errors=True)
     t0 = time.time()
     try:
         d = e.spec(v, p, rep, quick)

@@ -183,6 +183,27 @@ def test_long_partition_run_repeats_the_57_schedule_for_five_cycles_and_is_opt_i
     assert ("hop-5.7-long", "goodput, Hop H = 1") in rows and ("hop-5.7", "goodput, Hop H = 1") in rows
 
 
+def test_a_run_starts_without_what_an_interrupted_attempt_left(tmp_path, monkeypatch):
+    import hoplab.cli
+
+    e = registry()["hop-5.7"]
+    v = e.variant("hop-h1")
+    run_dir = tmp_path / "runs" / "hop-5.7" / "p-" / "r0" / "hop-h1"
+    stale = run_dir / "raw" / "hopd-3" / "store" / "custody" / "1-abc.blk"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x")
+    seen = []
+
+    def fake_run_spec(sp, out, progress=None):
+        seen.append((out, stale.exists()))
+        raise LabError("stopped here")
+
+    monkeypatch.setattr(hoplab.cli, "run_spec", fake_run_spec)
+    rec = rp.run_one(e, v, None, 0, 0, False, tmp_path, lambda s: None)
+    assert seen == [(run_dir, False)]
+    assert rec["status"] == "error" and rec["dir"] == str(run_dir.relative_to(tmp_path))
+
+
 def test_opt_in_experiments_are_listed_but_not_run_by_the_full_preset(tmp_path, monkeypatch, capsys):
     import argparse
 
