@@ -204,6 +204,20 @@ def test_a_run_starts_without_what_an_interrupted_attempt_left(tmp_path, monkeyp
     assert rec["status"] == "error" and rec["dir"] == str(run_dir.relative_to(tmp_path))
 
 
+def test_59_on_the_good_route_mesh_runs_53_goods_flows_with_every_routing_and_rate():
+    reg = registry()
+    good, e = reg["hop-5.3-good"], reg["hop-5.9-good"]
+    a = good.spec(good.variant("hop"), 30, 0, quick=False)
+    for v in e.variants:
+        b = e.spec(v, 30, 0, quick=False)
+        assert b["topology"] == a["topology"]
+        assert [(f["src"], f["dst"], f["start"]) for f in b["flow"]] == [(f["src"], f["dst"], f["start"]) for f in a["flow"]]
+    names = {v.name for v in e.variants}
+    assert {"hop", "hop-babel", "tcp", "tcp-auto", "tcp-babel", "tcp-babel-auto"} == names
+    assert e.spec(e.variant("tcp-babel-auto"), 30, 0, quick=False)["routing"] == "babel"
+    assert not e.opt_in
+
+
 def test_opt_in_experiments_are_listed_but_not_run_by_the_full_preset(tmp_path, monkeypatch, capsys):
     import argparse
 
