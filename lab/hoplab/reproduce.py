@@ -739,8 +739,11 @@ def _fmt(v, unit: str = "") -> str:
         return "—"
     if isinstance(v, float) and math.isinf(v):
         return "∞"
-    if unit == "Mbit/s" and abs(v) < 0.1:
-        return f"{v * 1000:.1f} kbit/s"
+    if unit == "Mbit/s":
+        # Every rate carries its unit: a row's interval may span kbit/s and Mbit/s.
+        if abs(v) < 0.1:
+            return f"{v * 1000:.1f} kbit/s"
+        return _fmt(v) + " Mbit/s"
     if abs(v) >= 100:
         return f"{v:.0f}"
     return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"

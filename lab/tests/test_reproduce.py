@@ -414,6 +414,16 @@ def test_report_markdown_counts_and_not_run(tmp_path):
     assert [i["cause"] for i in rep["experiments"][0]["invalid"]] == ["saturated", "starved"]
 
 
+def test_rates_carry_their_unit_on_both_sides_of_0_1_mbit():
+    # an interval may run from kbit/s to Mbit/s: no bare number may be left to guess
+    assert rp._fmt(0.0104, "Mbit/s") == "10.4 kbit/s"
+    assert rp._fmt(1.98, "Mbit/s") == "1.98 Mbit/s"
+    assert rp._fmt(0.469, "Mbit/s") == "0.469 Mbit/s"
+    assert rp._fmt(12.5, "Mbit/s") == "12.5 Mbit/s"
+    assert rp._fmt(2.5, "x") == "2.5"
+    assert rp._fmt(None, "Mbit/s") == "—"
+
+
 def test_cut_off_goodput_uses_the_time_the_flow_had():
     flows = [flow("m1", 0.889, bytes=7240, size=10**7, complete=False, start=0.0),  # starved after 0.1 s
              flow("m2", 1.5, bytes=11_250_000, size=10**7 * 2, complete=False, start=0.0),
