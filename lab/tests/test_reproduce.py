@@ -351,6 +351,13 @@ def test_plan_and_estimate_keep_only_the_chosen_variants():
     # the ablation passes its switch to hopd
     spec = e.spec(e.variant("hop-nopipe"), 2, 0, False)
     assert spec["flow"][0]["options"]["hop"] == {"pipelining": False}
+    # so does the first-frame variant, in §5.2 and on the good-route mesh, with its rows
+    for eid in ("hop-5.2", "hop-5.3-good"):
+        spec = reg[eid].spec(reg[eid].variant("hop-frame"), reg[eid].full.points[0], 0, False)
+        assert spec["flow"][0]["options"]["hop"] == {"first_block_bytes": 0}
+    rows = {(r.experiment, r.what) for r in rp.load_paper()}
+    assert ("hop-5.3-good", "mean goodput, Hop with the first block from the API's first frame / Hop "
+            "(not in the paper)") in rows
 
 
 def test_medium_overrides_are_checked_before_any_run():

@@ -178,6 +178,10 @@ pub struct HopParams {
     pub withhold_turn_sends: Option<u32>,
     pub txop_past_full_window: Option<bool>,
     pub pipelining: Option<bool>,
+    /// File bytes the API gathers before its first hand-over to Hop (hopd, not the
+    /// protocol): `max_block_bytes` when left out, 0 hands each data frame over as it
+    /// arrives. See docs/hopd.md, "Files end to end".
+    pub first_block_bytes: Option<usize>,
 }
 
 /// A neighbour: node id and UDP address.

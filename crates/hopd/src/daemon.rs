@@ -276,7 +276,7 @@ impl Daemon {
         let routes = merged_routes(&cfg, &BTreeMap::new());
         let transport_id = transport.id();
         let first_bytes = if transport_id == TransportId::Hop {
-            crate::transport::hop_config(&cfg).block_bytes()
+            crate::transport::first_block_bytes(&cfg)
         } else {
             0
         };

@@ -105,6 +105,14 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
     h
 }
 
+/// File bytes the API server gathers before its first hand-over to Hop: a block's worth
+/// (`max_block_bytes`) unless `[hop] first_block_bytes` says otherwise; 0 hands each data
+/// frame over as it arrives. Never more than Hop's largest block.
+pub fn first_block_bytes(cfg: &Config) -> usize {
+    let block = hop_config(cfg).block_bytes();
+    cfg.hop.first_block_bytes.map_or(block, |v| v.min(block))
+}
+
 /// The HxH parameters of `cfg`: the HxH paper's defaults; the `[hop]` section does not apply,
 /// only the daemon-wide bound on flows with state (`[storage] max_incoming_flows`). A node
 /// that overhears its neighbours (`overhear = true`) uses the paper's passive feedback
@@ -232,6 +240,34 @@ mod tests {
         assert!(h.hold_tail_losses);
         assert!(!h.duplicate_feedback);
         assert_eq!(h.link_queue_lifetime, std::time::Duration::from_millis(200));
+    }
+
+    #[test]
+    fn the_first_hand_over_is_a_block_unless_the_file_says_otherwise() {
+        let with_hop = |hop: &str| {
+            let text = format!(
+                "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n{hop}",
+                "ab".repeat(32)
+            );
+            Config::parse("t.toml", &text, Path::new("/")).unwrap()
+        };
+        let block = HopConfig::default().block_bytes();
+        assert_eq!(first_block_bytes(&with_hop("")), block);
+        assert_eq!(
+            first_block_bytes(&with_hop("[hop]\nfirst_block_bytes = 0\n")),
+            0
+        );
+        assert_eq!(
+            first_block_bytes(&with_hop("[hop]\nfirst_block_bytes = 300000\n")),
+            300_000
+        );
+        // Never more than a block, which follows max_block_bytes.
+        assert_eq!(
+            first_block_bytes(&with_hop(
+                "[hop]\nmax_block_bytes = 200000\nfirst_block_bytes = 300000\n"
+            )),
+            200_000
+        );
     }
 
     #[test]
