@@ -126,7 +126,8 @@ pub struct Daemon {
     /// Custody writes finished on the store's writer thread.
     custody_done: Arc<crate::custody::CustodyDone>,
     transport_id: TransportId,
-    /// See [`Opened::first_bytes`]: Hop's largest block, 0 for the other transports.
+    /// See [`Opened::first_bytes`]: `[hop] first_block_bytes` (a block by default) for Hop, 0 for
+    /// the other transports.
     first_bytes: usize,
     node: Node,
     clock: std::time::Instant,
