@@ -204,6 +204,15 @@ mod tests {
         Config::parse("t.toml", &text, Path::new("/")).unwrap()
     }
 
+    /// A Hop node's configuration with `hop` appended (e.g. a `[hop]` section).
+    fn with_hop(hop: &str) -> Config {
+        let text = format!(
+            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n{hop}",
+            "ab".repeat(32)
+        );
+        Config::parse("t.toml", &text, Path::new("/")).unwrap()
+    }
+
     #[test]
     fn hop_section_sets_the_sender_knobs() {
         let d = hop_config(&config("hop"));
@@ -228,11 +237,9 @@ mod tests {
             with_link("[hop]\nlink_window_packets = 32\n").link_window_packets,
             32
         );
-        let text = format!(
-            "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n[hop]\nqueue_aware = false\nhold_tail_losses = true\nduplicate_feedback = false\nlink_queue_lifetime_ms = 200\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\npipelining = false\n",
-            "ab".repeat(32)
-        );
-        let h = hop_config(&Config::parse("t.toml", &text, Path::new("/")).unwrap());
+        let h = hop_config(&with_hop(
+            "[hop]\nqueue_aware = false\nhold_tail_losses = true\nduplicate_feedback = false\nlink_queue_lifetime_ms = 200\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\npipelining = false\n",
+        ));
         assert!(!h.queue_aware);
         assert_eq!(h.link_window_packets, 0);
         assert!(!h.adaptive_bsyn_timeout);
@@ -244,13 +251,6 @@ mod tests {
 
     #[test]
     fn the_first_hand_over_is_a_block_unless_the_file_says_otherwise() {
-        let with_hop = |hop: &str| {
-            let text = format!(
-                "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n{hop}",
-                "ab".repeat(32)
-            );
-            Config::parse("t.toml", &text, Path::new("/")).unwrap()
-        };
         let block = HopConfig::default().block_bytes();
         assert_eq!(first_block_bytes(&with_hop("")), block);
         assert_eq!(
