@@ -34,6 +34,8 @@ COUNTER_NAMES = [
     # airtime of this node's PPDUs and its PHY's time per state, microseconds (medium_cpp.h)
     "air_large_us", "air_small_us", "air_mac_us", "air_retry_us",
     "state_idle_us", "state_cca_us", "state_tx_us", "state_rx_us",
+    # time the node's MAC held a frame (any access category; best effort or background)
+    "queued_us", "queued_data_us",
 ]
 # Frames between the taps and the devices (medium_cpp.h, TapCountersAll).
 TAP_COUNTER_NAMES = ["from_tap", "to_tap", "other_host", "bad_frames", "write_errors", "queue_drops"]

@@ -75,6 +75,15 @@ struct Counters
     uint64_t state_tx_us{0};
     uint64_t state_rx_us{0};
     uint64_t state_logged_until_us{0}; // end of the last state period the trace reported
+    // Time the node's MAC held at least one frame (queued or in flight) in any access
+    // category, and in the data categories (best effort and background), in microseconds:
+    // whether a node that seldom sends had nothing to send or could not get the air.
+    uint64_t queued_us{0};
+    uint64_t queued_data_us{0};
+    uint64_t queue_logged_until_us{0}; // end of the period the two counters cover
+    uint8_t queue_any{0};              // the MAC held a frame at queue_logged_until_us
+    uint8_t queue_data{0};
+    uint8_t queue_pending{0};          // a re-count is scheduled
 };
 
 // MPDUs of at least this many bytes count as payload in the airtime split; Hop's BSYN/BACK,
@@ -217,6 +226,78 @@ OnDroppedMpdu(uint32_t node, WifiMacDropReason reason, Ptr<const WifiMpdu>)
         g_counters[node].queue_full++;
     else if (reason == WIFI_MAC_DROP_EXPIRED_LIFETIME)
         g_counters[node].queue_expired++;
+}
+
+// ---- MAC queue occupancy -----------------------------------------------------------------
+static std::vector<Ptr<WifiMac>> g_mac; // per node, for the occupancy counters
+
+static void
+AddQueueTime(Counters& c, uint64_t now_us)
+{
+    if (now_us <= c.queue_logged_until_us)
+        return;
+    uint64_t us = now_us - c.queue_logged_until_us;
+    if (c.queue_any)
+        c.queued_us += us;
+    if (c.queue_data)
+        c.queued_data_us += us;
+    c.queue_logged_until_us = now_us;
+}
+
+// Runs once the queue event that scheduled it has run its course: credits the period since
+// the last count to the old state, then counts the frames the node's MAC holds now.
+static void
+RecountQueue(uint32_t node)
+{
+    Counters& c = g_counters[node];
+    c.queue_pending = 0;
+    AddQueueTime(c, static_cast<uint64_t>(Simulator::Now().GetMicroSeconds()));
+    uint32_t any = 0, data = 0;
+    for (AcIndex ac : {AC_BE, AC_BK, AC_VI, AC_VO})
+    {
+        Ptr<WifiMacQueue> q = g_mac[node]->GetTxopQueue(ac);
+        if (!q)
+            continue;
+        uint32_t n = q->GetNPackets();
+        any += n;
+        if (ac == AC_BE || ac == AC_BK)
+            data += n;
+    }
+    c.queue_any = any > 0;
+    c.queue_data = data > 0;
+}
+
+template <typename T>
+static void
+OnQueueChange(uint32_t node, T)
+{
+    Counters& c = g_counters[node];
+    if (c.queue_pending)
+        return;
+    c.queue_pending = 1;
+    Simulator::ScheduleNow(&RecountQueue, node);
+}
+
+static void
+TrackQueues(uint32_t node, Ptr<WifiMac> mac)
+{
+    if (g_mac.size() <= node)
+        g_mac.resize(node + 1);
+    g_mac[node] = mac;
+    for (AcIndex ac : {AC_BE, AC_BK, AC_VI, AC_VO})
+    {
+        Ptr<WifiMacQueue> q = mac->GetTxopQueue(ac);
+        if (!q)
+            continue;
+        q->TraceConnectWithoutContext("Enqueue",
+                                      MakeBoundCallback(&OnQueueChange<Ptr<const WifiMpdu>>, node));
+        q->TraceConnectWithoutContext("Dequeue",
+                                      MakeBoundCallback(&OnQueueChange<Ptr<const WifiMpdu>>, node));
+        q->TraceConnectWithoutContext("Drop",
+                                      MakeBoundCallback(&OnQueueChange<Ptr<const WifiMpdu>>, node));
+        q->TraceConnectWithoutContext("Expired",
+                                      MakeBoundCallback(&OnQueueChange<Ptr<const WifiMpdu>>, node));
+    }
 }
 
 // Drops frames received by one node with the loss probability of the directed link
@@ -420,6 +501,7 @@ Hook(uint32_t node, Ptr<WifiNetDevice> dev, Mac48Address addr, int64_t stream)
     em->rng->SetStream(stream);
     phy->SetPostReceptionErrorModel(em);
     OwnChannel(node, dev);
+    TrackQueues(node, mac);
 }
 
 void
@@ -977,6 +1059,8 @@ CountersOf(uint32_t n)
         if (now > c.state_logged_until_us)
             AddStateTime(c, g_phy[n]->GetState()->GetState(), now - c.state_logged_until_us);
     }
+    // the queue state held since the last count has not been credited yet
+    AddQueueTime(c, static_cast<uint64_t>(Simulator::Now().GetMicroSeconds()));
     std::vector<uint64_t> v{c.mac_tx, c.mac_rx, c.phy_tx, c.phy_rx_ok, c.phy_rx_drop,
                             c.phy_rx_collision, c.imposed_loss, c.retries, c.final_failures,
                             c.rts_failed};
@@ -985,7 +1069,7 @@ CountersOf(uint32_t n)
     v.push_back(c.queue_full);
     v.push_back(c.queue_expired);
     for (uint64_t x : {c.air_large_us, c.air_small_us, c.air_mac_us, c.air_retry_us, c.state_idle_us,
-                       c.state_cca_us, c.state_tx_us, c.state_rx_us})
+                       c.state_cca_us, c.state_tx_us, c.state_rx_us, c.queued_us, c.queued_data_us})
         v.push_back(x);
     return v;
 }

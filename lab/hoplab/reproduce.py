@@ -384,12 +384,15 @@ def airtime_table(runs: list[dict], prefix: str) -> dict[str, dict]:
         if not rs:
             continue
         per: dict[str, list[float]] = {k: [] for k in ("busy", "tx", "large", "small", "mac", "retry",
-                                                        "bit_hops_per_air_s")}
+                                                        "bit_hops_per_air_s", "queued_data")}
         for r in rs:
             t = r["totals"]
             node_us = sum(t[k] for k in ("state_idle_us", "state_cca_us", "state_tx_us", "state_rx_us"))
             per["busy"].append(1.0 - t["state_idle_us"] / node_us)
             per["tx"].append(t["state_tx_us"] / node_us)
+            # time a MAC held data frames (best effort or background), recorded since 2026-11-27
+            if "queued_data_us" in t:
+                per["queued_data"].append(t["queued_data_us"] / node_us)
             for k in ("large", "small", "mac", "retry"):
                 per[k].append(t[f"air_{k}_us"] / node_us)
             # Bits delivered over the whole run times their path's hops, divided by the large
@@ -416,14 +419,19 @@ def _bytes_x_hops(flows: list[dict]) -> float | None:
 
 # hop-proto's DEFAULT_PACKET_PAYLOAD_BYTES: the payload of a full Hop DATA packet.
 HOP_PAYLOAD_BYTES = 1380
+# Hop's time-in-state counters (`time_<state>_ms`, hop-proto's SendState), in their order.
+HOP_TIME_STATES = ("ready", "round", "silent", "held", "idle")
 
 
 def hop_data_counts(run_dir: Path) -> dict | None:
     """Hop's DATA packets over a run, summed over the `hop status` every hopd gave at the
     run's end (drivers.HopDriver.collect): packets sent (first copies and resends), resent,
     received by the node they were addressed to (duplicates included), and received twice.
-    `nodes` is how many hopds answered. None when no hopd ran Hop."""
-    tot = {"sent": 0, "resent": 0, "received": 0, "duplicates": 0, "nodes": 0}
+    `nodes` is how many hopds answered. `time_ms` sums the hopds' time-in-state counters
+    (what each node's sending side was doing, docs/hopd.md "Metrics"; zero before 2026-11-27).
+    None when no hopd ran Hop."""
+    tot = {"sent": 0, "resent": 0, "received": 0, "duplicates": 0, "nodes": 0,
+           "time_ms": {k: 0 for k in HOP_TIME_STATES}}
     for fn in sorted((run_dir / "raw").glob("hopd-*/status.json")):
         try:
             st = json.loads(fn.read_text())
@@ -436,6 +444,8 @@ def hop_data_counts(run_dir: Path) -> dict | None:
             tot["received"] += int((t.get("received_by_type") or {}).get("data", 0))
             tot["resent"] += int(t.get("data_retransmissions", 0))
             tot["duplicates"] += int((t.get("extra") or {}).get("data_duplicates", 0))
+            for k in HOP_TIME_STATES:
+                tot["time_ms"][k] += int((t.get("extra") or {}).get(f"time_{k}_ms", 0))
             tot["nodes"] += 1
     return tot if tot["nodes"] else None
 
@@ -465,6 +475,33 @@ def hop_data_table(runs: list[dict], prefix: str) -> dict[str, dict]:
         out[v] = {k: percentile(x, 50) for k, x in per.items() if x}
         out[v]["runs"] = len(rs)
         out[v]["nodes_answering"] = min(r["hop_data"]["nodes"] for r in rs)
+    return out
+
+
+def hop_time_table(runs: list[dict]) -> dict[str, dict]:
+    """Per Hop variant, medians over valid runs of what the nodes' sending sides did, all
+    hopds together: the share of the nodes' time with something to send (`busy`), and of
+    that time the shares with packets ready for the link, waiting for a round's BACK, facing
+    a silent next hop, and held back (hop-proto's SendState). Runs whose hopds had no such
+    counters are left out."""
+    out: dict[str, dict] = {}
+    busy_states = HOP_TIME_STATES[:-1]
+    for v in sorted({r["variant"] for r in runs}):
+        per: dict[str, list[float]] = {k: [] for k in ("busy",) + busy_states}
+        for r in runs:
+            t = ((r.get("hop_data") or {}).get("time_ms")) if r["variant"] == v and r["status"] == "valid" else None
+            if not t:
+                continue
+            busy = sum(t.get(k, 0) for k in busy_states)
+            total = busy + t.get("idle", 0)
+            if busy <= 0:
+                continue
+            per["busy"].append(busy / total)
+            for k in busy_states:
+                per[k].append(t.get(k, 0) / busy)
+        if per["busy"]:
+            out[v] = {k: percentile(x, 50) for k, x in per.items()}
+            out[v]["runs"] = len(per["busy"])
     return out
 
 
@@ -864,6 +901,7 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
               "counters": counters_table(runs),
               "airtime": airtime_table(runs, e.measure),
               "hop_data": hop_data_table(runs, e.measure),
+              "hop_time": hop_time_table(runs),
               "by_path_length": path_length_table(runs, e.measure) if e.by_path_length else [],
               "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
               "rows": [row_result(row, e, runs, reasons) for row in rows if row.experiment == e.id]}
@@ -958,17 +996,21 @@ def markdown(rep: dict) -> str:
             lines += ["", "Air time, medians over valid runs: share of each node's time (all nodes together) its "
                       "PHY was busy (sensing, receiving or sending) and sending, what its transmissions carried "
                       "(data frames of 400 bytes or more; smaller data frames such as BSYN/BACK, TCP ACKs and "
-                      "routing; MAC ACK/RTS/CTS; data frames the MAC sent again), and the bits delivered times "
-                      "their path's hops per second of large frames on the air, both over the whole run (a "
-                      "1500-byte frame at 11 Mbit/s carries 8.8 Mbit of TCP payload per second of air):", "",
+                      "routing; MAC ACK/RTS/CTS; data frames the MAC sent again), the time its MAC held data "
+                      "frames to send (best-effort and background queues: waiting for the air or on it), and "
+                      "the bits delivered times their path's hops per second of large frames on the air, both "
+                      "over the whole run (a 1500-byte frame at 11 Mbit/s carries 8.8 Mbit of TCP payload per "
+                      "second of air):", "",
                       "| protocol | runs | PHY busy | sending | large data frames | small data frames | MAC control "
-                      "| MAC retries | delivered Mbit x hops per air-second of large frames |",
-                      "|---|---|---|---|---|---|---|---|---|"]
+                      "| MAC retries | MAC holds data | delivered Mbit x hops per air-second of large frames |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
             for v, a in e["airtime"].items():
                 eff = a.get("bit_hops_per_air_s")
+                qd = a.get("queued_data")
                 lines.append(f"| {v} | {a['runs']} | {100 * a['busy']:.1f} % | {100 * a['tx']:.1f} % "
                              f"| {100 * a['large']:.1f} % | {100 * a['small']:.1f} % | {100 * a['mac']:.1f} % "
-                             f"| {100 * a['retry']:.1f} % | {'—' if eff is None else f'{eff:.2f}'} |")
+                             f"| {100 * a['retry']:.1f} % | {'—' if qd is None else f'{100 * qd:.1f} %'} "
+                             f"| {'—' if eff is None else f'{eff:.2f}'} |")
         if e.get("hop_data"):
             lines += ["", "Hop's DATA packets, medians over valid runs, from every hopd's counters at the run's "
                       "end: packets sent (first copies and resends), the share that reached the node they "
@@ -983,6 +1025,18 @@ def markdown(rep: dict) -> str:
                 lines.append(f"| {v} | {h['runs']} | {h['sent']:.0f} | {100 * h['reached']:.1f} % "
                              f"| {100 * h['resent']:.1f} % | {100 * h['duplicates']:.1f} % "
                              f"| {'—' if dl is None else f'{dl:.2f}'} |")
+        if e.get("hop_time"):
+            lines += ["", "What Hop's nodes were doing, medians over valid runs, from every hopd's time-in-state "
+                      "counters (docs/hopd.md, \"Metrics\"): the share of the nodes' time with blocks or bytes to "
+                      "send, and of that time the shares with packets ready for the link (the node sent as "
+                      "fast as its link took them), waiting for the BACK of a round's first BSYN, facing a "
+                      "silent next hop (BSYNs repeated unanswered: it withheld them, §3.3 and §3.5, or they "
+                      "were lost) and held back:", "",
+                      "| protocol | runs | time with something to send | ready | round | next hop silent | held |",
+                      "|---|---|---|---|---|---|---|"]
+            for v, h in e["hop_time"].items():
+                lines.append(f"| {v} | {h['runs']} | {100 * h['busy']:.1f} % | {100 * h['ready']:.1f} % "
+                             f"| {100 * h['round']:.1f} % | {100 * h['silent']:.1f} % | {100 * h['held']:.1f} % |")
         lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")

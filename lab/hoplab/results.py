@@ -10,7 +10,9 @@ COUNTER_KEYS = ("mac_tx", "phy_tx", "phy_rx_ok", "phy_rx_drop", "phy_rx_collisio
                 "retries", "final_failures", "rts_failed", "queue_full", "queue_expired",
                 # recorded since 2026-11-26 (medium_cpp.h: airtime and PHY state times, microseconds)
                 "air_large_us", "air_small_us", "air_mac_us", "air_retry_us",
-                "state_idle_us", "state_cca_us", "state_tx_us", "state_rx_us")
+                "state_idle_us", "state_cca_us", "state_tx_us", "state_rx_us",
+                # recorded since 2026-11-27: time the MAC held a frame (any category; data)
+                "queued_us", "queued_data_us")
 
 
 def percentile(xs: list[float], p: float) -> float | None:

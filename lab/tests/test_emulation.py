@@ -138,6 +138,11 @@ def test_no_arq_acs_turns_link_retries_off_for_one_access_category_only(tmp_path
     dropped = sender["queue_full"] + sender["queue_expired"]
     lost = fl["be"]["sent_packets"] - fl["be"]["recv_packets"]
     assert lost > 0 and abs(dropped - lost) <= 0.05 * lost + 10, (sender, fl["be"])
+    # the over-offered flow kept the sender's MAC holding data for its 3 s; the receiver
+    # sends nothing of its own but MAC ACKs, which no queue holds
+    receiver = res["medium"]["per_node"][1]
+    assert sender["queued_us"] >= sender["queued_data_us"] >= 2_800_000, sender
+    assert receiver["queued_data_us"] < 0.05 * sender["queued_data_us"], receiver
     assert lab.lab_namespaces() == [] and lab.lab_links() == []
 
 

@@ -642,10 +642,15 @@ def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivere
                            air_mac_us=300_000, air_retry_us=200_000)
         return r
 
+    def queued(r: dict) -> dict:
+        # the MAC held data frames 5 s of the 20 node-seconds
+        r["totals"].update(queued_us=6_000_000, queued_data_us=5_000_000)
+        return r
+
     # 10 s runs: 2.5 and 1.25 MB delivered over 2 and 4 hops = 80 Mbit x hops
     fl = [flow("m0", 2.0, hops=2, bytes=2_500_000), flow("m1", 1.0, hops=4, bytes=1_250_000),
           flow("bg", 5.0, hops=1, bytes=6_250_000)]
-    runs = [with_air(rec("a", 0, fl), 3_000_000), with_air(rec("a", 1, fl), 1_000_000),
+    runs = [queued(with_air(rec("a", 0, fl), 3_000_000)), queued(with_air(rec("a", 1, fl), 1_000_000)),
             with_air(rec("a", 2, fl, status="invalid"), 20_000_000),
             rec("b", 0, fl)]  # recorded before the medium counted airtime
     t = rp.airtime_table(runs, "m")
@@ -656,17 +661,21 @@ def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivere
     # 3 s or 1 s of large frames on the air -> 26.7 or 80 Mbit x hops per air-second; the
     # median of two values is the lower one (nearest rank)
     assert a["bit_hops_per_air_s"] == pytest.approx(80 / 3)
+    assert a["queued_data"] == pytest.approx(0.25)
     e = dummy_experiment()
     meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
     rp.aggregate(runs, [e], [], tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 2 | 40.0 % | 20.0 % |" in md
+    assert "| 1.0 % | 25.0 % | 26.67 |" in md
 
 
 def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_packet_hops(tmp_path):
     def status(sent: int, received: int, resent: int, dups: int, transport: str = "hop") -> str:
         t = {"sent_by_type": {"data": sent, "bsyn": 5}, "received_by_type": {"data": received},
-             "data_retransmissions": resent, "extra": {"data_duplicates": dups}}
+             "data_retransmissions": resent,
+             "extra": {"data_duplicates": dups, "time_ready_ms": 300, "time_round_ms": 100,
+                       "time_silent_ms": 400, "time_idle_ms": 200}}
         return _json.dumps({"node": {"transports": [[transport, t]]}})
 
     run = tmp_path / "run"
@@ -675,7 +684,8 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
         (run / "raw" / f"hopd-{i}").mkdir(parents=True)
         (run / "raw" / f"hopd-{i}" / "status.json").write_text(text)
     h = rp.hop_data_counts(run)
-    assert h == {"sent": 1000, "resent": 200, "received": 800, "duplicates": 10, "nodes": 2}
+    assert h == {"sent": 1000, "resent": 200, "received": 800, "duplicates": 10, "nodes": 2,
+                 "time_ms": {"ready": 600, "round": 200, "silent": 800, "held": 0, "idle": 400}}
     assert rp.hop_data_counts(tmp_path / "nothing") is None
 
     # 100 and 50 full packets delivered over 2 and 4 hops: 400 packet-hops for 1000 sent
@@ -693,6 +703,11 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
     rp.aggregate(runs, [dummy_experiment()], [], tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 1 | 1000 | 80.0 % | 20.0 % | 1.0 % | 0.40 |" in md
+    # 1.6 of the 2 node-seconds with something to send: 0.6 ready, 0.2 round, 0.8 silent
+    ht = rp.hop_time_table(runs)
+    assert set(ht) == {"a"} and ht["a"]["runs"] == 1
+    assert ht["a"]["busy"] == pytest.approx(0.8) and ht["a"]["silent"] == pytest.approx(0.5)
+    assert "| a | 1 | 80.0 % | 37.5 % | 12.5 % | 50.0 % | 0.0 % |" in md
 
 
 def test_runs_with_routes_chosen_at_run_time_have_no_hop_weighted_figures(tmp_path):
@@ -707,6 +722,7 @@ def test_runs_with_routes_chosen_at_run_time_have_no_hop_weighted_figures(tmp_pa
     r["hop_data"] = {"sent": 1000, "resent": 0, "received": 900, "duplicates": 0, "nodes": 2}
     air = rp.airtime_table([r], "m")["a"]
     assert air["tx"] == pytest.approx(0.5) and "bit_hops_per_air_s" not in air
+    assert "queued_data" not in air  # recorded before the medium counted queue time
     h = rp.hop_data_table([r], "m")["a"]
     assert h["reached"] == pytest.approx(0.9) and "delivered" not in h
     meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}

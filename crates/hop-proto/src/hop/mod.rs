@@ -301,6 +301,50 @@ struct Admitted {
     base: u32,
 }
 
+/// What a node's sending side was doing, for the time-in-state counters (diagnostics): where
+/// a node that seldom sends spends its time. A node in several states at once counts in the
+/// first that applies, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SendState {
+    /// A transfer has packets of its round not yet handed to the link: the node sends as
+    /// fast as its link takes them (or the pipelining threshold holds a relay's first txop).
+    Ready,
+    /// The transfers wait for the BACK of a round's first BSYN (a control round trip, the
+    /// receiver's BACK deferral, or the node's own queue ahead of the BSYN), or have yet to
+    /// send their BSYN (held back while their packets may still be queued here, or for want
+    /// of a route).
+    Round,
+    /// The transfers' BSYNs went unanswered more than once, or the next hop told them to
+    /// wait: the receiver withholds (backpressure §3.3, ack withholding §3.5) or the control
+    /// frames were lost.
+    Silent,
+    /// Blocks to move or application bytes to cut, and no transfer under way: a source
+    /// holding its next block back (backpressure, §3.3, or its cache bound).
+    Held,
+}
+
+/// Names of the counters, in [`SendState`] order, and how long the node was in none of them.
+const SEND_STATE_NAMES: [&str; 4] = [
+    "time_ready_ms",
+    "time_round_ms",
+    "time_silent_ms",
+    "time_held_ms",
+];
+const SEND_IDLE_NAME: &str = "time_idle_ms";
+/// Time during which this node withheld at least one upstream BSYN for backpressure (§3.3)
+/// or for ack withholding (§3.5): why its upstream neighbours were silent.
+const WITHHOLD_NAMES: [&str; 2] = ["time_withholding_bp_ms", "time_withholding_aw_ms"];
+
+/// Time per [`SendState`], credited at each call into the transport for the time since the
+/// previous one (the state cannot change in between).
+#[derive(Debug, Clone, Default)]
+struct StateClock {
+    at: Option<Instant>,
+    spent: [Duration; 4],
+    idle: Duration,
+    withholding: [Duration; 2],
+}
+
 /// The Hop transport of one node.
 pub struct HopTransport {
     cfg: HopConfig,
@@ -349,6 +393,8 @@ pub struct HopTransport {
     bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
     /// The link window and the delivery rate that sizes it.
     lw: LinkWindow,
+    /// Time in each sending state (the `time_*_ms` counters).
+    clock: StateClock,
 }
 
 /// The node's link window (`link_window_packets` up to `link_window_max_packets`).
@@ -556,6 +602,69 @@ impl HopTransport {
                 rate_mark: None,
                 window: cfg_window,
             },
+            clock: StateClock::default(),
+        }
+    }
+
+    /// The node's sending state now (see [`SendState`]); None: nothing to send.
+    fn send_state(&self) -> Option<SendState> {
+        let mut best: Option<SendState> = None;
+        let mut has_work = false;
+        for f in self.flows.values() {
+            if let Some(src) = &f.source {
+                has_work |= src.pending_bytes > 0 || (src.finish && src.fin_block.is_none());
+            }
+            has_work |= f
+                .blocks
+                .values()
+                .any(|b| b.custody && !b.moved && f.dest.is_none());
+            for (n, x) in &f.outs {
+                let st = match x.state {
+                    OutState::Sending => {
+                        let left = f
+                            .blocks
+                            .get(n)
+                            .map_or(0, |b| b.have.count_in_not(&x.peer, &x.sent_round));
+                        if left > 0 {
+                            return Some(SendState::Ready);
+                        }
+                        SendState::Round
+                    }
+                    OutState::NeedBsyn => SendState::Round,
+                    OutState::AwaitBack { .. } if x.told_wait || x.attempts > 1 => {
+                        SendState::Silent
+                    }
+                    OutState::AwaitBack { .. } => SendState::Round,
+                };
+                best = Some(match best {
+                    Some(b) if (b as u8) <= (st as u8) => b,
+                    _ => st,
+                });
+            }
+        }
+        best.or(has_work.then_some(SendState::Held))
+    }
+
+    /// Credit the time since the previous call to the state the node was in.
+    fn tick(&mut self, now: Instant) {
+        let Some(at) = self.clock.at.replace(now) else {
+            return;
+        };
+        let d = now.saturating_duration_since(at);
+        if d.is_zero() {
+            return;
+        }
+        match self.send_state() {
+            Some(st) => self.clock.spent[st as usize] += d,
+            None => self.clock.idle += d,
+        }
+        for (i, reason) in [Withhold::Backpressure, Withhold::AckWithholding]
+            .into_iter()
+            .enumerate()
+        {
+            if self.waiting.iter().any(|w| w.reason == reason) {
+                self.clock.withholding[i] += d;
+            }
         }
     }
 
@@ -2727,10 +2836,12 @@ impl Transport for HopTransport {
     }
 
     fn custody_persisted(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey, block: u32, ok: bool) {
+        self.tick(ctx.now);
         self.on_custody_persisted(ctx, flow, block, ok);
     }
 
     fn open(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, dst: NodeId) -> Result<(), AppError> {
+        self.tick(ctx.now);
         if dst == ctx.local {
             return Err(AppError::SelfDestination);
         }
@@ -2756,6 +2867,7 @@ impl Transport for HopTransport {
         flow: FlowKey,
         mut data: Bytes,
     ) -> Result<usize, AppError> {
+        self.tick(ctx.now);
         let limit = self.cfg.source_buffer_bytes.max(self.cfg.block_bytes());
         let f = self
             .flows
@@ -2786,6 +2898,7 @@ impl Transport for HopTransport {
     }
 
     fn finish(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
+        self.tick(ctx.now);
         let f = self
             .flows
             .get_mut(&flow)
@@ -2803,6 +2916,7 @@ impl Transport for HopTransport {
     }
 
     fn abort(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
+        self.tick(ctx.now);
         if !self.flows.get(&flow).is_some_and(|f| f.source.is_some()) {
             return Err(AppError::UnknownFlow(flow));
         }
@@ -2812,6 +2926,7 @@ impl Transport for HopTransport {
     }
 
     fn handle(&mut self, ctx: &mut Ctx<'_>, rx: Received<'_>) -> Result<(), hop_wire::Error> {
+        self.tick(ctx.now);
         let msg = HopMessage::parse(rx.body)?;
         let h = msg.header;
         if !rx.overheard {
@@ -2873,6 +2988,7 @@ impl Transport for HopTransport {
     }
 
     fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.tick(ctx.now);
         let now = ctx.now;
         // BSYN retransmissions (§3.1): an unanswered BSYN is sent again with backoff. Only the
         // BSYN is repeated: the data it followed is not judged lost for want of an answer
@@ -2911,6 +3027,7 @@ impl Transport for HopTransport {
     }
 
     fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        self.tick(ctx.now);
         if !self.to_form.is_empty() {
             for key in std::mem::take(&mut self.to_form) {
                 self.pump_flow(ctx, key);
@@ -2958,6 +3075,14 @@ impl Transport for HopTransport {
         let mut s = self.stats.clone();
         s.flows = self.flows.len() as u64;
         s.cache_bytes = self.cache_bytes;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        for (name, d) in SEND_STATE_NAMES.iter().zip(self.clock.spent) {
+            s.extra.insert(name, ms(d));
+        }
+        s.extra.insert(SEND_IDLE_NAME, ms(self.clock.idle));
+        for (name, d) in WITHHOLD_NAMES.iter().zip(self.clock.withholding) {
+            s.extra.insert(name, ms(d));
+        }
         s
     }
 }
