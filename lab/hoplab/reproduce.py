@@ -420,7 +420,7 @@ def _bytes_x_hops(flows: list[dict]) -> float | None:
 # hop-proto's DEFAULT_PACKET_PAYLOAD_BYTES: the payload of a full Hop DATA packet.
 HOP_PAYLOAD_BYTES = 1380
 # Hop's time-in-state counters (`time_<state>_ms`, hop-proto's SendState), in their order.
-HOP_TIME_STATES = ("ready", "round", "silent", "held", "idle")
+HOP_TIME_STATES = ("ready", "feed", "round", "silent", "held", "idle")
 
 
 def hop_data_counts(run_dir: Path) -> dict | None:
@@ -481,8 +481,9 @@ def hop_data_table(runs: list[dict], prefix: str) -> dict[str, dict]:
 def hop_time_table(runs: list[dict]) -> dict[str, dict]:
     """Per Hop variant, medians over valid runs of what the nodes' sending sides did, all
     hopds together: the share of the nodes' time with something to send (`busy`), and of
-    that time the shares with packets ready for the link, waiting for a round's BACK, facing
-    a silent next hop, and held back (hop-proto's SendState). Runs whose hopds had no such
+    that time the shares with packets ready for the link, waiting for packets from upstream,
+    waiting for a round's BACK, facing a silent next hop, and held back (hop-proto's
+    SendState). Runs whose hopds had no such
     counters are left out."""
     out: dict[str, dict] = {}
     busy_states = HOP_TIME_STATES[:-1]
@@ -1029,14 +1030,18 @@ def markdown(rep: dict) -> str:
             lines += ["", "What Hop's nodes were doing, medians over valid runs, from every hopd's time-in-state "
                       "counters (docs/hopd.md, \"Metrics\"): the share of the nodes' time with blocks or bytes to "
                       "send, and of that time the shares with packets ready for the link (the node sent as "
-                      "fast as its link took them), waiting for the BACK of a round's first BSYN, facing a "
+                      "fast as its link took them), waiting for more of a block still arriving from upstream "
+                      "(a relay's pipelining threshold, §3.1), waiting for the BACK of a round's first BSYN, "
+                      "facing a "
                       "silent next hop (BSYNs repeated unanswered: it withheld them, §3.3 and §3.5, or they "
                       "were lost) and held back:", "",
-                      "| protocol | runs | time with something to send | ready | round | next hop silent | held |",
-                      "|---|---|---|---|---|---|---|"]
+                      "| protocol | runs | time with something to send | ready | fed from upstream | round "
+                      "| next hop silent | held |",
+                      "|---|---|---|---|---|---|---|---|"]
             for v, h in e["hop_time"].items():
                 lines.append(f"| {v} | {h['runs']} | {100 * h['busy']:.1f} % | {100 * h['ready']:.1f} % "
-                             f"| {100 * h['round']:.1f} % | {100 * h['silent']:.1f} % | {100 * h['held']:.1f} % |")
+                             f"| {100 * h['feed']:.1f} % | {100 * h['round']:.1f} % | {100 * h['silent']:.1f} % "
+                             f"| {100 * h['held']:.1f} % |")
         lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")

@@ -674,8 +674,8 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
     def status(sent: int, received: int, resent: int, dups: int, transport: str = "hop") -> str:
         t = {"sent_by_type": {"data": sent, "bsyn": 5}, "received_by_type": {"data": received},
              "data_retransmissions": resent,
-             "extra": {"data_duplicates": dups, "time_ready_ms": 300, "time_round_ms": 100,
-                       "time_silent_ms": 400, "time_idle_ms": 200}}
+             "extra": {"data_duplicates": dups, "time_ready_ms": 250, "time_feed_ms": 50,
+                       "time_round_ms": 100, "time_silent_ms": 400, "time_idle_ms": 200}}
         return _json.dumps({"node": {"transports": [[transport, t]]}})
 
     run = tmp_path / "run"
@@ -685,7 +685,7 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
         (run / "raw" / f"hopd-{i}" / "status.json").write_text(text)
     h = rp.hop_data_counts(run)
     assert h == {"sent": 1000, "resent": 200, "received": 800, "duplicates": 10, "nodes": 2,
-                 "time_ms": {"ready": 600, "round": 200, "silent": 800, "held": 0, "idle": 400}}
+                 "time_ms": {"ready": 500, "feed": 100, "round": 200, "silent": 800, "held": 0, "idle": 400}}
     assert rp.hop_data_counts(tmp_path / "nothing") is None
 
     # 100 and 50 full packets delivered over 2 and 4 hops: 400 packet-hops for 1000 sent
@@ -703,11 +703,11 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
     rp.aggregate(runs, [dummy_experiment()], [], tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 1 | 1000 | 80.0 % | 20.0 % | 1.0 % | 0.40 |" in md
-    # 1.6 of the 2 node-seconds with something to send: 0.6 ready, 0.2 round, 0.8 silent
+    # 1.6 of the 2 node-seconds with something to send: 0.5 ready, 0.1 fed, 0.2 round, 0.8 silent
     ht = rp.hop_time_table(runs)
     assert set(ht) == {"a"} and ht["a"]["runs"] == 1
     assert ht["a"]["busy"] == pytest.approx(0.8) and ht["a"]["silent"] == pytest.approx(0.5)
-    assert "| a | 1 | 80.0 % | 37.5 % | 12.5 % | 50.0 % | 0.0 % |" in md
+    assert "| a | 1 | 80.0 % | 31.2 % | 6.2 % | 12.5 % | 50.0 % | 0.0 % |" in md
 
 
 def test_runs_with_routes_chosen_at_run_time_have_no_hop_weighted_figures(tmp_path):

@@ -306,9 +306,13 @@ struct Admitted {
 /// first that applies, in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SendState {
-    /// A transfer has packets of its round not yet handed to the link: the node sends as
-    /// fast as its link takes them (or the pipelining threshold holds a relay's first txop).
+    /// A transfer has packets of its round it may hand to the link now: the node sends as
+    /// fast as its link takes them (or as its link window opens).
     Ready,
+    /// A relay's transfer holds fewer than a txop of new packets of a block still arriving
+    /// and waits for more from upstream (pipelining threshold, §3.1): the pace is set
+    /// upstream.
+    Feed,
     /// The transfers wait for the BACK of a round's first BSYN (a control round trip, the
     /// receiver's BACK deferral, or the node's own queue ahead of the BSYN), or have yet to
     /// send their BSYN (held back while their packets may still be queued here, or for want
@@ -324,8 +328,9 @@ enum SendState {
 }
 
 /// Names of the counters, in [`SendState`] order, and how long the node was in none of them.
-const SEND_STATE_NAMES: [&str; 4] = [
+const SEND_STATE_NAMES: [&str; 5] = [
     "time_ready_ms",
+    "time_feed_ms",
     "time_round_ms",
     "time_silent_ms",
     "time_held_ms",
@@ -340,7 +345,7 @@ const WITHHOLD_NAMES: [&str; 2] = ["time_withholding_bp_ms", "time_withholding_a
 #[derive(Debug, Clone, Default)]
 struct StateClock {
     at: Option<Instant>,
-    spent: [Duration; 4],
+    spent: [Duration; 5],
     idle: Duration,
     withholding: [Duration; 2],
 }
@@ -618,18 +623,26 @@ impl HopTransport {
                 .blocks
                 .values()
                 .any(|b| b.custody && !b.moved && f.dest.is_none());
+            // A relay receiving a block it has not started to forward (a txop of it is not
+            // here yet, §3.1) waits for upstream too.
+            if f.source.is_none()
+                && f.dest.is_none()
+                && f.blocks.iter().any(|(n, b)| {
+                    !b.complete() && b.admitted_from.is_some() && !f.outs.contains_key(n)
+                })
+            {
+                best = Some(match best {
+                    Some(b) if (b as u8) <= (SendState::Feed as u8) => b,
+                    _ => SendState::Feed,
+                });
+            }
             for (n, x) in &f.outs {
                 let st = match x.state {
-                    OutState::Sending => {
-                        let left = f
-                            .blocks
-                            .get(n)
-                            .map_or(0, |b| b.have.count_in_not(&x.peer, &x.sent_round));
-                        if left > 0 {
-                            return Some(SendState::Ready);
-                        }
-                        SendState::Round
-                    }
+                    OutState::Sending => match f.blocks.get(n).map(|b| self.round_left(b, x)) {
+                        Some((_, true)) => return Some(SendState::Ready),
+                        Some((left, false)) if left > 0 => SendState::Feed,
+                        _ => SendState::Round,
+                    },
                     OutState::NeedBsyn => SendState::Round,
                     OutState::AwaitBack { .. } if x.told_wait || x.attempts > 1 => {
                         SendState::Silent
@@ -865,11 +878,9 @@ impl HopTransport {
                 }
                 let Some(b) = f.blocks.get(n) else { continue };
                 let in_flight = x.sent_round.count_in_not(&x.peer, &none);
-                let left = b.have.count_in_not(&x.peer, &x.sent_round);
                 // A relay's transfer waiting for a txop of new packets from upstream
                 // (pipelining, §3.1) cannot send now: it does not hold up the others.
-                let can_send =
-                    left >= self.txop_pkts || (left > 0 && (b.complete() || !self.cfg.pipelining));
+                let (_, can_send) = self.round_left(b, x);
                 if in_flight > 0 && can_send {
                     mid.entry(x.next_hop).or_insert((*k, *n));
                 }
@@ -880,6 +891,15 @@ impl HopTransport {
 
     /// Whether transfer (`key`, `n`) has handed half the link window to the link since its
     /// last BSYN while another transfer to the same next hop has packets to send.
+    /// Packets of block `b` that transfer `x` has not handed to the link in this round, and
+    /// whether it may hand them over now: a relay forwarding a block still arriving waits
+    /// for a txop of new packets (pipelining threshold, §3.1).
+    fn round_left(&self, b: &Block, x: &OutXfer) -> (u32, bool) {
+        let left = b.have.count_in_not(&x.peer, &x.sent_round);
+        let can = left >= self.txop_pkts || (left > 0 && (b.complete() || !self.cfg.pipelining));
+        (left, can)
+    }
+
     fn round_half_done(&self, key: FlowKey, n: u32) -> bool {
         let Some(x) = self.flows.get(&key).and_then(|f| f.outs.get(&n)) else {
             return false;
