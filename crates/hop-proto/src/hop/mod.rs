@@ -889,8 +889,6 @@ impl HopTransport {
         mid
     }
 
-    /// Whether transfer (`key`, `n`) has handed half the link window to the link since its
-    /// last BSYN while another transfer to the same next hop has packets to send.
     /// Packets of block `b` that transfer `x` has not handed to the link in this round, and
     /// whether it may hand them over now: a relay forwarding a block still arriving waits
     /// for a txop of new packets (pipelining threshold, §3.1).
@@ -900,6 +898,8 @@ impl HopTransport {
         (left, can)
     }
 
+    /// Whether transfer (`key`, `n`) has handed half the link window to the link since its
+    /// last BSYN while another transfer to the same next hop has packets to send.
     fn round_half_done(&self, key: FlowKey, n: u32) -> bool {
         let Some(x) = self.flows.get(&key).and_then(|f| f.outs.get(&n)) else {
             return false;
