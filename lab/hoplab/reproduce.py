@@ -483,8 +483,7 @@ def hop_time_table(runs: list[dict]) -> dict[str, dict]:
     hopds together: the share of the nodes' time with something to send (`busy`), and of
     that time the shares with packets ready for the link, waiting for packets from upstream,
     waiting for a round's BACK, facing a silent next hop, and held back (hop-proto's
-    SendState). Runs whose hopds had no such
-    counters are left out."""
+    SendState). Runs whose hopds had no such counters are left out."""
     out: dict[str, dict] = {}
     busy_states = HOP_TIME_STATES[:-1]
     for v in sorted({r["variant"] for r in runs}):
