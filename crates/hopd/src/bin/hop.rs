@@ -415,4 +415,98 @@ fn print_status(v: &serde_json::Value) {
             println!("  {k:<28} {val}");
         }
     }
+    for t in v
+        .pointer("/node/transports")
+        .and_then(|x| x.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let name = t.get(0).and_then(|x| x.as_str()).unwrap_or("?");
+        if let Some(e) = t
+            .get(1)
+            .and_then(|s| s.get("extra"))
+            .and_then(|e| e.as_object())
+        {
+            for line in time_shares(e) {
+                println!("{name} {line}");
+            }
+        }
+    }
+}
+
+/// Hop's time-in-state counters (docs/hopd.md, "Metrics") as shares of the time they cover:
+/// what the node's sending side did since it started, and how long it withheld its upstream
+/// neighbours' BSYNs. Nothing when the transport has no such counters.
+fn time_shares(extra: &serde_json::Map<String, serde_json::Value>) -> Vec<String> {
+    const STATES: [(&str, &str); 6] = [
+        ("time_ready_ms", "ready for the link"),
+        ("time_feed_ms", "fed from upstream"),
+        ("time_round_ms", "waiting for a BACK"),
+        ("time_silent_ms", "next hop silent"),
+        ("time_held_ms", "held back"),
+        ("time_idle_ms", "nothing to send"),
+    ];
+    const WITHHELD: [(&str, &str); 2] = [
+        ("time_withholding_bp_ms", "for backpressure"),
+        ("time_withholding_aw_ms", "for ack withholding"),
+    ];
+    let ms = |k: &str| extra.get(k).and_then(|v| v.as_u64());
+    let Some(spent) = STATES
+        .iter()
+        .map(|(k, _)| ms(k))
+        .collect::<Option<Vec<u64>>>()
+    else {
+        return Vec::new();
+    };
+    let total: u64 = spent.iter().sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let pct = |v: u64| format!("{:.0} %", 100.0 * v as f64 / total as f64);
+    let states: Vec<String> = STATES
+        .iter()
+        .zip(&spent)
+        .map(|((_, name), v)| format!("{name} {}", pct(*v)))
+        .collect();
+    let mut out = vec![format!(
+        "sending side over {:.1} s: {}",
+        total as f64 / 1000.0,
+        states.join(", ")
+    )];
+    let withheld: Vec<String> = WITHHELD
+        .iter()
+        .filter_map(|(k, name)| ms(k).map(|v| format!("{name} {}", pct(v))))
+        .collect();
+    if !withheld.is_empty() {
+        out.push(format!("withheld upstream BSYNs: {}", withheld.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_shares;
+
+    #[test]
+    fn time_shares_are_parts_of_the_time_counted() {
+        let e = serde_json::json!({
+            "time_ready_ms": 500, "time_feed_ms": 250, "time_round_ms": 0,
+            "time_silent_ms": 250, "time_held_ms": 0, "time_idle_ms": 1000,
+            "time_withholding_bp_ms": 1000, "time_withholding_aw_ms": 0, "acks_withheld": 7
+        });
+        let lines = time_shares(e.as_object().unwrap());
+        assert_eq!(
+            lines,
+            vec![
+                "sending side over 2.0 s: ready for the link 25 %, fed from upstream 12 %, \
+                 waiting for a BACK 0 %, next hop silent 12 %, held back 0 %, nothing to send 50 %"
+                    .to_string(),
+                "withheld upstream BSYNs: for backpressure 50 %, for ack withholding 0 %"
+                    .to_string(),
+            ]
+        );
+        // another transport's extras, or none counted yet: nothing
+        let e = serde_json::json!({"retransmissions": 3});
+        assert!(time_shares(e.as_object().unwrap()).is_empty());
+    }
 }
