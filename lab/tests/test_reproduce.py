@@ -162,6 +162,25 @@ def test_thirty_minute_53_runs_the_same_flows_longer_and_is_opt_in(short_id):
     assert long.opt_in and not short.opt_in
 
 
+def test_weak_hub_53_runs_on_the_good_route_floor_whose_routes_meet_least_and_is_opt_in():
+    from hoplab.experiments import hop_paper as hp
+    reg = registry()
+    e, good = reg["hop-5.3-hub"], reg["hop-5.3-good"]
+    seed = hp.weakest_hub_seed()
+    assert e.opt_in and seed != hp.GOOD_MESH_SEED
+    assert hp.worst_route_loss(hp.mesh(seed)) <= hp.GOOD_ROUTE_MAX_LOSS
+    # no good-route floor below 100 has routes meeting less in one relay
+    share = hp.busiest_relay_share(hp.mesh(seed))
+    assert share < hp.busiest_relay_share(hp.mesh(hp.GOOD_MESH_SEED))
+    assert all(hp.busiest_relay_share(hp.mesh(s)) >= share for s in range(1, 100)
+               if hp.worst_route_loss(hp.mesh(s)) <= hp.GOOD_ROUTE_MAX_LOSS)
+    a = e.spec(e.variant("hop"), 30, 0, quick=False)
+    assert a["topology"]["seed"] == seed and len(a["flow"]) == 30
+    assert a["topology"] != good.spec(good.variant("hop"), 30, 0, quick=False)["topology"]
+    # three draws of flows, Hop and TCP
+    assert e.full.reps == 3 and {v.name for v in e.variants} == {"hop", "tcp"}
+
+
 def test_long_partition_run_repeats_the_57_schedule_for_five_cycles_and_is_opt_in():
     reg = registry()
     short, long = reg["hop-5.7"], reg["hop-5.7-long"]

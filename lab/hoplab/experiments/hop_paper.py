@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
 from .. import routes, topology
@@ -67,6 +68,30 @@ def first_good_mesh_seed(max_loss: float = GOOD_ROUTE_MAX_LOSS) -> int:
 
 
 GOOD_MESH_SEED = first_good_mesh_seed()
+
+
+def busiest_relay_share(t: topology.Topology) -> float:
+    """Of the ETX routes of two hops or more between any two nodes of `t`, the share that the
+    relay carrying most of them relays: how much the mesh's routes meet in one hub."""
+    table = routes.next_hops(t, "etx")
+    pairs = pairs_by_hops(t, 2, 99)
+    through: dict[int, int] = {}
+    for a, b, _ in pairs:
+        x = table[a][b]
+        while x != b:
+            through[x] = through.get(x, 0) + 1
+            x = table[x][b]
+    return max(through.values()) / len(pairs) if pairs else 0.0
+
+
+@functools.lru_cache(maxsize=None)
+def weakest_hub_seed(max_loss: float = GOOD_ROUTE_MAX_LOSS) -> int:
+    """Of the good-route floors (seeds below 100, rule as `first_good_mesh_seed`), the one
+    whose routes meet least in one relay; the lowest seed on a tie."""
+    good = [s for s in range(1, 100) if worst_route_loss(mesh(s)) <= max_loss]
+    if not good:
+        raise ValueError(f"no mesh seed below 100 routes only over links losing at most {max_loss:.0%}")
+    return min(good, key=lambda s: (busiest_relay_share(mesh(s)), s))
 
 
 def pairs_by_hops(t: topology.Topology, lo: int, hi: int) -> list[tuple[int, int, int]]:
@@ -525,6 +550,20 @@ def experiments() -> list[Experiment]:
                    f"Transfers of {LONG_BULK_SHARE} fair shares of one hop's capacity over the run, "
                    f"{bulk_size(LONG_RUN_S, 30, LONG_BULK_SHARE, LONG_BULK_MAX) / 1e6:.0f} MB each, so that "
                    "TCP's fastest flow of the 120 s runs (1.65 Mbit/s) cannot finish."]),
+        Experiment(
+            "hop-5.3-hub", "30 concurrent flows on the good-route mesh whose routes meet least in one relay",
+            "hop", "Hop §5.3, Fig. 11, Table 2",
+            [hop(), tcp()], build_53, point_name="flows",
+            full=Scale(reps=3, points=[30], params={"duration": 120.0, "mesh_seed": weakest_hub_seed()}),
+            run_seconds=flows_time, by_path_length=True, opt_in=True,
+            notes=["§5.3 on another floor: of the good-route floors (seeds below 100 whose ETX routes use no link "
+                   f"losing more than {GOOD_ROUTE_MAX_LOSS:.0%} of frames), the one whose busiest relay carries "
+                   "the smallest share of the routes of two hops or more (seed "
+                   f"{weakest_hub_seed()}: {busiest_relay_share(mesh(weakest_hub_seed())):.0%}; `hop-5.3-good`'s "
+                   f"seed {GOOD_MESH_SEED}: {busiest_relay_share(mesh(GOOD_MESH_SEED)):.0%}). On `hop-5.3-good`'s "
+                   "mesh every draw routes most flows through one node, whose neighbourhood paces them "
+                   "(docs/reproduce.md). 120 s, three draws of flows. Not in the full preset: "
+                   "`hoplab reproduce --only hop-5.3-hub`."]),
         Experiment(
             "hop-5.3-good-30min", "30 concurrent flows on the good-route mesh, measured at 30 minutes",
             "hop", "Hop §5.3, Fig. 11, Table 2",
