@@ -231,6 +231,23 @@ OnDroppedMpdu(uint32_t node, WifiMacDropReason reason, Ptr<const WifiMpdu>)
 // ---- MAC queue occupancy -----------------------------------------------------------------
 static std::vector<Ptr<WifiMac>> g_mac; // per node, for the occupancy counters
 
+// Frames `mac` holds (queued or in flight), in every access category or only in the data
+// categories (best effort and background).
+static uint32_t
+MacFrames(Ptr<WifiMac> mac, bool data_only)
+{
+    uint32_t n = 0;
+    for (AcIndex ac : {AC_BE, AC_BK, AC_VI, AC_VO})
+    {
+        if (data_only && ac != AC_BE && ac != AC_BK)
+            continue;
+        Ptr<WifiMacQueue> q = mac->GetTxopQueue(ac);
+        if (q)
+            n += q->GetNPackets();
+    }
+    return n;
+}
+
 static void
 AddQueueTime(Counters& c, uint64_t now_us)
 {
@@ -252,24 +269,12 @@ RecountQueue(uint32_t node)
     Counters& c = g_counters[node];
     c.queue_pending = 0;
     AddQueueTime(c, static_cast<uint64_t>(Simulator::Now().GetMicroSeconds()));
-    uint32_t any = 0, data = 0;
-    for (AcIndex ac : {AC_BE, AC_BK, AC_VI, AC_VO})
-    {
-        Ptr<WifiMacQueue> q = g_mac[node]->GetTxopQueue(ac);
-        if (!q)
-            continue;
-        uint32_t n = q->GetNPackets();
-        any += n;
-        if (ac == AC_BE || ac == AC_BK)
-            data += n;
-    }
-    c.queue_any = any > 0;
-    c.queue_data = data > 0;
+    c.queue_any = MacFrames(g_mac[node], false) > 0;
+    c.queue_data = MacFrames(g_mac[node], true) > 0;
 }
 
-template <typename T>
 static void
-OnQueueChange(uint32_t node, T)
+OnQueueChange(uint32_t node, Ptr<const WifiMpdu>)
 {
     Counters& c = g_counters[node];
     if (c.queue_pending)
@@ -290,13 +295,13 @@ TrackQueues(uint32_t node, Ptr<WifiMac> mac)
         if (!q)
             continue;
         q->TraceConnectWithoutContext("Enqueue",
-                                      MakeBoundCallback(&OnQueueChange<Ptr<const WifiMpdu>>, node));
+                                      MakeBoundCallback(&OnQueueChange, node));
         q->TraceConnectWithoutContext("Dequeue",
-                                      MakeBoundCallback(&OnQueueChange<Ptr<const WifiMpdu>>, node));
+                                      MakeBoundCallback(&OnQueueChange, node));
         q->TraceConnectWithoutContext("Drop",
-                                      MakeBoundCallback(&OnQueueChange<Ptr<const WifiMpdu>>, node));
+                                      MakeBoundCallback(&OnQueueChange, node));
         q->TraceConnectWithoutContext("Expired",
-                                      MakeBoundCallback(&OnQueueChange<Ptr<const WifiMpdu>>, node));
+                                      MakeBoundCallback(&OnQueueChange, node));
     }
 }
 
@@ -673,14 +678,7 @@ static uint64_t g_status_sent{0}, g_status_errors{0};
 static uint32_t
 MacBacklog(uint32_t node)
 {
-    uint32_t n = 0;
-    for (AcIndex ac : {AC_BE, AC_BK, AC_VI, AC_VO})
-    {
-        Ptr<WifiMacQueue> q = g_status_mac[node]->GetTxopQueue(ac);
-        if (q)
-            n += q->GetNPackets();
-    }
-    return n;
+    return MacFrames(g_status_mac[node], false);
 }
 
 static void
