@@ -72,13 +72,16 @@ pub enum Cmd {
         reply: oneshot::Sender<Result<Opened, (ErrorCode, String)>>,
         updates: mpsc::UnboundedSender<FlowUpdate>,
     },
+    /// Application bytes for a flow; `last`: no more follow, the flow finishes after them.
+    /// The last bytes and the finish come as one command so that the transport cuts the
+    /// flow's last block with them: a finish handed over after the transport had already
+    /// formed that block would cost a further, empty block (a BSYN/BACK round per hop, and
+    /// for a small file a second round before the destination delivers it).
     Data {
         flow: FlowKey,
         data: Bytes,
         done: oneshot::Sender<()>,
-    },
-    Finish {
-        flow: FlowKey,
+        last: bool,
     },
     Abort {
         flow: FlowKey,
@@ -869,15 +872,15 @@ impl Daemon {
                     }
                 }
             }
-            Cmd::Data { flow, data, done } => {
+            Cmd::Data {
+                flow,
+                data,
+                done,
+                last,
+            } => {
                 if let Some(f) = self.out.get_mut(&flow) {
                     f.pending.push_back((data, Some(done)));
-                    self.feed(flow);
-                }
-            }
-            Cmd::Finish { flow } => {
-                if let Some(f) = self.out.get_mut(&flow) {
-                    f.finish = true;
+                    f.finish |= last;
                     self.feed(flow);
                 }
             }

@@ -181,13 +181,14 @@ async fn send(
     }
     .encode();
     let mut window: VecDeque<oneshot::Receiver<()>> = VecDeque::new();
-    let push = |data: Bytes| {
+    let push = |data: Bytes, last: bool| {
         let (tx, rx) = oneshot::channel();
         (
             Cmd::Data {
                 flow,
                 data,
                 done: tx,
+                last,
             },
             rx,
         )
@@ -244,7 +245,7 @@ async fn send(
         first = false;
         let (bytes, file_bytes) = std::mem::replace(&mut held, (frame, n));
         sizes.push_back(file_bytes);
-        let (c, rx) = push(Bytes::from(bytes));
+        let (c, rx) = push(Bytes::from(bytes), false);
         cmds.send(c).await.map_err(|_| closed())?;
         window.push_back(rx);
     };
@@ -266,12 +267,9 @@ async fn send(
     }
     held.0.extend_from_slice(hasher.finalize().as_bytes());
     sizes.push_back(held.1);
-    let (c, rx) = push(Bytes::from(held.0));
+    let (c, rx) = push(Bytes::from(held.0), true);
     cmds.send(c).await.map_err(|_| closed())?;
     window.push_back(rx);
-    cmds.send(Cmd::Finish { flow })
-        .await
-        .map_err(|_| closed())?;
     guard.cmds = None;
     while let Some(w) = window.pop_front() {
         if w.await.is_err() {
@@ -515,14 +513,24 @@ mod tests {
         let mut lens = Vec::new();
         loop {
             match rx.recv().await {
-                Some(Cmd::Data { data, done, .. }) => {
+                Some(Cmd::Data {
+                    data, done, last, ..
+                }) => {
                     lens.push(data.len());
                     let _ = done.send(());
+                    if last {
+                        break;
+                    }
                 }
-                Some(Cmd::Finish { .. }) => break,
-                _ => panic!("expected data or finish"),
+                _ => panic!("expected data"),
             }
         }
+        // The finish rides with the last bytes: nothing follows them.
+        let more = tokio::time::timeout(Duration::from_millis(50), rx.recv()).await;
+        assert!(
+            !matches!(more, Ok(Some(Cmd::Data { .. }))),
+            "data after the hand-over marked last"
+        );
         let _client = writer.await.unwrap();
         task.abort();
         let header = FlowHeader {

@@ -141,3 +141,38 @@ fn netns_four_hops_30_percent_loss() {
     }
     netns_case(4, 30, &[0, 1, 10 * 1024, lossy_large()]);
 }
+
+/// A file smaller than the micro-block threshold crosses as one block with the flow's end
+/// on it: each hop sends one end-to-end BACK's worth of work, not a second, empty block
+/// that ends the flow (which would cost a BSYN/BACK round per hop before the destination
+/// delivers the file).
+#[test]
+fn loopback_small_file_is_one_block() {
+    let work = tempfile::tempdir().unwrap();
+    let files = make_files(work.path(), &[4096]);
+    let nodes = loopback_chain(3, work.path(), "");
+    transfer_all(&nodes, &files, work.path());
+    let hop_stats = |n: &Hopd| -> serde_json::Value {
+        let st = n.status();
+        let ts = st["node"]["transports"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        ts.iter()
+            .find(|t| t[0] == "hop")
+            .map(|t| t[1].clone())
+            .unwrap_or_else(|| panic!("no Hop transport in status: {st}"))
+    };
+    let dst = hop_stats(&nodes[2]);
+    // One block delivered: one end-to-end BACK (with FIN) leaves the destination.
+    assert_eq!(dst["sent_by_type"]["e2e_back"], 1, "destination: {dst}");
+    // Each hop carried one micro-block BSYN exchange and no plain BSYN.
+    for (i, n) in nodes.iter().enumerate().take(2) {
+        let s = hop_stats(n);
+        assert!(
+            s["sent_by_type"].get("bsyn").is_none(),
+            "node {}: {s}",
+            i + 1
+        );
+    }
+}
