@@ -51,6 +51,33 @@ pub struct CustodyUsage {
     pub spool_full_events: u64,
     /// A delivery is being withheld right now.
     pub spool_full: bool,
+    /// Custody writes finished (durable or failed) and the time they held their blocks'
+    /// completing BACKs: from the hand-over to the store until the write (and its
+    /// directory fsync) finished, queueing behind other writes included; microseconds.
+    pub writes_timed: u64,
+    pub write_wait_us: u64,
+    pub write_wait_max_us: u64,
+    /// Deliveries written to the spool and the time they took; they run on the event loop,
+    /// which waits for them (the end-to-end BACK follows them); microseconds.
+    pub deliveries_timed: u64,
+    pub deliver_us: u64,
+    pub deliver_max_us: u64,
+}
+
+impl CustodyUsage {
+    fn time_write(&mut self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.writes_timed += 1;
+        self.write_wait_us = self.write_wait_us.saturating_add(us);
+        self.write_wait_max_us = self.write_wait_max_us.max(us);
+    }
+
+    fn time_delivery(&mut self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.deliveries_timed += 1;
+        self.deliver_us = self.deliver_us.saturating_add(us);
+        self.deliver_max_us = self.deliver_max_us.max(us);
+    }
 }
 
 impl CustodyUsage {
@@ -86,6 +113,8 @@ enum Job {
         path: PathBuf,
         header: [u8; HEADER_LEN],
         data: Bytes,
+        /// When the store took the block (for `CustodyUsage::write_wait_us`).
+        queued: std::time::Instant,
     },
     Remove(PathBuf),
 }
@@ -99,13 +128,17 @@ struct Writer {
 }
 
 impl Writer {
-    fn start(dir: PathBuf, done: Arc<CustodyDone>) -> std::io::Result<Writer> {
+    fn start(
+        dir: PathBuf,
+        done: Arc<CustodyDone>,
+        usage: Arc<Mutex<CustodyUsage>>,
+    ) -> std::io::Result<Writer> {
         let (tx, rx) = mpsc::channel::<Job>();
         let writing: Arc<Mutex<HashSet<(FlowKey, u32)>>> = Arc::default();
         let w = writing.clone();
         let thread = std::thread::Builder::new()
             .name("hopd-custody".into())
-            .spawn(move || writer_loop(&dir, &rx, &w, &done))?;
+            .spawn(move || writer_loop(&dir, &rx, &w, &done, &usage))?;
         Ok(Writer {
             jobs: Some(tx),
             thread: Some(thread),
@@ -150,12 +183,14 @@ fn writer_loop(
     rx: &mpsc::Receiver<Job>,
     writing: &Mutex<HashSet<(FlowKey, u32)>>,
     done: &CustodyDone,
+    usage: &Mutex<CustodyUsage>,
 ) {
     while let Ok(first) = rx.recv() {
         // Everything queued meanwhile forms one batch with one directory fsync.
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
         let mut finished = Vec::new();
+        let mut queued_at = Vec::new();
         let mut renamed = false;
         for job in batch {
             match job {
@@ -165,7 +200,9 @@ fn writer_loop(
                     path,
                     header,
                     data,
+                    queued,
                 } => {
+                    queued_at.push(queued);
                     let ok = match write_file(&path, &header, &data) {
                         Ok(()) => true,
                         Err(e) => {
@@ -183,6 +220,12 @@ fn writer_loop(
         }
         if renamed {
             sync_dir(dir);
+        }
+        if let Ok(mut u) = usage.lock() {
+            let now = std::time::Instant::now();
+            for q in queued_at {
+                u.time_write(now.saturating_duration_since(q));
+            }
         }
         if let Ok(mut w) = writing.lock() {
             for (flow, block, _) in &finished {
@@ -306,7 +349,11 @@ impl DiskCustody {
     /// (`Transport::custody_persisted`).
     pub fn with_writer(mut self) -> std::io::Result<(DiskCustody, Arc<CustodyDone>)> {
         let done = Arc::new(CustodyDone::default());
-        self.writer = Some(Writer::start(self.dir.clone(), done.clone())?);
+        self.writer = Some(Writer::start(
+            self.dir.clone(),
+            done.clone(),
+            self.usage.clone(),
+        )?);
         Ok((self, done))
     }
 
@@ -389,6 +436,7 @@ impl CustodyStore for DiskCustody {
                 path: path.clone(),
                 header: encode_header(block),
                 data: block.data.clone(),
+                queued: std::time::Instant::now(),
             };
             if w.jobs.as_ref().is_some_and(|j| j.send(job).is_ok()) {
                 self.held.insert(key, (path, size));
@@ -400,7 +448,12 @@ impl CustodyStore for DiskCustody {
             }
             warn!("custody writer stopped: writing on the event loop");
         }
-        if let Err(e) = self.write(&path, block) {
+        let started = std::time::Instant::now();
+        let written = self.write(&path, block);
+        if let Ok(mut u) = self.usage.lock() {
+            u.time_write(started.elapsed());
+        }
+        if let Err(e) = written {
             warn!(error = %e, "custody write failed: acknowledgement withheld");
             let _ = std::fs::remove_file(path.with_extension("tmp"));
             self.publish(0, 1);
@@ -432,6 +485,7 @@ impl CustodyStore for DiskCustody {
         }
         let size = d.data.len() as u64;
         let over = self.disk_bytes() + size > self.limit;
+        let started = std::time::Instant::now();
         let result = if over {
             Err(None)
         } else {
@@ -443,6 +497,9 @@ impl CustodyStore for DiskCustody {
         let Ok(mut u) = self.usage.lock() else {
             return result.map_err(|_| StoreFull);
         };
+        if !over {
+            u.time_delivery(started.elapsed());
+        }
         match result {
             Ok(()) => {
                 if u.spool_full {
@@ -785,8 +842,8 @@ mod tests {
     #[test]
     fn writer_thread_persists_later_and_releases_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let usage = std::sync::Arc::default();
-        let (s, _) = DiskCustody::open(dir.path(), 2500, usage).unwrap();
+        let usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>> = std::sync::Arc::default();
+        let (s, _) = DiskCustody::open(dir.path(), 2500, usage.clone()).unwrap();
         let (mut s, done) = s.with_writer().unwrap();
         assert_eq!(s.persist(&block(0, 1000)), Ok(Persist::Later));
         assert_eq!(s.persist(&block(1, 1000)), Ok(Persist::Later));
@@ -798,6 +855,12 @@ mod tests {
         let mut got = finished(&done, 2);
         got.sort_by_key(|(_, b, _)| *b);
         assert_eq!(got, vec![(flow, 0, true), (flow, 1, true)]);
+        {
+            // Both writes timed, from the hand-over to the store (before `done` saw them).
+            let u = usage.lock().unwrap();
+            assert_eq!(u.writes_timed, 2);
+            assert!(u.write_wait_max_us > 0 && u.write_wait_us >= u.write_wait_max_us);
+        }
         // Written: asking again is answered at once.
         assert_eq!(s.persist(&block(1, 1000)), Ok(Persist::Done));
         drop(s);
@@ -868,6 +931,9 @@ mod tests {
             assert!(u.spool_full);
             assert_eq!(u.spool_full_events, 1);
             assert_eq!(u.incoming_bytes, 2000);
+            // The two written deliveries are timed; the refused one wrote nothing.
+            assert_eq!(u.deliveries_timed, 2);
+            assert!(u.deliver_us >= u.deliver_max_us);
         }
         // A restart reads the progress back.
         drop(s);

@@ -1012,14 +1012,18 @@ impl Daemon {
     fn custody_json(&self) -> serde_json::Value {
         let u = self.custody.lock().map(|u| *u).unwrap_or_default();
         serde_json::json!({"blocks": u.blocks, "bytes": u.bytes, "limit_bytes": u.limit,
-            "stored_total": u.stored_total, "full_total": u.full_events})
+            "stored_total": u.stored_total, "full_total": u.full_events,
+            "writes_timed": u.writes_timed, "write_wait_us": u.write_wait_us,
+            "write_wait_max_us": u.write_wait_max_us})
     }
 
     fn spool_json(&self) -> serde_json::Value {
         let u = self.custody.lock().map(|u| *u).unwrap_or_default();
         serde_json::json!({"full": u.spool_full, "full_total": u.spool_full_events,
             "incoming_bytes": u.incoming_bytes, "inbox_bytes": u.inbox_bytes,
-            "disk_bytes": u.disk_bytes(), "limit_bytes": self.cfg.max_disk_bytes})
+            "disk_bytes": u.disk_bytes(), "limit_bytes": self.cfg.max_disk_bytes,
+            "deliveries_timed": u.deliveries_timed, "deliver_us": u.deliver_us,
+            "deliver_max_us": u.deliver_max_us})
     }
 
     fn metrics_text(&self) -> String {

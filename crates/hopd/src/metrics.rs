@@ -50,7 +50,7 @@ pub fn render(
     peers: u64,
 ) -> String {
     let mut o = String::new();
-    let counters: [(&str, &str, u64); 23] = [
+    let counters: [(&str, &str, u64); 27] = [
         (
             "rx_datagrams_total",
             "UDP datagrams received",
@@ -149,6 +149,26 @@ pub fn render(
             "spool_full_total",
             "deliveries refused, disk budget full (end-to-end ack withheld)",
             custody.spool_full_events,
+        ),
+        (
+            "custody_writes_timed_total",
+            "custody writes finished (durable or failed)",
+            custody.writes_timed,
+        ),
+        (
+            "custody_write_wait_microseconds_total",
+            "time custody writes held their blocks' completing BACKs, queueing included",
+            custody.write_wait_us,
+        ),
+        (
+            "spool_deliveries_timed_total",
+            "deliveries written to the spool",
+            custody.deliveries_timed,
+        ),
+        (
+            "spool_deliver_microseconds_total",
+            "time the event loop spent writing deliveries to the spool (fsync included)",
+            custody.deliver_us,
         ),
     ];
     for (n, h, v) in counters {
