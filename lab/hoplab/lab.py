@@ -461,7 +461,10 @@ class Lab:
                         waiting.add(j)
                         pending.append((rel + f.start, "flow", j))
                         pending.sort(key=lambda x: x[0])
-            if not pending and len(done) == len(flows):
+            # Background flows are load: once every other flow is done (and none is still to
+            # start), the run ends and cuts them off.
+            if (not any(kind == "event" or not flows[k].background for _, kind, k in pending)
+                    and all(k in done for k, f in enumerate(flows) if not f.background)):
                 break
             if now >= end_at:
                 timed_out = True
@@ -569,6 +572,8 @@ def flow_summary(f, r: dict, hops: int | None, idx: int) -> dict:
         "completion_s": dur if (r.get("complete") and f.size is not None) else None,
         "complete": bool(r.get("complete")),
     }
+    if f.background:
+        out["background"] = True
     for k, v in r.items():
         if k not in ("bytes", "start", "first", "last", "complete"):
             out[k] = v

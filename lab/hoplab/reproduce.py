@@ -572,7 +572,9 @@ def cut_off_goodput(flows: list[dict], wall_s: float | None, timed_out: bool) ->
     out = []
     for f in flows:
         f = dict(f)
-        if timed_out and wall_s and not f.get("complete") and f.get("size") is not None:
+        # Background flows are cut off when the others are done, whether or not the run timed out.
+        cut = timed_out or bool(f.get("background"))
+        if cut and wall_s and not f.get("complete") and f.get("size") is not None:
             f["goodput_last_byte_mbps"] = f["goodput_mbps"]
             f["goodput_mbps"] = f["bytes"] * 8 / 1e6 / max(1e-3, wall_s - float(f.get("start_offset") or 0.0))
             f["cut_off"] = True

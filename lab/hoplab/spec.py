@@ -101,6 +101,9 @@ class Flow:
     label: str = ""
     options: dict = field(default_factory=dict)
     after: str | None = None  # start `start` seconds after the flow with this label finished
+    # Load for the others: the run does not wait for it to finish, it ends once every other
+    # flow has (or at `duration`), cutting it off.
+    background: bool = False
 
 
 @dataclass
@@ -335,6 +338,8 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
     for f in flows:
         if f.after is not None and (f.after not in labels or f.after == f.label):
             raise SpecError(f"flow {f.label or f.driver}: after = {f.after!r} names no other flow")
+    if all(f.background for f in flows):
+        raise SpecError("every flow is background: at least one flow must be one the run waits for")
     return spec
 
 
@@ -342,7 +347,7 @@ def parse_flow(f: dict, where: str, n: int) -> Flow:
     from .drivers import DRIVERS  # noqa: PLC0415
 
     _check_keys(f, {"driver", "src", "dst", "start", "size", "duration", "rate", "cc", "label",
-                    "options", "after"}, where)
+                    "options", "after", "background"}, where)
     driver = _take(f, "driver", str, "tcp", where)
     if driver not in DRIVERS:
         raise SpecError(f"{where}.driver {driver!r} unknown; known: {sorted(DRIVERS)}")
@@ -357,6 +362,7 @@ def parse_flow(f: dict, where: str, n: int) -> Flow:
         cc=_take(f, "cc", str, "cubic", where), label=_take(f, "label", str, "", where),
         options=f.get("options", {}),
         after=_take(f, "after", str, None, where),
+        background=_take(f, "background", bool, False, where),
     )
     if flow.cc not in ("cubic", "bbr", "reno"):
         raise SpecError(f"{where}.cc must be cubic, bbr or reno")

@@ -461,6 +461,9 @@ def test_cut_off_goodput_uses_the_time_the_flow_had():
     assert out[2]["goodput_mbps"] == 2.0 and "cut_off" not in out[2]  # finished: lab's figure
     # a run that ended because every flow finished cuts nothing off
     assert rp.cut_off_goodput(flows, 60.0, False)[0]["goodput_mbps"] == 0.889
+    # ... but a background flow the run did not wait for is cut off whenever it ended
+    bg = [dict(flows[0], background=True)]
+    assert rp.cut_off_goodput(bg, 60.0, False)[0]["goodput_mbps"] == pytest.approx(7240 * 8 / 1e6 / 60.0)
 
 
 def test_run_all_repeats_invalid_runs_and_records_every_attempt(tmp_path, monkeypatch):

@@ -48,6 +48,8 @@ def test_defaults_and_modes():
     {"flow": [{"driver": "tcp", "src": 0, "dst": 9}]},
     {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "cc": "vegas"}]},
     {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "after": "ghost"}]},
+    {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "background": "yes"}]},
+    {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "background": True}]},  # nothing to wait for
     {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "options": {"mss": 40}}]},
     {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "options": {"mss": 9000}}]},
     {"flow": [{"driver": "tcp", "src": 0, "dst": 1, "options": {"mss": "1000"}}]},
@@ -63,6 +65,12 @@ def test_defaults_and_modes():
 def test_rejects_bad_specs(bad):
     with pytest.raises(SpecError):
         spec.from_dict(base(**bad))
+
+
+def test_background_flows():
+    s = spec.from_dict(base(flow=[{"driver": "tcp", "src": 0, "dst": 2, "size": "1MB", "background": True},
+                                  {"driver": "tcp", "src": 1, "dst": 2, "size": "4KB"}]))
+    assert [f.background for f in s.flows] == [True, False]
 
 
 def test_tcp_segment_size_option():
