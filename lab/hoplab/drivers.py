@@ -341,6 +341,26 @@ class HopDriver(Driver):
         # Largest byte count the destination's hopd reported for this flow while the run
         # went on (`progress`, every 2 s), and when it was first seen.
         self.held: tuple[int, float | None] = (0, None)
+        # `finished`: whether this flow's file has arrived, and how many of the receiving
+        # clients at its destination had exited when that was last looked up.
+        self._arrived = False
+        self._exited_seen = 0
+
+    def finished(self, lab, flow, idx, receivers: dict) -> bool:
+        """Whether this flow's file has arrived at its destination. The `hop recv` clients
+        at one destination each take whichever file completes next, so the client started
+        for this flow may exit with another flow's file: the flow is done when some client
+        there has written its file (`received`). Looked up again only when another client
+        at the destination has exited."""
+        if self._arrived:
+            return True
+        exited = sum(1 for j, g in enumerate(lab.spec.flows)
+                     if g.driver == flow.driver and g.dst == flow.dst
+                     and receivers.get(j) is not None and receivers[j].poll() is not None)
+        if exited > self._exited_seen:
+            self._exited_seen = exited
+            self._arrived = bool(self.received(lab, flow, idx)[0])
+        return self._arrived
 
     @staticmethod
     def received(lab, flow, idx) -> tuple[dict, float | None]:

@@ -451,6 +451,11 @@ class Lab:
                     self._apply(spec.schedule[k])
             done = []
             for k, p in senders.items():
+                finished = getattr(drivers[k], "finished", None)
+                if finished is not None:
+                    if finished(self, flows[k], k, receivers):
+                        done.append(k)
+                    continue
                 side = getattr(drivers[k], "done_when", "sender")
                 watch = receivers.get(k) if side == "receiver" else p
                 if watch is None or watch.poll() is not None:

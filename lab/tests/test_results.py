@@ -267,3 +267,34 @@ def test_flowtool_tcp_send_retries_a_moment_without_a_route(tmp_path, monkeypatc
     monkeypatch.setattr(flowtool, "_tcp_socket", lambda a: Refusing())
     flowtool.tcp_send(a)
     assert "Permission denied" in json.loads(out.read_text())["error"]
+
+
+def test_hop_flow_is_finished_when_its_file_arrives_at_any_client_of_its_destination(tmp_path):
+    # The `hop recv` clients at one destination each take whichever file completes next: the
+    # client started for the small file can still be waiting when another exits with it, as
+    # with §5.6.1's bulk transfers that never finish (the run waits for the small file only).
+    from hoplab import drivers
+    from hoplab.lab import Lab
+
+    sp = spec.from_dict({"topology": {"kind": "chain", "nodes": 3},
+                         "flow": [{"driver": "hop", "src": 1, "dst": 0, "size": 10**6, "background": True},
+                                  {"driver": "hop", "src": 2, "dst": 0, "size": 4000, "label": "m"}]})
+    lab = Lab(sp, tmp_path / "run")
+    lab.work.mkdir(parents=True)
+
+    class Proc:
+        def __init__(self):
+            self.rc = None
+
+        def poll(self):
+            return self.rc
+
+    receivers = {0: Proc(), 1: Proc()}
+    small, bulk = drivers.HopDriver(), drivers.HopDriver()
+    assert not small.finished(lab, sp.flows[1], 1, receivers)
+    # The bulk flow's client exits with the small file (named after the sending flow's index).
+    line = json.dumps({"ok": True, "bytes": 4000, "file": str(lab.work / "hop-recv-0" / "hop-send-1.bin")})
+    lab.flow_file(0, "recv").write_text(json.dumps({"kind": "exec", "end": 1.0, "rc": 0, "stdout": line + "\n"}))
+    receivers[0].rc = 0
+    assert small.finished(lab, sp.flows[1], 1, receivers)
+    assert not bulk.finished(lab, sp.flows[0], 0, receivers)
