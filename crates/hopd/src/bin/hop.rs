@@ -409,6 +409,9 @@ fn print_status(v: &serde_json::Value) {
     if let Some(c) = g("custody").as_object() {
         println!("custody: {}", serde_json::Value::Object(c.clone()));
     }
+    if let Some(line) = disk_waits(&g("custody"), &g("spool")) {
+        println!("{line}");
+    }
     if let Some(c) = g("counters").as_object() {
         println!("counters:");
         for (k, val) in c {
@@ -483,9 +486,66 @@ fn time_shares(extra: &serde_json::Map<String, serde_json::Value>) -> Vec<String
     out
 }
 
+/// How long the disk held the node up: custody writes (from the hand-over to the writer
+/// thread until durable: the completing BACK waits for it) and the destination's spool writes
+/// (on the event loop), as counts with mean and longest time. Nothing before the first.
+fn disk_waits(custody: &serde_json::Value, spool: &serde_json::Value) -> Option<String> {
+    let part = |v: &serde_json::Value, count: &str, sum: &str, max: &str, what: &str| {
+        let n = v.get(count).and_then(|x| x.as_u64()).filter(|n| *n > 0)?;
+        let total = v.get(sum).and_then(|x| x.as_u64()).unwrap_or(0);
+        let longest = v.get(max).and_then(|x| x.as_u64()).unwrap_or(0);
+        Some(format!(
+            "{what} {n}, mean {:.1} ms (longest {:.1} ms)",
+            total as f64 / n as f64 / 1000.0,
+            longest as f64 / 1000.0
+        ))
+    };
+    let parts: Vec<String> = [
+        part(
+            custody,
+            "writes_timed",
+            "write_wait_us",
+            "write_wait_max_us",
+            "custody writes",
+        ),
+        part(
+            spool,
+            "deliveries_timed",
+            "deliver_us",
+            "deliver_max_us",
+            "spool writes",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| format!("disk: {}", parts.join("; ")))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::time_shares;
+    use super::{disk_waits, time_shares};
+
+    #[test]
+    fn disk_waits_are_means_per_write() {
+        let custody = serde_json::json!({"writes_timed": 4, "write_wait_us": 10_000, "write_wait_max_us": 6_500});
+        let spool =
+            serde_json::json!({"deliveries_timed": 0, "deliver_us": 0, "deliver_max_us": 0});
+        assert_eq!(
+            disk_waits(&custody, &spool).as_deref(),
+            Some("disk: custody writes 4, mean 2.5 ms (longest 6.5 ms)")
+        );
+        let spool = serde_json::json!({"deliveries_timed": 2, "deliver_us": 3_000, "deliver_max_us": 2_000});
+        assert_eq!(
+            disk_waits(&custody, &spool).as_deref(),
+            Some("disk: custody writes 4, mean 2.5 ms (longest 6.5 ms); spool writes 2, mean 1.5 ms (longest 2.0 ms)")
+        );
+        // nothing written yet, or an older hopd without the counters: no line
+        assert_eq!(
+            disk_waits(&serde_json::json!({}), &serde_json::Value::Null),
+            None
+        );
+    }
 
     #[test]
     fn time_shares_are_parts_of_the_time_counted() {
