@@ -345,6 +345,7 @@ class HopDriver(Driver):
         # clients at its destination had exited when that was last looked up.
         self._arrived = False
         self._exited_seen = 0
+        self._peers: list[int] | None = None  # flows whose clients run at the same destination
 
     def finished(self, lab, flow, idx, receivers: dict) -> bool:
         """Whether this flow's file has arrived at its destination. The `hop recv` clients
@@ -354,9 +355,11 @@ class HopDriver(Driver):
         at the destination has exited."""
         if self._arrived:
             return True
-        exited = sum(1 for j, g in enumerate(lab.spec.flows)
-                     if g.driver == flow.driver and g.dst == flow.dst
-                     and receivers.get(j) is not None and receivers[j].poll() is not None)
+        if self._peers is None:
+            self._peers = [j for j, g in enumerate(lab.spec.flows)
+                           if g.driver == flow.driver and g.dst == flow.dst]
+        exited = sum(1 for j in self._peers
+                     if receivers.get(j) is not None and receivers[j].poll() is not None)
         if exited > self._exited_seen:
             self._exited_seen = exited
             self._arrived = bool(self.received(lab, flow, idx)[0])
