@@ -166,7 +166,10 @@ def main(argv=None) -> int:
     rp.add_argument("--only", help="comma-separated experiment ids (see --list)")
     rp.add_argument("--reps", type=int, help="repetitions per point (default: the preset's)")
     rp.add_argument("--points", help="comma-separated points to run, e.g. 2,3 (hop counts) or 16KB")
-    rp.add_argument("--variants", help="comma-separated variants (protocols) to run, e.g. hop,tcp (default: all)")
+    rp.add_argument("--variants", help="comma-separated variants (protocols) to run, e.g. hop,tcp,hop-nopipe "
+                    "(default: the papers' protocols)")
+    rp.add_argument("--diagnostics", action="store_true",
+                    help="also run our diagnostic variants (mechanisms switched off, other settings) beside them")
     rp.add_argument("--out", help="output directory (default results/reproduce/<time>-<preset>)")
     rp.add_argument("--medium", action="append", metavar="KEY=VALUE",
                     help="override a medium setting in every run, e.g. link_status=true (repeatable)")

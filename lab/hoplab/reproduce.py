@@ -635,10 +635,11 @@ def prune_raw(run_dir: Path) -> None:
 
 
 def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str] | None = None,
-         variants: set[str] | None = None) -> list[tuple]:
+         variants: set[str] | None = None, diagnostics: bool = False) -> list[tuple]:
     """(experiment, point, repetition, variant) in running order: for each point and
     repetition, the compared protocols back to back. `points` keeps only those points
-    (compared as text, e.g. "2" or "16KB"), `variants` only the variants of those names."""
+    (compared as text, e.g. "2" or "16KB"), `variants` only the variants of those names;
+    diagnostic variants run when named there or with `diagnostics`."""
     out = []
     for e in exps:
         sc = e.scale(quick)
@@ -649,7 +650,7 @@ def plan(exps: list[Experiment], quick: bool, reps: int | None, points: list[str
                 continue
             for rep in range(reps or sc.reps):
                 for v in e.variants:
-                    if (sc.variants is None or v.name in sc.variants) and (variants is None or v.name in variants):
+                    if e.runs_variant(v, quick, variants, diagnostics):
                         out.append((e, p, rep, v))
     return out
 
@@ -677,7 +678,7 @@ def _run_id(r: dict) -> tuple:
 def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, progress=print,
             points: list[str] | None = None, retry_invalid: int = 0,
             previous: list[dict] | None = None, variants: set[str] | None = None,
-            medium: dict | None = None) -> list[dict]:
+            medium: dict | None = None, diagnostics: bool = False) -> list[dict]:
     """Run the plan (`medium`: settings that override every run's medium); a run the lab marks invalid is repeated up to `retry_invalid` times
     (every attempt is recorded; the invalid ones are excluded and counted in the report).
     `previous` are the records of an interrupted run of the same plan (--resume): a run
@@ -687,7 +688,7 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
     done: dict[tuple, list[dict]] = {}
     for r in previous or []:
         done.setdefault(_run_id(r), []).append(r)
-    todo = plan(exps, quick, reps, points, variants)
+    todo = plan(exps, quick, reps, points, variants, diagnostics)
     later = {(e.id, v.name, _key(p), rep) for e, p, rep, v in todo}  # plan items not reached yet
     # Records of runs outside this plan (e.g. other experiments than --only's) stay in runs.json.
     outside = [r for r in previous or [] if _run_id(r) not in later]
@@ -892,7 +893,8 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
             if v.unsupported:
                 reasons[v.name] = v.unsupported
             elif not any(r["variant"] == v.name for r in runs):
-                reasons[v.name] = "not in this preset"
+                reasons[v.name] = ("diagnostic, not in the preset (`--diagnostics`)" if v.diagnostic
+                                   else "not in this preset")
         er = {"id": e.id, "title": e.title, "ref": e.ref, "notes": e.notes, "point_name": e.point_name,
               "variants": {v.name: v.title for v in e.variants},
               "runs": run_accounting(runs),
@@ -1071,10 +1073,11 @@ def _path_length_md(tables: list[dict], point_name: str | None) -> list[str]:
 
 
 def estimate(exps: list[Experiment], quick: bool, reps: int | None,
-             points: list[str] | None = None, variants: set[str] | None = None) -> tuple[int, float, list[str]]:
+             points: list[str] | None = None, variants: set[str] | None = None,
+             diagnostics: bool = False) -> tuple[int, float, list[str]]:
     lines, runs, secs = [], 0, 0.0
     for e in exps:
-        n, s = e.estimate(quick, reps, points, variants)
+        n, s = e.estimate(quick, reps, points, variants, diagnostics)
         if n:
             lines.append(f"  {e.id:<14} {n:3d} runs  ~{s / 60:5.1f} min  {e.title}")
         runs += n
@@ -1133,7 +1136,8 @@ def main(a) -> int:
         if variants - known:
             raise SpecError(f"unknown variant(s) {sorted(variants - known)} in this selection; known: {sorted(known)}")
     medium = parse_medium_overrides(getattr(a, "medium", None) or [])
-    n, secs, lines = estimate(exps, quick, a.reps, points, variants)
+    diagnostics = bool(getattr(a, "diagnostics", False))
+    n, secs, lines = estimate(exps, quick, a.reps, points, variants, diagnostics)
     if not a.report_only:
         print(f"hoplab reproduce ({'quick' if quick else 'full'}): {n} runs, estimated {secs / 60:.0f} min "
               f"(~{RUN_OVERHEAD_S:.0f} s set-up per run plus its flows; each repeat of an invalid run adds one run)")
@@ -1143,6 +1147,11 @@ def main(a) -> int:
         if a.list and extra:
             print("not in the preset, run with --only ID:")
             print("\n".join(estimate(extra, quick, a.reps, points, variants)[2]))
+        if a.list and not diagnostics and variants is None:
+            dn, dsecs, _ = estimate(exps, quick, a.reps, points, None, True)
+            if dn > n:
+                print(f"with --diagnostics (our variants that explain figures): {dn - n} more runs, "
+                      f"~{(dsecs - secs) / 60:.0f} min more")
     if a.list:
         return 0
     out = Path(a.out) if a.out else Path("results") / "reproduce" / (
@@ -1180,7 +1189,7 @@ def main(a) -> int:
                   f"{out / 'runs.json'}")
         with mediumserver.serving():
             records = run_all(exps, quick, a.reps, out, points=points, retry_invalid=retry, previous=previous,
-                              variants=variants, medium=medium)
+                              variants=variants, medium=medium, diagnostics=diagnostics)
         meta["wall_min"] = sum(r.get("wall_s", 0.0) for r in records) / 60
     ran = [r for r in records if r.get("started")]
     if ran:  # a resumed reproduction may span several runs of the command (and commits): say so

@@ -343,7 +343,7 @@ def test_every_experiment_generates_valid_specs_with_shared_seeds():
     reg = registry()
     with tempfile.TemporaryDirectory() as td:
         for quick in (False, True):
-            for e, p, rep, v in rp.plan(list(reg.values()), quick, None):
+            for e, p, rep, v in rp.plan(list(reg.values()), quick, None, diagnostics=True):
                 d = rp.materialize(e.spec(v, p, rep, quick), Path(td) / e.id / v.name)
                 sp = specmod.from_dict(d, Path(td))
                 assert sp.seed == 1 + rep
@@ -361,7 +361,7 @@ def test_every_experiment_generates_valid_specs_with_shared_seeds():
 def test_plan_and_estimate_keep_only_the_chosen_variants():
     reg = registry()
     e = reg["hop-5.2"]
-    full = rp.plan([e], False, None)
+    full = rp.plan([e], False, None, diagnostics=True)
     some = rp.plan([e], False, None, variants={"hop", "hop-nopipe"})
     assert {v.name for _, _, _, v in some} == {"hop", "hop-nopipe"}
     # the same points and repetitions, back to back, in the full plan's order
@@ -377,6 +377,30 @@ def test_plan_and_estimate_keep_only_the_chosen_variants():
     rows = {(r.experiment, r.what) for r in rp.load_paper()}
     assert ("hop-5.3-good", "mean goodput, Hop with the first block from the API's first frame / Hop "
             "(not in the paper)") in rows
+
+
+def test_presets_leave_the_diagnostic_variants_out_unless_asked():
+    reg = registry()
+    e = reg["hop-5.2"]
+    paper = {"hop", "tcp", "hbhtcp", "dtn", "udp-noarq"}
+    assert {v.name for v in e.variants if not v.diagnostic} == paper
+    default = rp.plan([e], False, None)
+    every = rp.plan([e], False, None, diagnostics=True)
+    assert {v.name for _, _, _, v in default} == paper
+    assert {v.name for _, _, _, v in every} == {v.name for v in e.variants}
+    assert default == [t for t in every if not t[3].diagnostic]
+    # a diagnostic variant named in --variants runs without --diagnostics
+    assert {v.name for _, _, _, v in rp.plan([e], False, None, variants={"hop-win"})} == {"hop-win"}
+    # the estimate follows the plan
+    assert e.estimate(False)[0] == len(default) and e.estimate(False, diagnostics=True)[0] == len(every)
+    # the quick preset's own variant list still bounds it
+    assert {v.name for _, _, _, v in rp.plan([e], True, None, diagnostics=True)} == {"hop", "tcp", "udp-noarq"}
+    # every figure of the papers (a row with the paper's value) compares protocols the preset runs
+    for r in rp.load_paper():
+        if r.value is not None or r.range is not None:
+            exp = reg[r.experiment]
+            assert not exp.variant(r.variant).diagnostic, (r.experiment, r.what)
+            assert r.versus is None or not exp.variant(r.versus).diagnostic, (r.experiment, r.what)
 
 
 def test_medium_overrides_are_checked_before_any_run():

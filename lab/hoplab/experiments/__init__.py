@@ -38,7 +38,9 @@ RUN_OVERHEAD_S = 10.0
 class Variant:
     """One compared protocol: flow fields merged into every measured flow, medium keys
     merged into the spec's [medium], `spec` keys set at the spec's top level (routing).
-    `unsupported` = why it cannot be hosted at all."""
+    `unsupported` = why it cannot be hosted at all. A `diagnostic` variant is one of ours run
+    beside the papers' protocols to explain a figure (a mechanism switched off, another
+    setting): the presets leave it out unless asked (`--diagnostics`, or named in `--variants`)."""
 
     name: str
     title: str
@@ -46,6 +48,7 @@ class Variant:
     medium: dict = field(default_factory=lambda: copy.deepcopy(BEST_MEDIUM))
     unsupported: str | None = None
     spec: dict = field(default_factory=dict)  # top-level spec keys, e.g. {"routing": "babel"}
+    diagnostic: bool = False
 
     @property
     def driver(self) -> str:
@@ -90,6 +93,17 @@ class Experiment:
     def scale(self, quick: bool) -> Scale | None:
         return self.quick if quick else self.full
 
+    def runs_variant(self, v: Variant, quick: bool, variants: set[str] | None = None,
+                     diagnostics: bool = False) -> bool:
+        """Whether the preset runs `v`: the preset's variants (all but the diagnostic ones, or
+        with `diagnostics` all), or, when `variants` names some, those of them in the preset."""
+        sc = self.scale(quick)
+        if sc is None or (sc.variants is not None and v.name not in sc.variants):
+            return False
+        if variants is not None:
+            return v.name in variants
+        return diagnostics or not v.diagnostic
+
     def spec(self, variant: Variant, point, rep: int, quick: bool) -> dict:
         """The spec dict of one run: the builder's base spec with the variant applied."""
         sc = self.scale(quick)
@@ -98,14 +112,14 @@ class Experiment:
         return apply_variant(d, variant, self.measure)
 
     def estimate(self, quick: bool, reps: int | None = None, points: list[str] | None = None,
-                 variants: set[str] | None = None) -> tuple[int, float]:
+                 variants: set[str] | None = None, diagnostics: bool = False) -> tuple[int, float]:
         """(runs, seconds) of this experiment in a preset (optionally only some points and
         variants)."""
         sc = self.scale(quick)
         if sc is None:
             return 0, 0.0
-        n_var = len([v for v in self.variants if (sc.variants is None or v.name in sc.variants)
-                     and (variants is None or v.name in variants) and not v.unsupported])
+        n_var = len([v for v in self.variants
+                     if self.runs_variant(v, quick, variants, diagnostics) and not v.unsupported])
         total = 0.0
         runs = 0
         for p in sc.points:
@@ -174,6 +188,12 @@ def hop_unicast_noarq(name: str = "hop-unicast",
                       title: str = "Hop, data unicast with link ARQ off (Hop §4.1)", **hopcfg) -> Variant:
     v = hop(name, title, link_mode="unicast", **hopcfg)
     v.medium["no_arq_acs"] = ["bk"]
+    return diagnostic(v)
+
+
+def diagnostic(v: Variant) -> Variant:
+    """`v` marked as run beside the papers' protocols to explain a figure (see Variant)."""
+    v.diagnostic = True
     return v
 
 

@@ -6,7 +6,7 @@ import functools
 import random
 
 from .. import routes, topology
-from . import (BASE_SEED, DTN, DTN_RETRY, HBHTCP, UDP_ARQ, UDP_NOARQ, Experiment, Scale, Variant, hop,
+from . import (BASE_SEED, DTN, DTN_RETRY, HBHTCP, UDP_ARQ, UDP_NOARQ, Experiment, Scale, Variant, diagnostic, hop,
                hop_unicast_noarq, tcp)
 
 # The mesh every §5 mesh experiment runs on (lab/hoplab/topology.py: a seeded 20-node,
@@ -310,7 +310,7 @@ NOPIPE_NOTE = ("`hop-nopipe` is hopd with `[hop] pipelining = false`: a relay fo
 
 
 def nopipe() -> Variant:
-    return hop("hop-nopipe", "Hop without spatial pipelining ([hop] pipelining = false)", pipelining=False)
+    return diagnostic(hop("hop-nopipe", "Hop without spatial pipelining ([hop] pipelining = false)", pipelining=False))
 
 
 # Hop with the deviations from the paper that each moved more in the simulator's
@@ -324,9 +324,9 @@ DEVIATIONS_NOTE = ("`hop-dev` is hopd with the deviations from the paper that th
 
 
 def deviations() -> Variant:
-    return hop("hop-dev", "Hop with the simulator's deviations (control_dscp 0, wait notices, "
-               "txop past full window, 256 KiB blocks, no pipelining)", control_dscp=0, wait_notice=True,
-               txop_past_full_window=True, max_block_bytes=262144, pipelining=False)
+    return diagnostic(hop("hop-dev", "Hop with the simulator's deviations (control_dscp 0, wait notices, "
+                          "txop past full window, 256 KiB blocks, no pipelining)", control_dscp=0, wait_notice=True,
+                          txop_past_full_window=True, max_block_bytes=262144, pipelining=False))
 
 
 # The lab's floors make every pair without a link deaf to each other: two nodes with a common
@@ -387,7 +387,7 @@ CTLFULL_NOTE = ("`hop-ctlfull` is hopd with `link_control_when_full = true`: whi
 def ctlfull() -> Variant:
     v = hop("hop-ctlfull", "Hop, BSYN/BACK sent while the link is full (link_control_when_full = true)")
     v.flow["options"]["link_control_when_full"] = True
-    return v
+    return diagnostic(v)
 
 
 # Hop with the link window hopd uses when its link does not report its queue (docs/wire-format.md):
@@ -401,7 +401,8 @@ WIN_NOTE = ("`hop-win` is hopd with `[hop] link_window_packets = 32`, the link w
 
 
 def win() -> Variant:
-    return hop("hop-win", "Hop with a link window of 32 packets (link_window_packets = 32)", link_window_packets=32)
+    return diagnostic(hop("hop-win", "Hop with a link window of 32 packets (link_window_packets = 32)",
+                          link_window_packets=32))
 
 
 # Hop whose file's first block is what the API hands over first (one 256 KiB frame of `hop send`)
@@ -413,13 +414,14 @@ FIRSTFRAME_NOTE = ("`hop-frame` is hopd with `[hop] first_block_bytes = 0`: the 
 
 
 def firstframe() -> Variant:
-    return hop("hop-frame", "Hop, a file's first block from the API's first 256 KiB frame (first_block_bytes = 0)",
-               first_block_bytes=0)
+    return diagnostic(hop("hop-frame",
+                          "Hop, a file's first block from the API's first 256 KiB frame (first_block_bytes = 0)",
+                          first_block_bytes=0))
 
 
 def turns() -> Variant:
-    return hop("hop-turns", "Hop, a turn ends after two blocks' worth of sends (withhold_turn_sends = 2)",
-               withhold_turn_sends=2)
+    return diagnostic(hop("hop-turns", "Hop, a turn ends after two blocks' worth of sends (withhold_turn_sends = 2)",
+                          withhold_turn_sends=2))
 
 
 # Hop with unicast data and the medium's full link ARQ, as TCP gets (not the paper's design,
@@ -435,7 +437,7 @@ ARQ_NOTE = ("`hop-arq` is hopd with unicast data (`link_mode = \"unicast\"`) and
 
 
 def hop_arq() -> Variant:
-    return hop("hop-arq", "Hop, data with link ARQ (unicast, max-ARQ)", link_mode="unicast")
+    return diagnostic(hop("hop-arq", "Hop, data with link ARQ (unicast, max-ARQ)", link_mode="unicast"))
 
 
 # Hop whose tail rule ignores the duplicates next hops report (the behaviour before
@@ -447,13 +449,14 @@ NODUP_NOTE = ("`hop-nodup` is hopd with `[hop] duplicate_feedback = false`: the 
 
 
 def nodup() -> Variant:
-    return hop("hop-nodup", "Hop, tail rule without duplicate feedback ([hop] duplicate_feedback = false)",
-               duplicate_feedback=False)
+    return diagnostic(hop("hop-nodup", "Hop, tail rule without duplicate feedback ([hop] duplicate_feedback = false)",
+                          duplicate_feedback=False))
 
 
 def held() -> Variant:
-    return hop("hop-held", "Hop, tail losses keep their place in the link window ([hop] hold_tail_losses = true)",
-               hold_tail_losses=True)
+    return diagnostic(hop("hop-held",
+                          "Hop, tail losses keep their place in the link window ([hop] hold_tail_losses = true)",
+                          hold_tail_losses=True))
 
 
 def experiments() -> list[Experiment]:
@@ -506,10 +509,10 @@ def experiments() -> list[Experiment]:
                    WIN_NOTE, FIRSTFRAME_NOTE]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
-            [hop(), hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
-                        control_dscp=8),
-             hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
-                 round_per_next_hop=False),
+            [hop(), diagnostic(hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
+                                   control_dscp=8)),
+             diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
+                            round_per_next_hop=False)),
              turns(), tcp(), HBHTCP], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import BASE_SEED, Experiment, Scale, Variant, hopd_transport, tcp
+from . import BASE_SEED, Experiment, Scale, Variant, diagnostic, hopd_transport, tcp
 
 # HxH §4: the simulations use RTS/CTS for every frame; ns-2's default retry limit.
 HXH_MEDIUM = {"retry_limit": 7, "rts_cts": True}
@@ -27,8 +27,9 @@ def variants(reference: bool = False) -> list[Variant]:
     reno.flow["options"] = {"mss": PAPER_TCP_MSS}
     out = [hxh, atp, reno]
     if reference:
-        out.append(tcp("tcp-reno-1448", "TCP NewReno (kernel reno), the kernel's 1448-byte segments", cc="reno"))
-        out.append(hopd_transport("hxh-explicit", "HxH (hopd), a per-hop ack for every packet", "hxh"))
+        out.append(diagnostic(tcp("tcp-reno-1448", "TCP NewReno (kernel reno), the kernel's 1448-byte segments",
+                                  cc="reno")))
+        out.append(diagnostic(hopd_transport("hxh-explicit", "HxH (hopd), a per-hop ack for every packet", "hxh")))
     for v in out:
         v.medium = dict(HXH_MEDIUM)
     hxh.medium["overhear"] = True
