@@ -312,7 +312,7 @@ class Lab:
             "auto_rate": spec.medium.auto_rate,
             # ns-3's FrameRetryLimit counts transmission attempts, the spec counts retransmissions.
             "frame_retry_limit": spec.medium.retry_limit + 1,
-            "rts_cts": spec.medium.rts_cts,
+            "rts_threshold": spec.medium.rts_threshold_bytes(),
             "txop_us": spec.medium.txop_us,
             "classify_dscp": spec.medium.classify_dscp,
             "overhear": spec.medium.overhear,

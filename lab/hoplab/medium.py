@@ -100,7 +100,7 @@ def run(cfg: dict, ns, hl, t_import: float) -> int:
     phy.SetChannel(channel)
     wifi = ns.WifiHelper()
     wifi.SetStandard(ns.WIFI_STANDARD_80211b if cfg["standard"] == "b" else ns.WIFI_STANDARD_80211g)
-    rts = ns.UintegerValue(0 if cfg.get("rts_cts") else 65535)
+    rts = ns.UintegerValue(int(cfg.get("rts_threshold", 0 if cfg.get("rts_cts") else 65535)))
     if cfg.get("auto_rate"):
         wifi.SetRemoteStationManager("ns3::MinstrelWifiManager", "RtsCtsThreshold", rts)
     else:

@@ -103,7 +103,8 @@ def assemble(spec, run: dict) -> dict:
         "medium": {
             "standard": spec.medium.standard, "rate_mbps": spec.medium.rate_mbps,
             "auto_rate": spec.medium.auto_rate, "retry_limit": spec.medium.retry_limit,
-            "rts_cts": spec.medium.rts_cts, "txop_us": spec.medium.txop_us,
+            "rts_cts": spec.medium.rts_cts, "rts_threshold": spec.medium.rts_threshold,
+            "txop_us": spec.medium.txop_us,
             "broadcast_rate_mbps": spec.medium.broadcast_rate_mbps,
             "totals": medium_totals(counters), "per_node": counters,
             "sim_seconds": med.get("sim_seconds"), "control_log": med.get("control_log", []),
@@ -223,7 +224,9 @@ def markdown(res: dict) -> str:
     m = res["medium"]
     lines += ["", f"Medium: 802.11{m['standard']} "
               + ("auto-rate (Minstrel)" if m["auto_rate"] else f"{m['rate_mbps']:g} Mbit/s")
-              + f", retry limit {m['retry_limit']}, RTS/CTS {'on' if m['rts_cts'] else 'off'}"
+              + f", retry limit {m['retry_limit']}, RTS/CTS "
+              + ("on" if m["rts_cts"] else f"above {m['rts_threshold']} bytes" if m.get("rts_threshold") is not None
+                 else "off")
               + (f", TXOP {m['txop_us']}" if m["txop_us"] else ""), ""]
     lines += ["| flow | driver | src→dst | hops | bytes | goodput (Mbit/s) | completion (s) | notes |",
               "|---|---|---|---|---|---|---|---|"]

@@ -42,6 +42,8 @@ G_RATES = {r: f"ErpOfdmRate{int(r)}Mbps" for r in (6.0, 9.0, 12.0, 18.0, 24.0, 3
 ACS = ("be", "bk", "vi", "vo")
 ACTIONS = ("down", "up", "loss")
 # 802.11e user priorities (TIDs) of each access category.
+# ns-3's RtsCtsThreshold that no frame exceeds: RTS/CTS off.
+RTS_OFF = 65535
 AC_TIDS = {"be": (0, 3), "bk": (1, 2), "vi": (4, 5), "vo": (6, 7)}
 
 
@@ -52,6 +54,9 @@ class Medium:
     auto_rate: bool = False
     retry_limit: int = DEFAULT_RETRY_LIMIT  # retransmissions after the first attempt
     rts_cts: bool = False
+    # RTS/CTS before the unicast frames whose MAC payload exceeds this many bytes, the others
+    # without (a driver's RTS threshold, `iw phy ... set rts N`); rts_cts is the threshold 0.
+    rts_threshold: int | None = None
     txop_us: dict[str, float] = field(default_factory=dict)
     broadcast_rate_mbps: float | None = None  # None: lowest basic rate (802.11 default)
     classify_dscp: bool = True
@@ -66,6 +71,12 @@ class Medium:
     # would hold it back (docs/lab.md). Only runs with hopd flows get reports: kernel TCP and
     # the other peers have no use for them. False: the tap takes every frame at once.
     link_status: bool = True
+
+    def rts_threshold_bytes(self) -> int:
+        """ns-3's RtsCtsThreshold: 0 with rts_cts, the threshold if set, else no RTS/CTS."""
+        if self.rts_cts:
+            return 0
+        return RTS_OFF if self.rts_threshold is None else self.rts_threshold
 
     def no_retry_tids(self) -> int:
         """The TIDs of `no_arq_acs` as a bit mask (bit i = TID i)."""
@@ -247,7 +258,7 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
     t = build_topology(d.get("topology", {}), base, seed)
 
     md = d.get("medium", {})
-    _check_keys(md, {"standard", "rate_mbps", "auto_rate", "retry_limit", "rts_cts", "txop_us",
+    _check_keys(md, {"standard", "rate_mbps", "auto_rate", "retry_limit", "rts_cts", "rts_threshold", "txop_us",
                      "broadcast_rate_mbps", "classify_dscp", "no_arq_acs", "overhear",
                      "link_status"}, "medium")
     std = _take(md, "standard", str, DEFAULT_STANDARD, "medium")
@@ -266,6 +277,7 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
         auto_rate=_take(md, "auto_rate", bool, False, "medium"),
         retry_limit=_take(md, "retry_limit", int, DEFAULT_RETRY_LIMIT, "medium"),
         rts_cts=_take(md, "rts_cts", bool, False, "medium"),
+        rts_threshold=_take(md, "rts_threshold", int, None, "medium"),
         txop_us={k: float(v) for k, v in txop.items()},
         broadcast_rate_mbps=_take(md, "broadcast_rate_mbps", float, None, "medium"),
         classify_dscp=_take(md, "classify_dscp", bool, True, "medium"),
@@ -277,6 +289,11 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
         raise SpecError("medium.no_arq_acs needs a fixed rate: auto_rate learns from the link retries")
     if m.no_arq_acs and not m.classify_dscp:
         raise SpecError("medium.no_arq_acs needs classify_dscp: without it every frame is best effort")
+    if m.rts_threshold is not None:
+        if m.rts_cts:
+            raise SpecError("medium: set rts_cts (RTS/CTS before every unicast frame) or rts_threshold, not both")
+        if not 0 <= m.rts_threshold < RTS_OFF:
+            raise SpecError(f"medium.rts_threshold must be in 0..{RTS_OFF - 1} bytes")
     if not 0 <= m.retry_limit <= 100:
         raise SpecError("medium.retry_limit must be in 0..100")
     m.modes()

@@ -842,3 +842,15 @@ def test_topology_sense_pairs_survive_a_round_trip_through_a_file():
     assert back.sense == t.sense and back.links == t.links
     with pytest.raises(LabError):
         topo.from_dict({"nodes": 3, "links": [{"a": 0, "b": 1}], "sense": [[0, 1]]})
+
+
+def test_hop_rts_sends_only_its_micro_block_frames_after_rts():
+    reg = registry()
+    e = reg["hop-5.6.1"]
+    v = e.variant("hop-rts")
+    assert v.diagnostic and v.driver == "hop"
+    sp = specmod.from_dict(e.spec(v, "4KB", 0, False))
+    # above BSYN/BACK alone (a BACK's bitmap for a 1 MiB block is 95 bytes), below a micro BSYN
+    # carrying one packet of the file (84 + 1380 bytes of Hop datagram)
+    assert 300 <= sp.medium.rts_threshold_bytes() < 84 + 1380
+    assert not sp.medium.rts_cts

@@ -130,3 +130,16 @@ def test_link_status_is_on_by_default_and_only_for_runs_with_hopd():
     assert mk("hop").medium.link_status and mk("hop").reports_link_status()
     assert not mk("tcp").reports_link_status()  # nobody would read the reports
     assert not mk("hop", link_status=False).reports_link_status()
+
+
+def test_rts_threshold_reaches_the_medium_as_ns3s_threshold():
+    def m(**medium):
+        return spec.from_dict(base(medium=medium)).medium
+    assert m().rts_threshold_bytes() == spec.RTS_OFF
+    assert m(rts_cts=True).rts_threshold_bytes() == 0
+    assert m(rts_threshold=500).rts_threshold_bytes() == 500
+    with pytest.raises(SpecError, match="not both"):
+        m(rts_cts=True, rts_threshold=500)
+    for bad in (-1, spec.RTS_OFF):
+        with pytest.raises(SpecError, match="rts_threshold"):
+            m(rts_threshold=bad)
