@@ -917,6 +917,36 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
     return report
 
 
+def _row_cells(e: dict, r: dict) -> tuple[str, str, str, str]:
+    """A report row's cells: ours (with interval and n), the paper's, ours/paper, and the
+    figure's name with its point."""
+    unit = r["unit"]
+    u = "" if unit in ("", "x") else f" {unit}" if unit != "Mbit/s" else ""
+    if r["status"] != "ok":
+        ours = f"{r['status']}: {r['note']}"
+    elif r["ours"] is None:
+        ours = f"— ({r['note'] or 'undefined'}; n={r['n']})"
+    else:
+        ci = r["ci"]
+        ours = _fmt(r["ours"], unit) + ("×" if unit == "x" else u)
+        ours += f" [{_fmt(ci[0], unit)}, {_fmt(ci[1], unit)}]" if ci else " [no CI]"
+        ours += (f" (n=1 run, CI over its {r['n_flows']} flows)" if r.get("ci_over") == "flows"
+                 else f" (n={r['n']})")
+    if r["paper"] is not None:
+        paper = _fmt(r["paper"], unit) + ("×" if unit == "x" else u)
+    elif r["paper_range"]:
+        paper = f"{r['paper_range'][0]:g}–{r['paper_range'][1]:g}×"
+    else:
+        paper = "figure only"
+    rel = _fmt(r["ours_over_paper"]) if r["ours_over_paper"] is not None else (
+        r["note"] if r["status"] == "ok" and r["note"] and r["ours"] is not None
+        and not math.isinf(r["ours"]) else "—")
+    what = r["what"]
+    if r["point"] is not None and str(r["point"]) not in what:
+        what += f" ({e.get('point_name') or 'point'} {r['point']})"
+    return ours, paper, rel, what
+
+
 def markdown(rep: dict) -> str:
     m = rep["meta"]
     lines = [f"# Reproduction of the Hop, HxH and ATP evaluations ({m['preset']})", "",
@@ -947,35 +977,24 @@ def markdown(rep: dict) -> str:
                f"the time it was behind, {causes['starved']} with the loop waiting for the CPU)")
     lines += [f"Runs: {tot['valid']} valid, {tot['invalid']} invalid{why} (excluded), {tot['error']} failed "
               f"(excluded), {tot['not run']} not run.", ""]
+    glance = [(e, r) for e in rep["experiments"] for r in e["rows"]
+              if r["paper"] is not None or r["paper_range"]]
+    if glance:
+        lines += ["## The papers' figures at a glance", "",
+                  "Every row below that the papers give a figure for, in the order of the sections that "
+                  "follow (each section has the rows without a paper figure too, the runs and the medium's "
+                  "evidence).", "",
+                  "| experiment | figure | ours [95 % CI] (n) | paper | ours/paper |", "|---|---|---|---|---|"]
+        for e, r in glance:
+            ours, paper, rel, what = _row_cells(e, r)
+            lines.append(f"| {e['id']} | {what} | {ours} | {paper} | {rel} |")
+        lines.append("")
     for e in rep["experiments"]:
         lines += [f"## {e['id']}: {e['title']}", "", f"Paper: {e['ref']}. Protocols: "
                   + "; ".join(f"`{k}` = {v}" for k, v in e["variants"].items()) + ".", ""]
         lines += ["| figure | ref | ours [95 % CI] (n) | paper | ours/paper |", "|---|---|---|---|---|"]
         for r in e["rows"]:
-            unit = r["unit"]
-            u = "" if unit in ("", "x") else f" {unit}" if unit != "Mbit/s" else ""
-            if r["status"] != "ok":
-                ours = f"{r['status']}: {r['note']}"
-            elif r["ours"] is None:
-                ours = f"— ({r['note'] or 'undefined'}; n={r['n']})"
-            else:
-                ci = r["ci"]
-                ours = _fmt(r["ours"], unit) + ("×" if unit == "x" else u)
-                ours += f" [{_fmt(ci[0], unit)}, {_fmt(ci[1], unit)}]" if ci else " [no CI]"
-                ours += (f" (n=1 run, CI over its {r['n_flows']} flows)" if r.get("ci_over") == "flows"
-                         else f" (n={r['n']})")
-            if r["paper"] is not None:
-                paper = _fmt(r["paper"], unit) + ("×" if unit == "x" else u)
-            elif r["paper_range"]:
-                paper = f"{r['paper_range'][0]:g}–{r['paper_range'][1]:g}×"
-            else:
-                paper = "figure only"
-            rel = _fmt(r["ours_over_paper"]) if r["ours_over_paper"] is not None else (
-                r["note"] if r["status"] == "ok" and r["note"] and r["ours"] is not None
-                and not math.isinf(r["ours"]) else "—")
-            what = r["what"]
-            if r["point"] is not None and str(r["point"]) not in what:
-                what += f" ({e.get('point_name') or 'point'} {r['point']})"
+            ours, paper, rel, what = _row_cells(e, r)
             lines.append(f"| {what} | {r['ref']} | {ours} | {paper} | {rel} |")
         acc = ", ".join(f"{v}: {a['valid']} valid" + (f", {a['invalid']} invalid" if a.get("invalid") else "")
                         + (f", {a['error']} failed" if a.get("error") else "")

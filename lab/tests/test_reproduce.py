@@ -854,3 +854,23 @@ def test_hop_rts_sends_only_its_micro_block_frames_after_rts():
     # carrying one packet of the file (84 + 1380 bytes of Hop datagram)
     assert 300 <= sp.medium.rts_threshold_bytes() < 84 + 1380
     assert not sp.medium.rts_cts
+
+
+def test_the_report_opens_with_the_rows_that_have_a_paper_figure():
+    e = dummy_experiment()
+    runs = [rec("a", 0, [flow("m", 2.0)]), rec("b", 0, [flow("m", 1.0)])]
+    with_paper = rp.row_result(rp.Row("x", "median a / b", "median", "a", "r", versus="b", value=4.0), e, runs, {})
+    ours_only = rp.row_result(rp.Row("x", "median b / a (not in the paper)", "median", "b", "r", versus="a"),
+                              e, runs, {})
+    rep = {"meta": {"preset": "full", "date": "d", "machine": "m", "commit": "c", "command": "x"},
+           "ci_method": "bootstrap", "experiments": [{
+               "id": "x", "title": "t", "ref": "r", "notes": [], "point_name": "", "variants": {"a": "A", "b": "B"},
+               "runs": rp.run_accounting(runs), "invalid": [], "counters": {}, "wall_s": 60.0,
+               "rows": [with_paper, ours_only]}]}
+    md = rp.markdown(rep)
+    glance = md[md.index("## The papers' figures at a glance"):md.index("## x: t")]
+    assert "| x | median a / b | 2× [no CI] (n=1) | 4× | 0.5 |" in glance
+    assert "not in the paper" not in glance
+    # the experiment's own table keeps both
+    section = md[md.index("## x: t"):]
+    assert "| median a / b |" in section and "| median b / a (not in the paper) |" in section
