@@ -1153,9 +1153,32 @@ fn bsyn_floor_falls_only_on_links_that_drain_fast() {
     assert_eq!(bsyn_floor(&cfg, Some(ms(1))), ms(20));
     // Repeats wait multiples of the floor in use.
     let e = RttEstimate::update(None, ms(2));
-    assert_eq!(bsyn_wait(&cfg, Some(&e), Some(ms(1)), 0), ms(20));
-    assert_eq!(bsyn_wait(&cfg, Some(&e), Some(ms(1)), 2), ms(40));
-    assert_eq!(bsyn_wait(&cfg, Some(&e), None, 2), ms(100));
+    assert_eq!(bsyn_wait(&cfg, Some(&e), Some(ms(1)), 0, false), ms(20));
+    assert_eq!(bsyn_wait(&cfg, Some(&e), Some(ms(1)), 2, false), ms(40));
+    assert_eq!(bsyn_wait(&cfg, Some(&e), None, 2, false), ms(100));
+}
+
+#[test]
+fn a_micro_block_without_samples_waits_the_floor_not_the_bsyn_timeout() {
+    let cfg = HopConfig::default();
+    let ms = Duration::from_millis;
+    // A block's first BSYN to a next hop without samples: its data may still drain.
+    assert_eq!(bsyn_wait(&cfg, None, None, 0, false), cfg.bsyn_timeout);
+    // A micro-block's packets are on its BSYNs: the BACK comes after one control round.
+    assert_eq!(bsyn_wait(&cfg, None, None, 0, true), ms(50));
+    assert_eq!(bsyn_wait(&cfg, None, Some(ms(1)), 0, true), ms(20));
+    // Samples, where there are any, rule both.
+    let e = RttEstimate::update(None, ms(30));
+    assert_eq!(
+        bsyn_wait(&cfg, Some(&e), None, 0, true),
+        bsyn_wait(&cfg, Some(&e), None, 0, false)
+    );
+    // Without the adaptive timer both back off from bsyn_timeout as before.
+    let fixed = HopConfig {
+        adaptive_bsyn_timeout: false,
+        ..HopConfig::default()
+    };
+    assert_eq!(bsyn_wait(&fixed, None, None, 0, true), fixed.bsyn_timeout);
 }
 
 #[test]
