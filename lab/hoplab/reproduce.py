@@ -695,15 +695,17 @@ def run_all(exps: list[Experiment], quick: bool, reps: int | None, out: Path, pr
     t_start = time.time()
     for i, (e, p, rep, v) in enumerate(todo):
         later.discard((e.id, v.name, _key(p), rep))
-        why = reasons.setdefault((e.id, v.name), unavailable(v))
-        if why:
-            records.append({"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": 0,
-                            "status": "not run", "reason": why})
-            continue
         before = [r for r in done.get((e.id, v.name, _key(p), rep), []) if r["status"] in ("valid", "invalid")]
         records += before
         if (any(r["status"] == "valid" for r in before) or len(before) > retry_invalid
                 or (before and not worth_repeating(before[-1]))):
+            # Finished before: kept, even if its protocol could not run here now (a resume
+            # from another checkout, a tool since removed): its record and files are there.
+            continue
+        why = reasons.setdefault((e.id, v.name), unavailable(v))
+        if why:
+            records.append({"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": 0,
+                            "status": "not run", "reason": why})
             continue
         for attempt in range(len(before), retry_invalid + 1):
             progress(f"reproduce [{i + 1}/{len(todo)}, {(time.time() - t_start) / 60:.1f} min]: "

@@ -601,6 +601,32 @@ def test_run_all_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path, monkey
                  (3, 0, "valid")]
 
 
+def test_resume_keeps_finished_runs_of_a_protocol_that_cannot_run_now(tmp_path, monkeypatch):
+    e = dummy_experiment()
+    e.full = Scale(reps=3, points=[None])
+    calls = []
+
+    def fake_run_one(e_, v, p, rep, attempt, quick, out, progress, medium=None):
+        calls.append((v.name, rep))
+        return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
+                "status": "valid", "flows": []}
+
+    def prev(variant, rep, status):
+        return {"experiment": e.id, "variant": variant, "point": None, "rep": rep, "attempt": 0,
+                "status": status, "flows": []}
+
+    monkeypatch.setattr(rp, "run_one", fake_run_one)
+    # "b" ran before (its tool was there) but cannot run where the reproduction is resumed
+    monkeypatch.setattr(rp, "unavailable", lambda v: "tool missing" if v.name == "b" else None)
+    previous = [prev("a", 0, "valid"), prev("b", 0, "valid"), prev("b", 1, "valid")]
+    recs = rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=0, previous=previous)
+    assert ("b", 0) not in calls and ("b", 1) not in calls
+    b = sorted((r["rep"], r["status"]) for r in recs if r["variant"] == "b")
+    # the two finished runs are kept; only the one never run is "not run"
+    assert b == [(0, "valid"), (1, "valid"), (2, "not run")]
+    assert [r.get("reason") for r in recs if r["variant"] == "b" and r["rep"] == 2] == ["tool missing"]
+
+
 def test_interrupted_resume_keeps_the_records_it_had_not_reached(tmp_path, monkeypatch):
     e = dummy_experiment()
     e.full = Scale(reps=4, points=[None])
