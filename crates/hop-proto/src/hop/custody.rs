@@ -12,10 +12,14 @@
 //! [`HopTransport::restore`](super::HopTransport::restore).
 //!
 //! The default store keeps nothing (custody lives only in memory).
+//!
+//! The transport's side is here too: taking custody before the completing BACK, the store's
+//! late answer, and putting restored blocks and destination progress back after a restart.
 
 use bytes::Bytes;
 use thiserror::Error;
 
+use super::*;
 use crate::{FlowKey, NodeId};
 
 /// A block in custody, as persisted and restored.
@@ -101,4 +105,159 @@ impl CustodyStore for MemoryOnly {
     }
 
     fn release(&mut self, _flow: FlowKey, _block_num: u32) {}
+}
+
+// ----- the transport's side of custody -----
+
+impl HopTransport {
+    /// The store finished writing a block it took with [`Persist::Later`]: durable (`ok`),
+    /// the node now has custody and sends the completing BACK upstream; failed, the BACK
+    /// stays withheld (the upstream's next BSYN asks again) and the store is told to forget
+    /// the block. A block that has meanwhile moved downstream, or whose flow is gone, is
+    /// released at once (its BACK still goes upstream: the block reached the next hop).
+    pub(super) fn on_custody_persisted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        flow: FlowKey,
+        block_num: u32,
+        ok: bool,
+    ) {
+        let now = ctx.now;
+        let Some(b) = self
+            .flows
+            .get_mut(&flow)
+            .and_then(|f| f.blocks.get_mut(&block_num))
+        else {
+            self.store.release(flow, block_num);
+            return;
+        };
+        let Some(to) = b.persisting.take() else {
+            return;
+        };
+        if !ok {
+            self.store.release(flow, block_num);
+            bump(&mut self.stats.extra, "custody_write_failed");
+            return;
+        }
+        if b.moved {
+            self.store.release(flow, block_num);
+        } else {
+            b.custody = true;
+            b.custody_since = now;
+        }
+        self.note_buffered(flow);
+        self.send_back(flow, block_num, to, now);
+        self.pump_flow(ctx, flow);
+    }
+
+    /// Put blocks read back from a [`CustodyStore`] after a restart into custody again; they
+    /// are forwarded as soon as the next hop answers. Blocks of flows this node is the source
+    /// or destination of are ignored (the application owns those bytes).
+    pub fn restore(&mut self, now: Instant, local: NodeId, blocks: Vec<StoredBlock>) {
+        for sb in blocks {
+            if sb.flow.src == local || sb.dst == local {
+                continue;
+            }
+            if !self.flows.contains_key(&sb.flow) && self.flows.len() >= self.cfg.max_flows {
+                continue;
+            }
+            let Ok(len) = u32::try_from(sb.data.len()) else {
+                continue;
+            };
+            let geom = BlockGeom {
+                block_len: len,
+                packet_size: self.pkt,
+            };
+            if geom.validate().is_err() {
+                continue;
+            }
+            let flow = self
+                .flows
+                .entry(sb.flow)
+                .or_insert_with(|| Flow::new(sb.dst, now));
+            if flow.blocks.contains_key(&sb.block_num) {
+                continue;
+            }
+            let mut b = Block::new(sb.offset, geom, sb.fin, now);
+            b.data.copy_from_slice(&sb.data);
+            b.have.fill();
+            b.custody = true;
+            b.admitted_from = Some(sb.flow.src);
+            flow.blocks.insert(sb.block_num, b);
+            self.cache_bytes += u64::from(len);
+        }
+        self.note_cache();
+        self.refresh_timer(now);
+    }
+
+    /// Resume flows this node is the destination of from progress persisted before a
+    /// restart: blocks below `next_block` are acknowledged end to end again, not delivered
+    /// again, and the source's retransmissions fill in the rest.
+    pub fn restore_destination(&mut self, now: Instant, local: NodeId, flows: Vec<DestProgress>) {
+        for p in flows {
+            if self.flows.contains_key(&p.flow) || self.flows.len() >= self.cfg.max_flows {
+                continue;
+            }
+            let mut f = Flow::new(local, now);
+            f.dest = Some(DestState {
+                next_deliver: p.next_block,
+                delivered: p.bytes,
+                finished: p.finished,
+                blocked: false,
+            });
+            f.finished = p.finished;
+            self.flows.insert(p.flow, f);
+        }
+        self.stats.flows = self.flows.len() as u64;
+        self.refresh_timer(now);
+    }
+
+    /// Send the BACK for a complete block, taking custody first (persisting it).
+    pub(super) fn send_back_checked(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: FlowKey,
+        n: u32,
+        to: NodeId,
+    ) {
+        let now = ctx.now;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let dst = f.dst;
+        let is_relay = f.source.is_none() && f.dest.is_none();
+        if let Some(b) = f.blocks.get_mut(&n) {
+            if b.persisting.is_some() {
+                // Still being written: the BACK goes when the store reports it durable.
+                b.persisting = Some(to);
+                return;
+            }
+            if is_relay && !b.custody && !b.moved && b.admitted_from.is_some() {
+                let sb = StoredBlock {
+                    flow: key,
+                    dst,
+                    block_num: n,
+                    offset: b.offset,
+                    fin: b.fin,
+                    data: Bytes::copy_from_slice(&b.data),
+                };
+                match self.store.persist(&sb) {
+                    Err(StoreFull) => {
+                        bump(&mut self.stats.extra, "custody_store_full");
+                        return;
+                    }
+                    Ok(Persist::Later) => {
+                        b.persisting = Some(to);
+                        bump(&mut self.stats.extra, "custody_writes_deferred");
+                        return;
+                    }
+                    Ok(Persist::Done) => {}
+                }
+                b.custody = true;
+                b.custody_since = now;
+            }
+        }
+        self.note_buffered(key);
+        self.send_back(key, n, to, now);
+    }
 }

@@ -1,0 +1,84 @@
+//! The destination: in-order delivery of complete blocks to the application's store.
+
+use super::*;
+
+impl HopTransport {
+    /// A block became complete on this node.
+    pub(super) fn block_completed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: FlowKey,
+        n: u32,
+        from: NodeId,
+    ) {
+        if self.admitted.remove(&(key, n)).is_some() {
+            self.last_holder = Some(from);
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        f.deferred.remove(&n);
+        if f.dest.is_some() {
+            if let Some(b) = f.blocks.get_mut(&n) {
+                b.custody = true;
+            }
+            self.deliver(ctx, key);
+        }
+    }
+
+    /// Destination: deliver complete blocks in order and acknowledge them end to end.
+    pub(super) fn deliver(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        loop {
+            let Some(f) = self.flows.get_mut(&key) else {
+                return;
+            };
+            let Some(d) = f.dest.as_mut() else { return };
+            let n = d.next_deliver;
+            let ready = f.blocks.get(&n).is_some_and(|b| b.complete());
+            if !ready {
+                return;
+            }
+            if let Some(b) = f.blocks.get(&n) {
+                let delivery = Delivery {
+                    flow: key,
+                    block_num: n,
+                    offset: d.delivered,
+                    fin: b.fin,
+                    data: &b.data,
+                };
+                if self.store.deliver(&delivery).is_err() {
+                    if !d.blocked {
+                        d.blocked = true;
+                        bump(&mut self.stats.extra, "delivery_withheld");
+                    }
+                    return;
+                }
+                d.blocked = false;
+            }
+            let Some(b) = f.blocks.remove(&n) else {
+                return;
+            };
+            self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
+            d.next_deliver = n.wrapping_add(1);
+            let len = b.data.len() as u64;
+            if !b.data.is_empty() {
+                self.events.push_back(Event::Delivered {
+                    flow: key,
+                    offset: d.delivered,
+                    data: Bytes::from(b.data),
+                });
+            }
+            d.delivered += len;
+            if b.fin {
+                d.finished = true;
+                let bytes = d.delivered;
+                f.finished = true;
+                self.events
+                    .push_back(Event::FlowFinished { flow: key, bytes });
+            }
+            f.outs.remove(&n);
+            self.note_cache();
+            self.send_e2e(ctx, key, n);
+        }
+    }
+}

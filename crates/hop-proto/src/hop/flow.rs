@@ -1,0 +1,276 @@
+//! Flows and blocks: what a node holds of each flow it is the source, a relay or the
+//! destination of, opening and removing flows, and the memory of closed incoming flows.
+
+use super::*;
+
+#[derive(Debug)]
+pub(super) struct Block {
+    pub(super) offset: u64,
+    pub(super) geom: BlockGeom,
+    pub(super) fin: bool,
+    pub(super) data: Vec<u8>,
+    pub(super) have: Bitmap,
+    /// The node must not drop it: it accepted it from upstream (complete) or is its source.
+    pub(super) custody: bool,
+    /// Fully acknowledged by the next hop (or delivered, at the destination).
+    pub(super) moved: bool,
+    /// The upstream neighbour whose BSYN we answered (on-path block).
+    pub(super) admitted_from: Option<NodeId>,
+    pub(super) last_used: Instant,
+    pub(super) last_data: Instant,
+    /// When this node last sent a BACK for the block (None: never).
+    pub(super) last_back: Option<Instant>,
+    /// DATA packets of the block received again from upstream since the last BACK.
+    pub(super) dups: u16,
+    /// Packets held only from overheard frames: their sender did not know we had them, so
+    /// its copy is no duplicate.
+    pub(super) overheard: Bitmap,
+    /// A virtual retransmission with this TTL must be forwarded.
+    pub(super) vtx_fwd: Option<u8>,
+    /// When custody was taken (expiry).
+    pub(super) custody_since: Instant,
+    /// The store is writing the block ([`Persist::Later`]); the completing BACK goes to this
+    /// upstream neighbour once it is durable.
+    pub(super) persisting: Option<NodeId>,
+    /// Source only: first BSYN (round-trip measurement) and virtual retransmission timer.
+    pub(super) first_sent: Option<Instant>,
+    pub(super) vtx_deadline: Option<Instant>,
+    pub(super) vtx_count: u32,
+}
+
+impl Block {
+    pub(super) fn new(offset: u64, geom: BlockGeom, fin: bool, now: Instant) -> Self {
+        let n = geom.packets();
+        Block {
+            offset,
+            geom,
+            fin,
+            data: vec![0; geom.block_len as usize],
+            have: Bitmap::new(n),
+            custody: false,
+            moved: false,
+            admitted_from: None,
+            last_used: now,
+            last_data: Instant::ZERO,
+            last_back: None,
+            dups: 0,
+            overheard: Bitmap::new(n),
+            vtx_fwd: None,
+            custody_since: now,
+            persisting: None,
+            first_sent: None,
+            vtx_deadline: None,
+            vtx_count: 0,
+        }
+    }
+
+    pub(super) fn complete(&self) -> bool {
+        self.have.is_full()
+    }
+
+    /// Store packet `n`; returns true if it was new.
+    pub(super) fn store(&mut self, n: u32, payload: &[u8]) -> bool {
+        match self.geom.packet_range(n) {
+            Some(r) if r.len() == payload.len() && !self.have.get(n) => {
+                self.data[r].copy_from_slice(payload);
+                self.have.set(n)
+            }
+            _ => false,
+        }
+    }
+
+    /// Payload bytes of the packets held.
+    pub(super) fn held_bytes(&self) -> u64 {
+        (0..self.geom.packets())
+            .filter(|&i| self.have.get(i))
+            .filter_map(|i| self.geom.packet_range(i))
+            .map(|r| r.len() as u64)
+            .sum()
+    }
+
+    pub(super) fn packet(&self, n: u32) -> &[u8] {
+        match self.geom.packet_range(n) {
+            Some(r) => &self.data[r],
+            None => &[],
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct SourceState {
+    pub(super) pending: VecDeque<Bytes>,
+    pub(super) pending_bytes: usize,
+    pub(super) next_block: u32,
+    pub(super) next_offset: u64,
+    pub(super) finish: bool,
+    pub(super) fin_block: Option<u32>,
+    pub(super) rto: Duration,
+    pub(super) last_progress: Instant,
+    pub(super) blocked: bool,
+    pub(super) had_route: bool,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct DestState {
+    pub(super) next_deliver: u32,
+    pub(super) delivered: u64,
+    pub(super) finished: bool,
+    /// The store refused the next block (no room): its end-to-end BACK and new blocks of
+    /// the flow are withheld until a retry succeeds.
+    pub(super) blocked: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct Flow {
+    pub(super) dst: NodeId,
+    pub(super) blocks: BTreeMap<u32, Block>,
+    pub(super) outs: BTreeMap<u32, OutXfer>,
+    /// Deferred BACKs: block -> (upstream, due, packets the upstream's BSYN said it sent).
+    pub(super) deferred: BTreeMap<u32, (NodeId, Instant, u16)>,
+    pub(super) last_activity: Instant,
+    /// The destination reported the flow finished; waiting for FIN or idle timeout.
+    pub(super) finished: bool,
+    /// End-to-end acknowledgement seen passing (relays): blocks below `e2e_cum` are delivered,
+    /// and with `e2e_fin` the whole flow is.
+    pub(super) e2e_cum: u32,
+    pub(super) e2e_fin: bool,
+    pub(super) source: Option<SourceState>,
+    pub(super) dest: Option<DestState>,
+}
+
+impl Flow {
+    pub(super) fn new(dst: NodeId, now: Instant) -> Self {
+        Flow {
+            dst,
+            blocks: BTreeMap::new(),
+            outs: BTreeMap::new(),
+            deferred: BTreeMap::new(),
+            last_activity: now,
+            finished: false,
+            e2e_cum: 0,
+            e2e_fin: false,
+            source: None,
+            dest: None,
+        }
+    }
+
+    /// Complete blocks held and not yet moved downstream (§3.3).
+    pub(super) fn held_unmoved(&self) -> usize {
+        self.blocks
+            .values()
+            .filter(|b| (b.custody || b.persisting.is_some()) && !b.moved && b.complete())
+            .count()
+    }
+
+    pub(super) fn has_custody(&self) -> bool {
+        self.blocks.values().any(|b| b.custody && !b.moved)
+    }
+}
+
+/// Closed incoming flows a node remembers, so that late messages of one are refused instead
+/// of opening it again (about 40 bytes each).
+pub(super) const CLOSED_FLOW_MEMORY: usize = 4096;
+
+impl HopTransport {
+    pub(super) fn drop_block(&mut self, key: FlowKey, num: u32) {
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        if let Some(b) = f.blocks.remove(&num) {
+            self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
+            if (b.custody || b.persisting.is_some()) && !b.moved && f.source.is_none() {
+                self.store.release(key, num);
+            }
+        }
+        f.outs.remove(&num);
+        f.deferred.remove(&num);
+        self.admitted.remove(&(key, num));
+        self.note_cache();
+    }
+
+    pub(super) fn remove_flow(&mut self, key: FlowKey) {
+        let nums: Vec<u32> = match self.flows.get(&key) {
+            Some(f) => f.blocks.keys().copied().collect(),
+            None => return,
+        };
+        for n in nums {
+            self.drop_block(key, n);
+        }
+        if let Some(f) = self.flows.remove(&key) {
+            if let Some(s) = f.source {
+                self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
+                self.note_cache();
+            }
+            if let Some(d) = f.dest {
+                if !d.finished {
+                    self.store.abandon(key);
+                    self.extra("flows_abandoned");
+                    self.events.push_back(Event::FlowAbandoned { flow: key });
+                }
+                if self.closed_set.insert(key) {
+                    self.closed.push_back(key);
+                    while self.closed.len() > CLOSED_FLOW_MEMORY {
+                        if let Some(old) = self.closed.pop_front() {
+                            self.closed_set.remove(&old);
+                        }
+                    }
+                }
+            }
+        }
+        self.admitted.retain(|(k, _), _| *k != key);
+        self.waiting.retain(|w| w.key != key);
+        self.rr.retain(|k| *k != key);
+    }
+
+    pub(super) fn ensure_flow(
+        &mut self,
+        key: FlowKey,
+        dst: NodeId,
+        local: NodeId,
+        now: Instant,
+    ) -> bool {
+        if let Some(f) = self.flows.get_mut(&key) {
+            f.last_activity = now;
+            return true;
+        }
+        if key.src == local {
+            // A flow of ours we no longer know: finished or aborted.
+            return false;
+        }
+        if dst == local && self.closed_set.contains(&key) {
+            self.extra("closed_flow_refused");
+            return false;
+        }
+        if self.flows.len() >= self.cfg.max_flows {
+            self.extra("flows_refused");
+            return false;
+        }
+        let mut f = Flow::new(dst, now);
+        if dst == local {
+            f.dest = Some(DestState::default());
+            self.events.push_back(Event::FlowOpened { flow: key });
+        }
+        self.flows.insert(key, f);
+        self.stats.flows = self.flows.len() as u64;
+        true
+    }
+
+    pub(super) fn on_fin(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, total: u64) {
+        let key = FlowKey {
+            src: h.src,
+            id: h.flow_id,
+        };
+        let known = self.flows.contains_key(&key);
+        self.remove_flow(key);
+        self.stats.flows = self.flows.len() as u64;
+        if h.dst != ctx.local && known {
+            if let Some(nh) = ctx.routing.next_hop(h.dst) {
+                let msg = HopMessage {
+                    header: *h,
+                    body: HopBody::Fin { total_bytes: total },
+                };
+                self.push_ctrl(nh, &msg);
+            }
+        }
+    }
+}

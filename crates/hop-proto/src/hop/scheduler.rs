@@ -1,0 +1,213 @@
+//! The data scheduler (§3.6 txop round robin): which transfer hands the next data packet to
+//! the link, and rounds per next hop.
+
+use super::*;
+
+impl HopTransport {
+    /// Per next hop, the transfer in the middle of a round: it has handed packets of the
+    /// round to the link and has more to send (`round_per_next_hop`; empty when off).
+    pub(super) fn mid_round(&self) -> BTreeMap<NodeId, (FlowKey, u32)> {
+        let mut mid = BTreeMap::new();
+        if !self.cfg.round_per_next_hop {
+            return mid;
+        }
+        let none = Bitmap::new(0);
+        for (k, f) in &self.flows {
+            for (n, x) in &f.outs {
+                if x.micro || x.state != OutState::Sending {
+                    continue;
+                }
+                let Some(b) = f.blocks.get(n) else { continue };
+                let in_flight = x.sent_round.count_in_not(&x.peer, &none);
+                // A relay's transfer waiting for a txop of new packets from upstream
+                // (pipelining, §3.1) cannot send now: it does not hold up the others.
+                let (_, can_send) = self.round_left(b, x);
+                if in_flight > 0 && can_send {
+                    mid.entry(x.next_hop).or_insert((*k, *n));
+                }
+            }
+        }
+        mid
+    }
+
+    /// Packets of block `b` that transfer `x` has not handed to the link in this round, and
+    /// whether it may hand them over now: a relay forwarding a block still arriving waits
+    /// for a txop of new packets (pipelining threshold, §3.1).
+    pub(super) fn round_left(&self, b: &Block, x: &OutXfer) -> (u32, bool) {
+        let left = b.have.count_in_not(&x.peer, &x.sent_round);
+        let can = left >= self.txop_pkts || (left > 0 && (b.complete() || !self.cfg.pipelining));
+        (left, can)
+    }
+
+    /// Whether transfer (`key`, `n`) has handed half the link window to the link since its
+    /// last BSYN while another transfer to the same next hop has packets to send.
+    pub(super) fn round_half_done(&self, key: FlowKey, n: u32) -> bool {
+        let Some(x) = self.flows.get(&key).and_then(|f| f.outs.get(&n)) else {
+            return false;
+        };
+        let half = self.lw.window / 2;
+        if half == 0 || (x.sent_since_bsyn as usize) < half {
+            return false;
+        }
+        self.flows.iter().any(|(k, f)| {
+            f.outs.iter().any(|(m, y)| {
+                (*k, *m) != (key, n)
+                    && y.next_hop == x.next_hop
+                    && !y.micro
+                    && y.state == OutState::Sending
+                    && f.blocks
+                        .get(m)
+                        .is_some_and(|b| b.have.count_in_not(&y.peer, &y.sent_round) > 0)
+            })
+        })
+    }
+
+    /// Next data packet to send: round robin over flows, one txop per flow per turn (§3.6).
+    pub(super) fn next_data(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
+        let full = self.window_full();
+        if full && !self.cfg.txop_past_full_window {
+            return None;
+        }
+        let none = Bitmap::new(0);
+        let mid_round = self.mid_round();
+        let mut tries = self.rr.len();
+        while tries > 0 {
+            let &key = self.rr.front()?;
+            let txop = self.txop_pkts;
+            let pipelining = self.cfg.pipelining;
+            let half = self.early_bsyn_at();
+            let early = half > 0;
+            let mut produced = None;
+            let mut exhausted = true;
+            let mut ask = false;
+            let mut behind_round = false;
+            if let Some(f) = self.flows.get_mut(&key) {
+                let dst = f.dst;
+                for (n, x) in f.outs.iter_mut() {
+                    // With early BSYNs a transfer keeps sending while its first BSYN of the
+                    // round is answered; not after a BSYN timeout (the next hop may be gone),
+                    // not before the next hop has answered for the block at all (it may be
+                    // serving another sender, §3.5), and not once it said to wait.
+                    let sending = x.state == OutState::Sending
+                        || (early
+                            && x.attempts == 1
+                            && !x.told_wait
+                            && x.ever_sent.count() > 0
+                            && matches!(x.state, OutState::AwaitBack { .. }));
+                    if !sending || x.micro {
+                        continue;
+                    }
+                    // A full window still takes packets from a transfer with less than a
+                    // txop in it, up to a txop (`txop_past_full_window`).
+                    if full
+                        && (x.sent_round.count_in_not(&x.peer, &none) as usize)
+                            >= self.txop_pkts as usize
+                    {
+                        continue;
+                    }
+                    // Another block's round to this next hop goes first (`round_per_next_hop`).
+                    if mid_round.get(&x.next_hop).is_some_and(|o| *o != (key, *n)) {
+                        behind_round = true;
+                        continue;
+                    }
+                    let Some(b) = f.blocks.get(n) else { continue };
+                    let left = b.have.count_in_not(&x.peer, &x.sent_round);
+                    if left == 0 {
+                        continue;
+                    }
+                    // A turn starts only with a full txop of new packets, unless the block
+                    // is complete here (pipelining threshold, §3.1).
+                    if self.turn_left == 0 && left < txop && !b.complete() && pipelining {
+                        continue;
+                    }
+                    let Some(p) = b
+                        .have
+                        .next_in_not(&x.peer, &x.sent_round, x.cursor)
+                        .or_else(|| b.have.next_in_not(&x.peer, &x.sent_round, 0))
+                    else {
+                        continue;
+                    };
+                    x.cursor = p + 1;
+                    x.sent_round.set(p);
+                    x.sent_since_bsyn = x.sent_since_bsyn.saturating_add(1);
+                    ask =
+                        early && x.state == OutState::Sending && x.sent_since_bsyn as usize == half;
+                    self.link_seq += 1;
+                    x.sent_seq[p as usize] = self.link_seq;
+                    x.sent_at[p as usize] = ctx.now;
+                    if !x.ever_sent.set(p) {
+                        self.stats.data_retransmissions += 1;
+                        // Ambiguous only while an earlier copy may still arrive.
+                        if x.lost_known.get(p) {
+                            x.resent.unset(p);
+                            x.live_seq[p as usize] = self.link_seq;
+                        } else {
+                            x.resent.set(p);
+                        }
+                    } else {
+                        x.live_seq[p as usize] = self.link_seq;
+                    }
+                    x.lost_known.unset(p);
+                    let mut flags = if b.fin { FLAG_FIN } else { 0 };
+                    if x.vtx {
+                        flags |= FLAG_VTX;
+                    }
+                    let msg = HopMessage {
+                        header: Self::header(key, dst, *n, flags, 0),
+                        body: HopBody::Data {
+                            offset: b.offset,
+                            geom: b.geom,
+                            packet_num: p as u16,
+                            payload: b.packet(p),
+                        },
+                    };
+                    let mut body = Vec::with_capacity(msg.encoded_len());
+                    if msg.emit(&mut body).is_ok() {
+                        produced = Some(Outgoing {
+                            next_hop: x.next_hop,
+                            class: Class::Data,
+                            body,
+                        });
+                    }
+                    exhausted = left <= 1;
+                    break;
+                }
+            }
+            if let Some(out) = produced {
+                bump(&mut self.stats.sent_by_type, "data");
+                if self.turn_left == 0 {
+                    self.turn_left = txop;
+                }
+                self.turn_left -= 1;
+                if self.turn_left == 0 || exhausted {
+                    self.turn_left = 0;
+                    self.rr.pop_front();
+                    self.rr.push_back(key);
+                }
+                if exhausted || ask {
+                    // The round is over (or half a window went out, `early_bsyn`): the next
+                    // BSYN asks what is still missing.
+                    self.pump_flow(ctx, key);
+                    self.refresh_timer(ctx.now);
+                }
+                if self.window_full() {
+                    // The transfers with packets in the window ask for BACKs to open it.
+                    let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
+                    for k in keys {
+                        self.pump_flow(ctx, k);
+                    }
+                    self.refresh_timer(ctx.now);
+                }
+                return Some(out);
+            }
+            self.turn_left = 0;
+            self.rr.pop_front();
+            if behind_round {
+                // It keeps its place in the rotation: its round starts in turn.
+                self.rr.push_back(key);
+            }
+            tries -= 1;
+        }
+        None
+    }
+}

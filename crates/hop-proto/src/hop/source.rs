@@ -1,0 +1,89 @@
+//! The source (§4.2): cutting the application's bytes into blocks.
+
+use super::*;
+
+impl HopTransport {
+    /// Cut the next block from the application's bytes (never waiting for more, §4.2).
+    pub(super) fn form_block(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        let limit = self.cfg.block_bytes();
+        let micro_threshold = self.cfg.micro_block_threshold;
+        let pkt = self.pkt;
+        let now = ctx.now;
+        let Some(f) = self.flows.get(&key) else {
+            return;
+        };
+        if f.outs.values().any(|o| !o.vtx) || f.finished {
+            return;
+        }
+        let Some(s) = f.source.as_ref() else {
+            return;
+        };
+        if s.fin_block.is_some() || (s.pending_bytes == 0 && !s.finish) {
+            return;
+        }
+        // Custody at the source is bounded by the cache: with the cache full of blocks not
+        // yet acknowledged end to end, wait for end-to-end BACKs.
+        if s.pending_bytes > 0 {
+            let held = self.pinned_bytes(false);
+            let next = s.pending_bytes.min(limit) as u64;
+            if held > 0 && held + next > self.cfg.cache_limit_bytes {
+                return;
+            }
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let dst = f.dst;
+        let idle_before = f.blocks.is_empty();
+        let Some(s) = f.source.as_mut() else {
+            return;
+        };
+        if idle_before {
+            // New work after an idle period: the give-up clock starts now.
+            s.last_progress = now;
+        }
+        let len = s.pending_bytes.min(limit);
+        let mut data = Vec::with_capacity(len);
+        while data.len() < len {
+            let Some(front) = s.pending.front_mut() else {
+                break;
+            };
+            let take = (len - data.len()).min(front.len());
+            data.extend_from_slice(&front.split_to(take));
+            if front.is_empty() {
+                s.pending.pop_front();
+            }
+        }
+        s.pending_bytes -= data.len();
+        let fin = s.finish && s.pending_bytes == 0;
+        let num = s.next_block;
+        s.next_block = s.next_block.wrapping_add(1);
+        let offset = s.next_offset;
+        s.next_offset += data.len() as u64;
+        if fin {
+            s.fin_block = Some(num);
+        }
+        let rto = s.rto;
+        let was_blocked = std::mem::take(&mut s.blocked);
+        let geom = BlockGeom {
+            block_len: data.len() as u32,
+            packet_size: pkt,
+        };
+        let mut b = Block::new(offset, geom, fin, now);
+        b.data = data;
+        b.have.fill();
+        b.custody = true;
+        b.first_sent = Some(now);
+        b.vtx_deadline = Some(now + rto);
+        let micro = (geom.block_len as usize) < micro_threshold;
+        f.blocks.insert(num, b);
+        f.last_activity = now;
+        let next_hop = ctx.routing.next_hop(dst).unwrap_or(dst);
+        f.outs
+            .insert(num, Self::new_xfer(next_hop, geom, false, 0, micro));
+        if was_blocked {
+            self.events.push_back(Event::Writable { flow: key });
+        }
+        self.note_buffered(key);
+    }
+}

@@ -1,0 +1,142 @@
+//! Timers: housekeeping (silent senders, stale withheld BSYNs, idle flows, custody expiry,
+//! sources giving up) and the transport's next deadline.
+
+use super::*;
+
+impl HopTransport {
+    pub(super) fn housekeeping(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        // Silent senders release ack withholding.
+        let silence = self.cfg.withhold_timeout;
+        let before = self.admitted.len();
+        self.admitted.retain(|_, a| a.last_heard + silence > now);
+        for _ in self.admitted.len()..before {
+            self.extra("released_silent");
+        }
+        // Withheld BSYNs are refreshed by the sender's retries: those of a sender told to
+        // wait come every `wait_hold` (plus a quarter of jitter), so an entry outlives two
+        // of them lost.
+        let mut stale = self.cfg.bsyn_max_backoff * 3;
+        if self.cfg.wait_notice {
+            stale = stale.max(self.cfg.wait_hold * 3);
+        }
+        self.waiting.retain(|w| w.at + stale > now);
+        if self.admitted.len() != before {
+            self.service_waiting(ctx);
+        }
+        let idle = self.cfg.flow_idle_timeout;
+        let expiry = self.cfg.custody_expiry;
+        let give_up = self.cfg.give_up_after;
+        let dest_idle = self.cfg.unfinished_flow_idle_timeout();
+        let mut remove = Vec::new();
+        let mut failed = Vec::new();
+        let mut expired = Vec::new();
+        for (k, f) in &self.flows {
+            if let Some(s) = &f.source {
+                // Only a source with work outstanding can fail; one waiting for its
+                // application is idle, not stuck.
+                let outstanding = !f.blocks.is_empty() || s.pending_bytes > 0 || s.finish;
+                if outstanding && s.last_progress + give_up <= now {
+                    failed.push((
+                        *k,
+                        if s.had_route {
+                            FailReason::Timeout
+                        } else {
+                            FailReason::NoRoute
+                        },
+                    ));
+                }
+                continue;
+            }
+            for (n, b) in &f.blocks {
+                if b.custody && !b.moved && b.custody_since + expiry <= now {
+                    expired.push((*k, *n));
+                }
+            }
+            let limit = if f.dest.as_ref().is_some_and(|d| !d.finished) {
+                dest_idle
+            } else {
+                idle
+            };
+            if f.last_activity + limit <= now && !f.has_custody() {
+                remove.push(*k);
+            }
+        }
+        for (k, n) in expired {
+            self.extra("custody_expired");
+            self.drop_block(k, n);
+        }
+        for k in remove {
+            self.extra("flows_reclaimed");
+            self.remove_flow(k);
+        }
+        for (k, reason) in failed {
+            self.abort_flow(ctx, k);
+            self.events.push_back(Event::SendFailed { flow: k, reason });
+        }
+        self.stats.flows = self.flows.len() as u64;
+    }
+
+    pub(super) fn abort_flow(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
+        if let Some(f) = self.flows.get(&key) {
+            let dst = f.dst;
+            let total = f.source.as_ref().map(|s| s.next_offset).unwrap_or(0);
+            let msg = HopMessage {
+                header: Self::header(key, dst, 0, FLAG_ABORT, 0),
+                body: HopBody::Fin { total_bytes: total },
+            };
+            if let Some(nh) = ctx.routing.next_hop(dst) {
+                self.push_ctrl(nh, &msg);
+            }
+        }
+        self.remove_flow(key);
+        self.stats.flows = self.flows.len() as u64;
+    }
+
+    pub(super) fn refresh_timer(&mut self, now: Instant) {
+        let mut t: Option<Instant> = None;
+        let mut min = |x: Instant| {
+            t = Some(t.map_or(x, |y: Instant| y.min(x)));
+        };
+        for f in self.flows.values() {
+            for x in f.outs.values() {
+                match x.state {
+                    OutState::AwaitBack { deadline } => min(deadline),
+                    OutState::NeedBsyn => min(now + self.cfg.bsyn_timeout),
+                    OutState::Sending => {
+                        if let Some(t) = x.not_before.filter(|t| *t > now) {
+                            min(t);
+                        }
+                    }
+                }
+                // A held tail loss leaves the window at the latest after the queue's lifetime.
+                if let Some(at) = x.tail_held.iter().map(|&(_, _, at)| at).min() {
+                    min((at + self.cfg.link_queue_lifetime).max(now));
+                }
+            }
+            for (_, due, _) in f.deferred.values() {
+                min(*due);
+            }
+            if f.source.is_some() {
+                for b in f.blocks.values() {
+                    if let Some(d) = b.vtx_deadline {
+                        if self.cfg.virtual_retransmission {
+                            min(d);
+                        }
+                    }
+                }
+            }
+        }
+        if self.flows.is_empty() && self.waiting.is_empty() && self.admitted.is_empty() {
+            self.housekeeping_at = None;
+        } else {
+            let h = match self.housekeeping_at {
+                Some(h) if h > now => h,
+                _ => now + HOUSEKEEPING_INTERVAL,
+            };
+            self.housekeeping_at = Some(h);
+            min(h);
+        }
+        self.timer = t;
+    }
+}

@@ -1,0 +1,197 @@
+//! Backpressure (§3.3) and ack withholding (§3.5): whether a BSYN's block is admitted now,
+//! the BSYNs withheld until their reason clears, and the turns upstream senders take.
+
+use super::*;
+
+/// Why a BSYN was not answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Withhold {
+    /// Backpressure: H blocks held, or custody storage full (§3.3).
+    Backpressure,
+    /// Another upstream sender holds the receiver (§3.5).
+    AckWithholding,
+}
+
+/// A BSYN that was withheld, answered when the reason clears.
+#[derive(Debug, Clone)]
+pub(super) struct Waiting {
+    pub(super) from: NodeId,
+    pub(super) key: FlowKey,
+    pub(super) dst: NodeId,
+    pub(super) block: u32,
+    pub(super) offset: u64,
+    pub(super) geom: BlockGeom,
+    pub(super) flags: u8,
+    pub(super) ttl: u8,
+    /// Latest BSYN for this block (the sender's retries refresh it).
+    pub(super) at: Instant,
+    /// First BSYN for this block that was withheld: turns go in this order.
+    pub(super) since: Instant,
+    pub(super) reason: Withhold,
+}
+
+/// An upstream block this node is receiving (ack withholding bookkeeping).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Admitted {
+    pub(super) last_heard: Instant,
+    /// Packets the sender sent in this turn, from the `expect` of its BSYNs
+    /// (`withhold_turn_sends`).
+    pub(super) sent: u32,
+    /// Packets of the block held here when this node last answered the sender: a BSYN's
+    /// `expect` above it is what the sender sent since.
+    pub(super) base: u32,
+}
+
+impl HopTransport {
+    /// Admission of a BSYN's block (backpressure, custody room, ack withholding).
+    pub(super) fn may_admit(
+        &self,
+        key: FlowKey,
+        n: u32,
+        from: NodeId,
+        geom: BlockGeom,
+        flags: u8,
+    ) -> Result<(), Withhold> {
+        let micro = flags & FLAG_MICRO != 0;
+        // A block older than every block held here repairs a block the destination is
+        // missing (a virtual retransmission, or a relay's transfer started again after its
+        // next hop lost the block in a crash); holding it back behind H blocks that wait for
+        // exactly this repair would deadlock the flow. (A newer block, premature VTX or not,
+        // obeys H like any other.)
+        let repair = self.flows.get(&key).is_some_and(|f| {
+            f.blocks
+                .iter()
+                .filter(|(_, b)| b.custody && !b.moved && b.complete())
+                .all(|(m, _)| n < *m)
+        });
+        let Some(f) = self.flows.get(&key) else {
+            return Ok(());
+        };
+        if let Some(b) = f.blocks.get(&n) {
+            // The block this node is receiving from `from` now. One admitted earlier and
+            // released since (its sender went silent) asks again like any other.
+            let current = b.admitted_from == Some(from) && self.admitted.contains_key(&(key, n));
+            if current || b.complete() {
+                return Ok(());
+            }
+        }
+        let unblocks_delivery = f.dest.as_ref().is_some_and(|d| d.next_deliver == n);
+        if f.dest.as_ref().is_some_and(|d| d.blocked) && !unblocks_delivery {
+            return Err(Withhold::Backpressure);
+        }
+        if self.cfg.backpressure
+            && !unblocks_delivery
+            && !repair
+            && f.held_unmoved() >= self.cfg.backpressure_limit.max(1)
+        {
+            return Err(Withhold::Backpressure);
+        }
+        let have = f
+            .blocks
+            .get(&n)
+            .map(|b| u64::from(b.geom.block_len))
+            .unwrap_or(0);
+        // A block held under another geometry (a waiting BSYN from before the source
+        // restarted) is replaced, so it may hold more than the BSYN asks for.
+        let need = (self.protected_bytes() + u64::from(geom.block_len)).saturating_sub(have);
+        if need > self.cfg.cache_limit_bytes {
+            return Err(Withhold::Backpressure);
+        }
+        if self.cfg.ack_withholding && !micro {
+            // One block at a time (§3.5: the receiver "is only receiving one block from any
+            // sender at a given time"), also from the sender it is serving: a sender with
+            // blocks of many flows for this node (a bridge relay) would otherwise keep
+            // several in progress and never let the others' turn come.
+            if !self.admitted.is_empty() {
+                return Err(Withhold::AckWithholding);
+            }
+            // Fairness: a sender that just finished does not jump ahead of waiting senders.
+            let waiting_first = self.waiting.iter().any(|w| {
+                w.from != from
+                    && w.reason == Withhold::AckWithholding
+                    && w.geom.block_len <= geom.block_len
+            });
+            if waiting_first {
+                return Err(Withhold::AckWithholding);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ack withholding: the sender of block `n` asks for another round of its turn, having
+    /// sent the packets up to `expect`. A turn in which it sent more than
+    /// `withhold_turn_sends` blocks' worth, while another sender waits, ends here: the next
+    /// sender is served, and this one's BSYN is withheld like any other (its partial block
+    /// stays).
+    pub(super) fn end_long_turn(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: FlowKey,
+        n: u32,
+        from: NodeId,
+        geom: BlockGeom,
+        expect: u16,
+    ) {
+        let budget = self.cfg.withhold_turn_sends;
+        if !self.cfg.ack_withholding || budget == 0 {
+            return;
+        }
+        let Some(a) = self.admitted.get_mut(&(key, n)) else {
+            return;
+        };
+        // Several BSYNs of one round (a repeat, an early one) count what is new once.
+        a.sent = a
+            .sent
+            .saturating_add(u32::from(expect).saturating_sub(a.base));
+        a.base = a.base.max(u32::from(expect));
+        let spent = u64::from(a.sent) > u64::from(budget) * u64::from(geom.packets());
+        let others = self
+            .waiting
+            .iter()
+            .any(|w| w.from != from && w.reason == Withhold::AckWithholding);
+        if !spent || !others {
+            return;
+        }
+        let turn = *a;
+        self.admitted.remove(&(key, n));
+        let holder = self.last_holder.replace(from);
+        self.service_waiting(ctx);
+        if self.admitted.is_empty() {
+            // Nobody could take the turn (their blocks wait for room): keep serving this
+            // sender, for another turn.
+            self.last_holder = holder;
+            self.admitted.insert((key, n), Admitted { sent: 0, ..turn });
+        } else {
+            self.extra("turns_ended");
+        }
+    }
+
+    /// Answer withheld BSYNs whose reason cleared: smallest block first (§3.6), then the
+    /// senders other than the one just served, then in the order they first asked (§3.5).
+    pub(super) fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let mut list = std::mem::take(&mut self.waiting);
+        let last = self.last_holder;
+        list.sort_by_key(|w| (w.geom.block_len, Some(w.from) == last, w.since));
+        let mut keep = Vec::new();
+        for w in list {
+            // Evaluate against the remaining waiters only.
+            self.waiting = keep.clone();
+            if self
+                .may_admit(w.key, w.block, w.from, w.geom, w.flags & !FLAG_MICRO)
+                .is_ok()
+            {
+                let h = Self::header(w.key, w.dst, w.block, w.flags & !FLAG_MICRO, w.ttl);
+                self.extra("turns_given");
+                self.on_bsyn(ctx, w.from, &h, w.offset, w.geom, 0, 0, &[], true);
+                let k = w.key;
+                self.pump_flow(ctx, k);
+            } else {
+                keep.push(w);
+            }
+        }
+        self.waiting = keep;
+    }
+}
