@@ -23,7 +23,7 @@ impl HopTransport {
             return;
         };
         f.last_activity = now;
-        if let Some(s) = f.source.as_mut() {
+        if let Some(s) = f.source_mut() {
             s.last_progress = now;
         }
         let Some(b) = f.blocks.get_mut(&n) else {
@@ -39,11 +39,11 @@ impl HopTransport {
         if h.flags & FLAG_WAIT != 0 {
             // The next hop holds our BSYN and will answer when our turn comes: ask again only
             // after `wait_hold`, in case that answer is lost or the next hop forgets us.
-            if matches!(x.state, OutState::AwaitBack { .. }) {
+            if matches!(x.state, TransferState::AwaitBack { .. }) {
                 let hold = self.cfg.wait_hold;
                 let jitter = u64::try_from(hold.as_nanos() / 4).unwrap_or(u64::MAX);
                 let hold = hold + Duration::from_nanos(ctx.rng.gen_range(0..=jitter));
-                x.state = OutState::AwaitBack {
+                x.state = TransferState::AwaitBack {
                     deadline: now + hold,
                 };
                 x.told_wait = true;
@@ -64,13 +64,16 @@ impl HopTransport {
                 // packets that were only queued. Wait one delivery delay longer before the
                 // next such judgement, at most once per delivery delay (RACK's reordering
                 // window grows the same way on D-SACKs, RFC 8985 §6.2 step 4).
-                let step = self.delivery_delay.unwrap_or(self.cfg.bsyn_timeout);
-                if self.tail_ext == 0 || now >= self.tail_ext_at + step {
-                    self.tail_ext = self.tail_ext.saturating_add(1);
-                    self.tail_ext_at = now;
+                let step = self
+                    .link_queue
+                    .delivery_delay
+                    .unwrap_or(self.cfg.bsyn_timeout);
+                if self.link_queue.tail_ext == 0 || now >= self.link_queue.tail_ext_at + step {
+                    self.link_queue.tail_ext = self.link_queue.tail_ext.saturating_add(1);
+                    self.link_queue.tail_ext_at = now;
                     bump(&mut self.stats.extra, "tail_age_raised");
                 }
-                self.tail_clean = 0;
+                self.link_queue.tail_clean = 0;
             }
         }
         // Packets of ours in flight before and after this BACK: the difference arrived (a
@@ -79,7 +82,7 @@ impl HopTransport {
         let in_flight_before = x.sent_round.count_in_not(&x.peer, &none);
         if complete {
             x.peer.fill();
-        } else if matches!(x.state, OutState::AwaitBack { .. }) {
+        } else if matches!(x.state, TransferState::AwaitBack { .. }) {
             // The answer to our BSYN is authoritative (a restarted next hop may hold less).
             x.peer.clear();
             x.peer.union_bytes(bitmap);
@@ -89,8 +92,8 @@ impl HopTransport {
         }
         let in_flight_after = x.sent_round.count_in_not(&x.peer, &none);
         let newly = u64::from(in_flight_before.saturating_sub(in_flight_after));
-        self.lw.note(&self.cfg, now, newly);
-        if x.attempts == 1 && matches!(x.state, OutState::AwaitBack { .. }) {
+        self.window.note(&self.cfg, now, newly);
+        if x.attempts == 1 && matches!(x.state, TransferState::AwaitBack { .. }) {
             // Answer to a BSYN sent once (Karn's rule): a round-trip sample.
             let r = now.saturating_duration_since(x.bsyn_at);
             let e = RttEstimate::update(self.bsyn_rtt.get(&from).copied(), r);
@@ -119,8 +122,8 @@ impl HopTransport {
             }
         }
         if floor > 0 {
-            self.left_seq = self.left_seq.max(floor);
-            self.arrived_seq = self.arrived_seq.max(floor);
+            self.link_queue.left = self.link_queue.left.max(floor);
+            self.link_queue.arrived = self.link_queue.arrived.max(floor);
         }
         if progress || x.progress_at == Instant::ZERO {
             x.progress_at = now;
@@ -134,15 +137,15 @@ impl HopTransport {
             }
         }
         if let Some((sq, at)) = newest {
-            self.left_seq = self.left_seq.max(sq);
-            self.arrived_seq = self.arrived_seq.max(sq);
+            self.link_queue.left = self.link_queue.left.max(sq);
+            self.link_queue.arrived = self.link_queue.arrived.max(sq);
             // A delay sample only when the BSYN followed the packet at once: the next hop
             // then answered when the packet arrived, not whenever it was asked.
             if x.bsyn_at.saturating_duration_since(at) <= self.cfg.back_quiet {
                 let sample = now.saturating_duration_since(at);
                 // Rises at once, decays slowly: a packet is not judged lost while packets
                 // sent as long ago are still being delivered.
-                self.delivery_delay = Some(match self.delivery_delay {
+                self.link_queue.delivery_delay = Some(match self.link_queue.delivery_delay {
                     Some(d) if d > sample => (d * 7 + sample) / 8,
                     _ => sample,
                 });
@@ -153,7 +156,7 @@ impl HopTransport {
             f.outs.remove(&n);
             b.moved = true;
             b.vtx_fwd = None;
-            let relay = f.source.is_none();
+            let relay = matches!(f.role, Role::Relay);
             if relay && b.custody {
                 b.custody = false;
                 self.store.release(key, n);
@@ -163,8 +166,8 @@ impl HopTransport {
             self.pump_flow(ctx, key);
             return;
         }
-        if matches!(x.state, OutState::AwaitBack { .. }) {
-            x.state = OutState::Sending;
+        if matches!(x.state, TransferState::AwaitBack { .. }) {
+            x.state = TransferState::Sending;
             x.cursor = 0;
             x.not_before = None;
             if self.cfg.queue_aware {
@@ -175,9 +178,13 @@ impl HopTransport {
                 // the loss age given up (the tail, RFC 8985 §7).
                 // The tail also needs the transfer to have stalled that long: while the queue
                 // drains, a BACK without news only means the next hop heard a pause.
-                let age = tail_age(self.delivery_delay, self.tail_ext, &self.cfg);
+                let age = tail_age(
+                    self.link_queue.delivery_delay,
+                    self.link_queue.tail_ext,
+                    &self.cfg,
+                );
                 let stalled = now >= x.progress_at + age;
-                let left = self.left_seq;
+                let left = self.link_queue.left;
                 let mut lost_upto = 0u64;
                 let (mut fifo, mut tail, mut kept) = (0u64, 0u64, 0u64);
                 for p in 0..x.sent_seq.len() as u32 {
@@ -204,7 +211,7 @@ impl HopTransport {
                                 lost_upto = lost_upto.max(sq);
                             }
                         }
-                        if sq < self.arrived_seq {
+                        if sq < self.link_queue.arrived {
                             x.lost_known.set(p);
                         }
                         continue;
@@ -217,14 +224,14 @@ impl HopTransport {
                         x.not_before = Some(x.not_before.map_or(t, |u| u.min(t)));
                     }
                 }
-                self.left_seq = self.left_seq.max(lost_upto);
-                if tail > 0 && duplicates == 0 && self.tail_ext > 0 {
+                self.link_queue.left = self.link_queue.left.max(lost_upto);
+                if tail > 0 && duplicates == 0 && self.link_queue.tail_ext > 0 {
                     // Tail losses without duplicates: after enough of them the loss age
                     // returns to twice the delivery delay.
-                    self.tail_clean += 1;
-                    if self.tail_clean >= TAIL_EXT_RESET_AFTER {
-                        self.tail_ext = 0;
-                        self.tail_clean = 0;
+                    self.link_queue.tail_clean += 1;
+                    if self.link_queue.tail_clean >= TAIL_EXT_RESET_AFTER {
+                        self.link_queue.tail_ext = 0;
+                        self.link_queue.tail_clean = 0;
                     }
                 }
                 for (k, v) in [

@@ -8,7 +8,7 @@ impl HopTransport {
     /// window, `early_bsyn`); 0 = never early.
     pub(super) fn early_bsyn_at(&self) -> usize {
         if self.cfg.early_bsyn {
-            self.lw.window / 2
+            self.window.window / 2
         } else {
             0
         }
@@ -21,7 +21,7 @@ impl HopTransport {
             .flows
             .get(&key)
             .and_then(|f| f.outs.get(&n))
-            .is_some_and(|x| x.state == OutState::Sending && !x.micro);
+            .is_some_and(|x| x.state == TransferState::Sending && !x.micro);
         let window_full = sending && self.window_full();
         let early_half = self.early_bsyn_at();
         let rounds = self.cfg.round_per_next_hop;
@@ -45,15 +45,15 @@ impl HopTransport {
         };
         let mut why = "bsyn_start";
         let need = match x.state {
-            OutState::NeedBsyn => true,
-            OutState::AwaitBack { .. } => false,
-            OutState::Sending => {
+            TransferState::NeedBsyn => true,
+            TransferState::AwaitBack { .. } => false,
+            TransferState::Sending => {
                 if x.micro {
                     true
                 } else {
                     let left = b.have.count_in_not(&x.peer, &x.sent_round);
-                    if left > 0 && !self.rr.contains(&key) {
-                        self.rr.push_back(key);
+                    if left > 0 && !self.round_robin.contains(&key) {
+                        self.round_robin.push_back(key);
                     }
                     // Ask when everything was handed to the link, or when the link window
                     // is full and this transfer has packets in it (the BACK opens it).
@@ -65,10 +65,14 @@ impl HopTransport {
                         // its last BSYN; with less, the window is full of packets still
                         // queued here (its BACK would report next to nothing), so it asks a
                         // loss age (the tail rule of the BACK handling) after its last BSYN.
-                        let enough = self.txop_pkts.min(self.lw.window as u32 / 2).max(1);
+                        let enough = self.txop_packets.min(self.window.window as u32 / 2).max(1);
                         if x.sent_since_bsyn < enough {
-                            let t =
-                                x.bsyn_at + tail_age(self.delivery_delay, self.tail_ext, &self.cfg);
+                            let t = x.bsyn_at
+                                + tail_age(
+                                    self.link_queue.delivery_delay,
+                                    self.link_queue.tail_ext,
+                                    &self.cfg,
+                                );
                             if t > now {
                                 x.not_before = Some(x.not_before.map_or(t, |u| u.max(t)));
                             }
@@ -114,7 +118,7 @@ impl HopTransport {
         let wait = bsyn_wait(
             &self.cfg,
             self.bsyn_rtt.get(&next_hop),
-            self.delivery_delay,
+            self.link_queue.delivery_delay,
             x.attempts,
             x.micro,
         );
@@ -122,7 +126,7 @@ impl HopTransport {
         // other, do not retry in lockstep.
         let jitter = u64::try_from(wait.as_nanos() / 4).unwrap_or(u64::MAX);
         let wait = wait + Duration::from_nanos(ctx.rng.gen_range(0..=jitter));
-        x.state = OutState::AwaitBack {
+        x.state = TransferState::AwaitBack {
             deadline: now + wait,
         };
         x.attempts = x.attempts.saturating_add(1);
@@ -218,7 +222,7 @@ impl HopTransport {
         self.stats.data_retransmissions += retx;
         for body in msgs {
             bump(&mut self.stats.sent_by_type, name);
-            self.ctrl.push_back(Outgoing {
+            self.control.push_back(Outgoing {
                 next_hop: nh,
                 class: Class::Control,
                 body,

@@ -41,10 +41,10 @@ impl HopTransport {
     /// A block that must not be evicted: in custody (at a source, until acknowledged end to
     /// end), being written to the store, being sent, or being received.
     pub(super) fn pinned(&self, k: FlowKey, f: &Flow, n: u32, b: &Block) -> bool {
-        (b.custody && (!b.moved || f.source.is_some()))
+        (b.custody && (!b.moved || f.source().is_some()))
             || b.persisting.is_some()
             || f.outs.contains_key(&n)
-            || self.admitted.contains_key(&(k, n))
+            || self.withholding.admitted.contains_key(&(k, n))
     }
 
     /// Bytes that cannot be evicted.
@@ -61,7 +61,7 @@ impl HopTransport {
                     sum += u64::from(b.geom.block_len);
                 }
             }
-            if let Some(s) = f.source.as_ref().filter(|_| pending) {
+            if let Some(s) = f.source().filter(|_| pending) {
                 sum += s.pending_bytes as u64;
             }
         }

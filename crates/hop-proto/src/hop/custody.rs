@@ -166,7 +166,7 @@ impl HopTransport {
             };
             let geom = BlockGeom {
                 block_len: len,
-                packet_size: self.pkt,
+                packet_size: self.packet_size,
             };
             if geom.validate().is_err() {
                 continue;
@@ -199,7 +199,7 @@ impl HopTransport {
                 continue;
             }
             let mut f = Flow::new(local, now);
-            f.dest = Some(DestState {
+            f.role = Role::Destination(DestState {
                 next_deliver: p.next_block,
                 delivered: p.bytes,
                 finished: p.finished,
@@ -225,7 +225,7 @@ impl HopTransport {
             return;
         };
         let dst = f.dst;
-        let is_relay = f.source.is_none() && f.dest.is_none();
+        let is_relay = f.is_relay();
         if let Some(b) = f.blocks.get_mut(&n) {
             if b.persisting.is_some() {
                 // Still being written: the BACK goes when the store reports it durable.

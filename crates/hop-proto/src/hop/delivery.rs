@@ -11,14 +11,14 @@ impl HopTransport {
         n: u32,
         from: NodeId,
     ) {
-        if self.admitted.remove(&(key, n)).is_some() {
-            self.last_holder = Some(from);
+        if self.withholding.admitted.remove(&(key, n)).is_some() {
+            self.withholding.last_holder = Some(from);
         }
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
         f.deferred.remove(&n);
-        if f.dest.is_some() {
+        if f.dest().is_some() {
             if let Some(b) = f.blocks.get_mut(&n) {
                 b.custody = true;
             }
@@ -32,7 +32,9 @@ impl HopTransport {
             let Some(f) = self.flows.get_mut(&key) else {
                 return;
             };
-            let Some(d) = f.dest.as_mut() else { return };
+            let Role::Destination(d) = &mut f.role else {
+                return;
+            };
             let n = d.next_deliver;
             let ready = f.blocks.get(&n).is_some_and(|b| b.complete());
             if !ready {

@@ -76,17 +76,16 @@ impl HopTransport {
         let mut best: Option<SendState> = None;
         let mut has_work = false;
         for f in self.flows.values() {
-            if let Some(src) = &f.source {
+            if let Some(src) = f.source() {
                 has_work |= src.pending_bytes > 0 || (src.finish && src.fin_block.is_none());
             }
             has_work |= f
                 .blocks
                 .values()
-                .any(|b| b.custody && !b.moved && f.dest.is_none());
+                .any(|b| b.custody && !b.moved && f.dest().is_none());
             // A relay receiving a block it has not started to forward (a txop of it is not
             // here yet, §3.1) waits for upstream too.
-            if f.source.is_none()
-                && f.dest.is_none()
+            if f.is_relay()
                 && f.blocks.iter().any(|(n, b)| {
                     !b.complete() && b.admitted_from.is_some() && !f.outs.contains_key(n)
                 })
@@ -98,16 +97,18 @@ impl HopTransport {
             }
             for (n, x) in &f.outs {
                 let st = match x.state {
-                    OutState::Sending => match f.blocks.get(n).map(|b| self.round_left(b, x)) {
-                        Some((_, true)) => return Some(SendState::Ready),
-                        Some((left, false)) if left > 0 => SendState::Feed,
-                        _ => SendState::Round,
-                    },
-                    OutState::NeedBsyn => SendState::Round,
-                    OutState::AwaitBack { .. } if x.told_wait || x.attempts > 1 => {
+                    TransferState::Sending => {
+                        match f.blocks.get(n).map(|b| self.round_left(b, x)) {
+                            Some((_, true)) => return Some(SendState::Ready),
+                            Some((left, false)) if left > 0 => SendState::Feed,
+                            _ => SendState::Round,
+                        }
+                    }
+                    TransferState::NeedBsyn => SendState::Round,
+                    TransferState::AwaitBack { .. } if x.told_wait || x.attempts > 1 => {
                         SendState::Silent
                     }
-                    OutState::AwaitBack { .. } => SendState::Round,
+                    TransferState::AwaitBack { .. } => SendState::Round,
                 };
                 best = Some(match best {
                     Some(b) if (b as u8) <= (st as u8) => b,
@@ -120,7 +121,7 @@ impl HopTransport {
 
     /// Credit the time since the previous call to the state the node was in.
     pub(super) fn tick(&mut self, now: Instant) {
-        let Some(at) = self.clock.at.replace(now) else {
+        let Some(at) = self.state_clock.at.replace(now) else {
             return;
         };
         let d = now.saturating_duration_since(at);
@@ -128,15 +129,15 @@ impl HopTransport {
             return;
         }
         match self.send_state() {
-            Some(st) => self.clock.spent[st as usize] += d,
-            None => self.clock.idle += d,
+            Some(st) => self.state_clock.spent[st as usize] += d,
+            None => self.state_clock.idle += d,
         }
         for (i, reason) in [Withhold::Backpressure, Withhold::AckWithholding]
             .into_iter()
             .enumerate()
         {
-            if self.waiting.iter().any(|w| w.reason == reason) {
-                self.clock.withholding[i] += d;
+            if self.withholding.waiting.iter().any(|w| w.reason == reason) {
+                self.state_clock.withholding[i] += d;
             }
         }
     }

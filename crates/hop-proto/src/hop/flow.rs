@@ -124,7 +124,7 @@ pub(super) struct DestState {
 pub(super) struct Flow {
     pub(super) dst: NodeId,
     pub(super) blocks: BTreeMap<u32, Block>,
-    pub(super) outs: BTreeMap<u32, OutXfer>,
+    pub(super) outs: BTreeMap<u32, Transfer>,
     /// Deferred BACKs: block -> (upstream, due, packets the upstream's BSYN said it sent).
     pub(super) deferred: BTreeMap<u32, (NodeId, Instant, u16)>,
     pub(super) last_activity: Instant,
@@ -134,8 +134,16 @@ pub(super) struct Flow {
     /// and with `e2e_fin` the whole flow is.
     pub(super) e2e_cum: u32,
     pub(super) e2e_fin: bool,
-    pub(super) source: Option<SourceState>,
-    pub(super) dest: Option<DestState>,
+    pub(super) role: Role,
+}
+
+/// What a node is to a flow: its source, a relay on its path, or its destination (a node is
+/// never both ends of one flow).
+#[derive(Debug)]
+pub(super) enum Role {
+    Source(SourceState),
+    Relay,
+    Destination(DestState),
 }
 
 impl Flow {
@@ -149,9 +157,33 @@ impl Flow {
             finished: false,
             e2e_cum: 0,
             e2e_fin: false,
-            source: None,
-            dest: None,
+            role: Role::Relay,
         }
+    }
+
+    pub(super) fn source(&self) -> Option<&SourceState> {
+        match &self.role {
+            Role::Source(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(super) fn source_mut(&mut self) -> Option<&mut SourceState> {
+        match &mut self.role {
+            Role::Source(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(super) fn dest(&self) -> Option<&DestState> {
+        match &self.role {
+            Role::Destination(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    pub(super) fn is_relay(&self) -> bool {
+        matches!(self.role, Role::Relay)
     }
 
     /// Complete blocks held and not yet moved downstream (§3.3).
@@ -171,6 +203,33 @@ impl Flow {
 /// of opening it again (about 40 bytes each).
 pub(super) const CLOSED_FLOW_MEMORY: usize = 4096;
 
+/// Flows this node was the destination of and no longer holds (finished, aborted by their
+/// source, or given up idle), the newest [`CLOSED_FLOW_MEMORY`] of them: a late BSYN or DATA
+/// of one must not open it again from block 0, which would hold the source's later blocks
+/// forever without delivering them.
+#[derive(Debug, Default)]
+pub(super) struct ClosedFlows {
+    order: VecDeque<FlowKey>,
+    set: BTreeSet<FlowKey>,
+}
+
+impl ClosedFlows {
+    pub(super) fn insert(&mut self, key: FlowKey) {
+        if self.set.insert(key) {
+            self.order.push_back(key);
+            while self.order.len() > CLOSED_FLOW_MEMORY {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+        }
+    }
+
+    pub(super) fn contains(&self, key: &FlowKey) -> bool {
+        self.set.contains(key)
+    }
+}
+
 impl HopTransport {
     pub(super) fn drop_block(&mut self, key: FlowKey, num: u32) {
         let Some(f) = self.flows.get_mut(&key) else {
@@ -178,13 +237,13 @@ impl HopTransport {
         };
         if let Some(b) = f.blocks.remove(&num) {
             self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
-            if (b.custody || b.persisting.is_some()) && !b.moved && f.source.is_none() {
+            if (b.custody || b.persisting.is_some()) && !b.moved && f.source().is_none() {
                 self.store.release(key, num);
             }
         }
         f.outs.remove(&num);
         f.deferred.remove(&num);
-        self.admitted.remove(&(key, num));
+        self.withholding.admitted.remove(&(key, num));
         self.note_cache();
     }
 
@@ -197,29 +256,25 @@ impl HopTransport {
             self.drop_block(key, n);
         }
         if let Some(f) = self.flows.remove(&key) {
-            if let Some(s) = f.source {
-                self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
-                self.note_cache();
-            }
-            if let Some(d) = f.dest {
-                if !d.finished {
-                    self.store.abandon(key);
-                    self.extra("flows_abandoned");
-                    self.events.push_back(Event::FlowAbandoned { flow: key });
+            match f.role {
+                Role::Source(s) => {
+                    self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
+                    self.note_cache();
                 }
-                if self.closed_set.insert(key) {
-                    self.closed.push_back(key);
-                    while self.closed.len() > CLOSED_FLOW_MEMORY {
-                        if let Some(old) = self.closed.pop_front() {
-                            self.closed_set.remove(&old);
-                        }
+                Role::Destination(d) => {
+                    if !d.finished {
+                        self.store.abandon(key);
+                        self.extra("flows_abandoned");
+                        self.events.push_back(Event::FlowAbandoned { flow: key });
                     }
+                    self.closed.insert(key);
                 }
+                Role::Relay => {}
             }
         }
-        self.admitted.retain(|(k, _), _| *k != key);
-        self.waiting.retain(|w| w.key != key);
-        self.rr.retain(|k| *k != key);
+        self.withholding.admitted.retain(|(k, _), _| *k != key);
+        self.withholding.waiting.retain(|w| w.key != key);
+        self.round_robin.retain(|k| *k != key);
     }
 
     pub(super) fn ensure_flow(
@@ -237,7 +292,7 @@ impl HopTransport {
             // A flow of ours we no longer know: finished or aborted.
             return false;
         }
-        if dst == local && self.closed_set.contains(&key) {
+        if dst == local && self.closed.contains(&key) {
             self.extra("closed_flow_refused");
             return false;
         }
@@ -247,7 +302,7 @@ impl HopTransport {
         }
         let mut f = Flow::new(dst, now);
         if dst == local {
-            f.dest = Some(DestState::default());
+            f.role = Role::Destination(DestState::default());
             self.events.push_back(Event::FlowOpened { flow: key });
         }
         self.flows.insert(key, f);

@@ -61,12 +61,12 @@ impl HopTransport {
     }
 
     pub(super) fn window_full(&self) -> bool {
-        let w = self.lw.window;
+        let w = self.window.window;
         w > 0 && self.in_flight_total() >= w
     }
 
     /// The current link window in packets (0 = unbounded).
     pub fn link_window(&self) -> usize {
-        self.lw.window
+        self.window.window
     }
 }

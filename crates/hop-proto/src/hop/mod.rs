@@ -64,24 +64,16 @@ pub use custody::{
 /// The Hop transport of one node.
 pub struct HopTransport {
     cfg: HopConfig,
-    pkt: u16,
-    txop_pkts: u32,
+    packet_size: u16,
+    txop_packets: u32,
     flows: BTreeMap<FlowKey, Flow>,
-    ctrl: VecDeque<Outgoing>,
-    rr: VecDeque<FlowKey>,
-    turn_left: u32,
+    control: VecDeque<Outgoing>,
+    round_robin: VecDeque<FlowKey>,
+    txop_left: u32,
     events: VecDeque<Event>,
-    admitted: BTreeMap<(FlowKey, u32), Admitted>,
-    /// The sender whose block completed last (ack withholding hands the next turn to the
-    /// others first).
-    last_holder: Option<NodeId>,
-    waiting: Vec<Waiting>,
-    /// Flows this node was the destination of and no longer holds (finished, aborted by their
-    /// source, or given up idle), oldest first, at most `CLOSED_FLOW_MEMORY`: a late BSYN or
-    /// DATA of one must not open it again from block 0, which would hold the source's later
-    /// blocks forever without delivering them.
-    closed: VecDeque<FlowKey>,
-    closed_set: BTreeSet<FlowKey>,
+    /// Upstream blocks being received, and BSYNs withheld (§3.3, §3.5).
+    withholding: Withholding,
+    closed: ClosedFlows,
     store: Box<dyn CustodyStore>,
     stats: TransportStats,
     cache_bytes: u64,
@@ -89,28 +81,14 @@ pub struct HopTransport {
     housekeeping_at: Option<Instant>,
     /// Source flows with new application bytes or a finish to cut into blocks when polled.
     to_form: Vec<FlowKey>,
-    /// Data packets handed to the link so far (sequence of the latest).
-    link_seq: u64,
-    /// Every data packet up to this sequence has left the link's queue: a packet with this
-    /// sequence was reported by a BACK (the data queue is FIFO) or judged lost.
-    left_seq: u64,
-    /// The newest position of that stream known to have arrived at a next hop (judged
-    /// lost packets excluded): every copy handed to the link before it has left the link.
-    arrived_seq: u64,
-    /// Smoothed time from handing a packet to the link to the BACK that reports it.
-    delivery_delay: Option<Duration>,
-    /// Delivery delays added to the tail rule's loss age because next hops reported
-    /// duplicate data (`duplicate_feedback`), when it last grew, and the BACKs since then
-    /// whose tail losses came without duplicates.
-    tail_ext: u32,
-    tail_ext_at: Instant,
-    tail_clean: u32,
+    /// What is known of the data packets this node handed to its link (loss inference).
+    link_queue: LinkQueue,
     /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
     bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
     /// The link window and the delivery rate that sizes it.
-    lw: LinkWindow,
+    window: LinkWindow,
     /// Time in each sending state (the `time_*_ms` counters).
-    clock: StateClock,
+    state_clock: StateClock,
 }
 
 impl HopTransport {
@@ -125,38 +103,29 @@ impl HopTransport {
         let cfg_window = cfg.link_window_packets;
         HopTransport {
             cfg,
-            pkt,
-            txop_pkts,
+            packet_size: pkt,
+            txop_packets: txop_pkts,
             flows: BTreeMap::new(),
-            ctrl: VecDeque::new(),
-            rr: VecDeque::new(),
-            turn_left: 0,
+            control: VecDeque::new(),
+            round_robin: VecDeque::new(),
+            txop_left: 0,
             events: VecDeque::new(),
-            admitted: BTreeMap::new(),
-            last_holder: None,
-            waiting: Vec::new(),
-            closed: VecDeque::new(),
-            closed_set: BTreeSet::new(),
+            withholding: Withholding::default(),
+            closed: ClosedFlows::default(),
             store,
             stats: TransportStats::default(),
             cache_bytes: 0,
             timer: None,
             housekeeping_at: None,
             to_form: Vec::new(),
-            link_seq: 0,
-            left_seq: 0,
-            arrived_seq: 0,
-            delivery_delay: None,
-            tail_ext: 0,
-            tail_ext_at: Instant::ZERO,
-            tail_clean: 0,
+            link_queue: LinkQueue::default(),
             bsyn_rtt: BTreeMap::new(),
-            lw: LinkWindow {
+            window: LinkWindow {
                 delivered: 0,
                 rate_mark: None,
                 window: cfg_window,
             },
-            clock: StateClock::default(),
+            state_clock: StateClock::default(),
         }
     }
 
@@ -177,7 +146,7 @@ impl HopTransport {
             &mut self.stats.sent_by_type,
             name_of(msg.msg_type(), msg.header.flags),
         );
-        self.ctrl.push_back(Outgoing {
+        self.control.push_back(Outgoing {
             next_hop,
             class: Class::Control,
             body,
@@ -215,7 +184,7 @@ impl Transport for HopTransport {
             return Err(AppError::TooManyFlows(self.cfg.max_flows));
         }
         let mut f = Flow::new(dst, ctx.now);
-        f.source = Some(SourceState {
+        f.role = Role::Source(SourceState {
             rto: self.cfg.vtx_initial_timeout,
             last_progress: ctx.now,
             had_route: ctx.routing.next_hop(dst).is_some(),
@@ -239,7 +208,7 @@ impl Transport for HopTransport {
             .flows
             .get_mut(&flow)
             .ok_or(AppError::UnknownFlow(flow))?;
-        let s = f.source.as_mut().ok_or(AppError::UnknownFlow(flow))?;
+        let s = f.source_mut().ok_or(AppError::UnknownFlow(flow))?;
         if s.finish {
             return Err(AppError::FlowFinished(flow));
         }
@@ -269,7 +238,7 @@ impl Transport for HopTransport {
             .flows
             .get_mut(&flow)
             .ok_or(AppError::UnknownFlow(flow))?;
-        let s = f.source.as_mut().ok_or(AppError::UnknownFlow(flow))?;
+        let s = f.source_mut().ok_or(AppError::UnknownFlow(flow))?;
         if s.finish {
             return Err(AppError::FlowFinished(flow));
         }
@@ -283,7 +252,7 @@ impl Transport for HopTransport {
 
     fn abort(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
         self.tick(ctx.now);
-        if !self.flows.get(&flow).is_some_and(|f| f.source.is_some()) {
+        if !self.flows.get(&flow).is_some_and(|f| f.source().is_some()) {
             return Err(AppError::UnknownFlow(flow));
         }
         self.abort_flow(ctx, flow);
@@ -362,9 +331,9 @@ impl Transport for HopTransport {
         // missing (§3), and the BACK's loss rules decide what is sent again.
         for f in self.flows.values_mut() {
             for x in f.outs.values_mut() {
-                if let OutState::AwaitBack { deadline } = x.state {
+                if let TransferState::AwaitBack { deadline } = x.state {
                     if deadline <= now {
-                        x.state = OutState::NeedBsyn;
+                        x.state = TransferState::NeedBsyn;
                     }
                 }
             }
@@ -378,7 +347,7 @@ impl Transport for HopTransport {
         let blocked: Vec<FlowKey> = self
             .flows
             .iter()
-            .filter(|(_, f)| f.dest.as_ref().is_some_and(|d| d.blocked))
+            .filter(|(_, f)| f.dest().is_some_and(|d| d.blocked))
             .map(|(k, _)| *k)
             .collect();
         for k in blocked {
@@ -400,18 +369,18 @@ impl Transport for HopTransport {
             }
             self.refresh_timer(ctx.now);
         }
-        if let Some(out) = self.ctrl.pop_front() {
+        if let Some(out) = self.control.pop_front() {
             return Some(out);
         }
         let out = self.next_data(ctx);
-        if out.is_none() && !self.ctrl.is_empty() {
-            return self.ctrl.pop_front();
+        if out.is_none() && !self.control.is_empty() {
+            return self.control.pop_front();
         }
         out
     }
 
     fn poll_control(&mut self, _ctx: &mut Ctx<'_>) -> Option<Outgoing> {
-        self.ctrl.pop_front()
+        self.control.pop_front()
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -426,7 +395,7 @@ impl Transport for HopTransport {
         self.flows
             .iter()
             .filter_map(|(k, f)| {
-                let d = f.dest.as_ref()?;
+                let d = f.dest()?;
                 let held: u64 = f
                     .blocks
                     .range(d.next_deliver..)
@@ -442,11 +411,11 @@ impl Transport for HopTransport {
         s.flows = self.flows.len() as u64;
         s.cache_bytes = self.cache_bytes;
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        for (name, d) in SEND_STATE_NAMES.iter().zip(self.clock.spent) {
+        for (name, d) in SEND_STATE_NAMES.iter().zip(self.state_clock.spent) {
             s.extra.insert(name, ms(d));
         }
-        s.extra.insert(SEND_IDLE_NAME, ms(self.clock.idle));
-        for (name, d) in WITHHOLD_NAMES.iter().zip(self.clock.withholding) {
+        s.extra.insert(SEND_IDLE_NAME, ms(self.state_clock.idle));
+        for (name, d) in WITHHOLD_NAMES.iter().zip(self.state_clock.withholding) {
             s.extra.insert(name, ms(d));
         }
         s

@@ -9,13 +9,12 @@ impl HopTransport {
             return;
         };
         let dst = f.dst;
-        let delivered =
-            f.dest.as_ref().is_some_and(|d| n < d.next_deliver) || n < f.e2e_cum || f.e2e_fin;
+        let delivered = f.dest().is_some_and(|d| n < d.next_deliver) || n < f.e2e_cum || f.e2e_fin;
         let (len, bits, complete, fin, duplicates) = match f.blocks.get_mut(&n) {
             Some(b) => {
                 b.last_used = now;
                 b.last_back = Some(now);
-                if let Some(a) = self.admitted.get_mut(&(key, n)) {
+                if let Some(a) = self.withholding.admitted.get_mut(&(key, n)) {
                     a.base = b.have.count();
                 }
                 let mut bits = Vec::with_capacity(b.have.len().div_ceil(8) as usize);
@@ -79,7 +78,7 @@ impl HopTransport {
         let delivered = self
             .flows
             .get(&key)
-            .and_then(|f| f.dest.as_ref())
+            .and_then(|f| f.dest())
             .is_some_and(|d| n < d.next_deliver || d.finished);
         if delivered {
             self.send_back(key, n, from, now);
@@ -92,7 +91,7 @@ impl HopTransport {
         let known = self
             .flows
             .get(&key)
-            .filter(|f| f.source.is_none() && f.dest.is_none())
+            .filter(|f| f.is_relay())
             .filter(|f| n < f.e2e_cum || f.e2e_fin)
             .map(|f| (f.e2e_cum, f.e2e_fin, f.dst));
         if let Some((cum, fin, dst)) = known {
@@ -136,13 +135,15 @@ impl HopTransport {
                         Withhold::AckWithholding => "acks_withheld",
                     });
                     let since = self
+                        .withholding
                         .waiting
                         .iter()
                         .find(|x| x.key == key && x.block == n && x.from == from)
                         .map_or(now, |x| x.since);
-                    self.waiting
+                    self.withholding
+                        .waiting
                         .retain(|x| !(x.key == key && x.block == n && x.from == from));
-                    self.waiting.push(Waiting {
+                    self.withholding.waiting.push(Waiting {
                         since,
                         from,
                         key,
@@ -208,7 +209,8 @@ impl HopTransport {
         let complete = b.complete();
         if !complete {
             let base = b.have.count();
-            self.admitted
+            self.withholding
+                .admitted
                 .entry((key, n))
                 .and_modify(|a| a.last_heard = now)
                 .or_insert(Admitted {
@@ -291,16 +293,13 @@ impl HopTransport {
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
-        if f.dest
-            .as_ref()
-            .is_some_and(|d| n < d.next_deliver || d.finished)
-        {
+        if f.dest().is_some_and(|d| n < d.next_deliver || d.finished) {
             return;
         }
-        if f.source.is_some() {
+        if f.source().is_some() {
             return;
         }
-        if f.dest.is_none() && (n < f.e2e_cum || f.e2e_fin) && !f.blocks.contains_key(&n) {
+        if f.dest().is_none() && (n < f.e2e_cum || f.e2e_fin) && !f.blocks.contains_key(&n) {
             // Late copies of a block already delivered end to end (its BACK overtook them):
             // keeping them would start a new transfer of a finished block.
             return;
@@ -352,7 +351,7 @@ impl HopTransport {
         }
         let complete = b.complete();
         let upstream = b.admitted_from;
-        if let Some(a) = self.admitted.get_mut(&(key, n)) {
+        if let Some(a) = self.withholding.admitted.get_mut(&(key, n)) {
             a.last_heard = now;
         }
         self.note_cache();

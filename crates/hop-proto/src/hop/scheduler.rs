@@ -14,7 +14,7 @@ impl HopTransport {
         let none = Bitmap::new(0);
         for (k, f) in &self.flows {
             for (n, x) in &f.outs {
-                if x.micro || x.state != OutState::Sending {
+                if x.micro || x.state != TransferState::Sending {
                     continue;
                 }
                 let Some(b) = f.blocks.get(n) else { continue };
@@ -33,9 +33,9 @@ impl HopTransport {
     /// Packets of block `b` that transfer `x` has not handed to the link in this round, and
     /// whether it may hand them over now: a relay forwarding a block still arriving waits
     /// for a txop of new packets (pipelining threshold, §3.1).
-    pub(super) fn round_left(&self, b: &Block, x: &OutXfer) -> (u32, bool) {
+    pub(super) fn round_left(&self, b: &Block, x: &Transfer) -> (u32, bool) {
         let left = b.have.count_in_not(&x.peer, &x.sent_round);
-        let can = left >= self.txop_pkts || (left > 0 && (b.complete() || !self.cfg.pipelining));
+        let can = left >= self.txop_packets || (left > 0 && (b.complete() || !self.cfg.pipelining));
         (left, can)
     }
 
@@ -45,7 +45,7 @@ impl HopTransport {
         let Some(x) = self.flows.get(&key).and_then(|f| f.outs.get(&n)) else {
             return false;
         };
-        let half = self.lw.window / 2;
+        let half = self.window.window / 2;
         if half == 0 || (x.sent_since_bsyn as usize) < half {
             return false;
         }
@@ -54,7 +54,7 @@ impl HopTransport {
                 (*k, *m) != (key, n)
                     && y.next_hop == x.next_hop
                     && !y.micro
-                    && y.state == OutState::Sending
+                    && y.state == TransferState::Sending
                     && f.blocks
                         .get(m)
                         .is_some_and(|b| b.have.count_in_not(&y.peer, &y.sent_round) > 0)
@@ -70,10 +70,10 @@ impl HopTransport {
         }
         let none = Bitmap::new(0);
         let mid_round = self.mid_round();
-        let mut tries = self.rr.len();
+        let mut tries = self.round_robin.len();
         while tries > 0 {
-            let &key = self.rr.front()?;
-            let txop = self.txop_pkts;
+            let &key = self.round_robin.front()?;
+            let txop = self.txop_packets;
             let pipelining = self.cfg.pipelining;
             let half = self.early_bsyn_at();
             let early = half > 0;
@@ -88,12 +88,12 @@ impl HopTransport {
                     // round is answered; not after a BSYN timeout (the next hop may be gone),
                     // not before the next hop has answered for the block at all (it may be
                     // serving another sender, §3.5), and not once it said to wait.
-                    let sending = x.state == OutState::Sending
+                    let sending = x.state == TransferState::Sending
                         || (early
                             && x.attempts == 1
                             && !x.told_wait
                             && x.ever_sent.count() > 0
-                            && matches!(x.state, OutState::AwaitBack { .. }));
+                            && matches!(x.state, TransferState::AwaitBack { .. }));
                     if !sending || x.micro {
                         continue;
                     }
@@ -101,7 +101,7 @@ impl HopTransport {
                     // txop in it, up to a txop (`txop_past_full_window`).
                     if full
                         && (x.sent_round.count_in_not(&x.peer, &none) as usize)
-                            >= self.txop_pkts as usize
+                            >= self.txop_packets as usize
                     {
                         continue;
                     }
@@ -117,7 +117,7 @@ impl HopTransport {
                     }
                     // A turn starts only with a full txop of new packets, unless the block
                     // is complete here (pipelining threshold, §3.1).
-                    if self.turn_left == 0 && left < txop && !b.complete() && pipelining {
+                    if self.txop_left == 0 && left < txop && !b.complete() && pipelining {
                         continue;
                     }
                     let Some(p) = b
@@ -130,22 +130,23 @@ impl HopTransport {
                     x.cursor = p + 1;
                     x.sent_round.set(p);
                     x.sent_since_bsyn = x.sent_since_bsyn.saturating_add(1);
-                    ask =
-                        early && x.state == OutState::Sending && x.sent_since_bsyn as usize == half;
-                    self.link_seq += 1;
-                    x.sent_seq[p as usize] = self.link_seq;
+                    ask = early
+                        && x.state == TransferState::Sending
+                        && x.sent_since_bsyn as usize == half;
+                    self.link_queue.handed += 1;
+                    x.sent_seq[p as usize] = self.link_queue.handed;
                     x.sent_at[p as usize] = ctx.now;
                     if !x.ever_sent.set(p) {
                         self.stats.data_retransmissions += 1;
                         // Ambiguous only while an earlier copy may still arrive.
                         if x.lost_known.get(p) {
                             x.resent.unset(p);
-                            x.live_seq[p as usize] = self.link_seq;
+                            x.live_seq[p as usize] = self.link_queue.handed;
                         } else {
                             x.resent.set(p);
                         }
                     } else {
-                        x.live_seq[p as usize] = self.link_seq;
+                        x.live_seq[p as usize] = self.link_queue.handed;
                     }
                     x.lost_known.unset(p);
                     let mut flags = if b.fin { FLAG_FIN } else { 0 };
@@ -175,14 +176,14 @@ impl HopTransport {
             }
             if let Some(out) = produced {
                 bump(&mut self.stats.sent_by_type, "data");
-                if self.turn_left == 0 {
-                    self.turn_left = txop;
+                if self.txop_left == 0 {
+                    self.txop_left = txop;
                 }
-                self.turn_left -= 1;
-                if self.turn_left == 0 || exhausted {
-                    self.turn_left = 0;
-                    self.rr.pop_front();
-                    self.rr.push_back(key);
+                self.txop_left -= 1;
+                if self.txop_left == 0 || exhausted {
+                    self.txop_left = 0;
+                    self.round_robin.pop_front();
+                    self.round_robin.push_back(key);
                 }
                 if exhausted || ask {
                     // The round is over (or half a window went out, `early_bsyn`): the next
@@ -200,11 +201,11 @@ impl HopTransport {
                 }
                 return Some(out);
             }
-            self.turn_left = 0;
-            self.rr.pop_front();
+            self.txop_left = 0;
+            self.round_robin.pop_front();
             if behind_round {
                 // It keeps its place in the rotation: its round starts in turn.
-                self.rr.push_back(key);
+                self.round_robin.push_back(key);
             }
             tries -= 1;
         }

@@ -7,7 +7,7 @@ impl HopTransport {
     pub(super) fn form_block(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
         let limit = self.cfg.block_bytes();
         let micro_threshold = self.cfg.micro_block_threshold;
-        let pkt = self.pkt;
+        let pkt = self.packet_size;
         let now = ctx.now;
         let Some(f) = self.flows.get(&key) else {
             return;
@@ -15,7 +15,7 @@ impl HopTransport {
         if f.outs.values().any(|o| !o.vtx) || f.finished {
             return;
         }
-        let Some(s) = f.source.as_ref() else {
+        let Some(s) = f.source() else {
             return;
         };
         if s.fin_block.is_some() || (s.pending_bytes == 0 && !s.finish) {
@@ -35,7 +35,7 @@ impl HopTransport {
         };
         let dst = f.dst;
         let idle_before = f.blocks.is_empty();
-        let Some(s) = f.source.as_mut() else {
+        let Some(s) = f.source_mut() else {
             return;
         };
         if idle_before {

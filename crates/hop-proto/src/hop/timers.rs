@@ -8,9 +8,11 @@ impl HopTransport {
         let now = ctx.now;
         // Silent senders release ack withholding.
         let silence = self.cfg.withhold_timeout;
-        let before = self.admitted.len();
-        self.admitted.retain(|_, a| a.last_heard + silence > now);
-        for _ in self.admitted.len()..before {
+        let before = self.withholding.admitted.len();
+        self.withholding
+            .admitted
+            .retain(|_, a| a.last_heard + silence > now);
+        for _ in self.withholding.admitted.len()..before {
             self.extra("released_silent");
         }
         // Withheld BSYNs are refreshed by the sender's retries: those of a sender told to
@@ -20,8 +22,8 @@ impl HopTransport {
         if self.cfg.wait_notice {
             stale = stale.max(self.cfg.wait_hold * 3);
         }
-        self.waiting.retain(|w| w.at + stale > now);
-        if self.admitted.len() != before {
+        self.withholding.waiting.retain(|w| w.at + stale > now);
+        if self.withholding.admitted.len() != before {
             self.service_waiting(ctx);
         }
         let idle = self.cfg.flow_idle_timeout;
@@ -32,7 +34,7 @@ impl HopTransport {
         let mut failed = Vec::new();
         let mut expired = Vec::new();
         for (k, f) in &self.flows {
-            if let Some(s) = &f.source {
+            if let Some(s) = f.source() {
                 // Only a source with work outstanding can fail; one waiting for its
                 // application is idle, not stuck.
                 let outstanding = !f.blocks.is_empty() || s.pending_bytes > 0 || s.finish;
@@ -53,7 +55,7 @@ impl HopTransport {
                     expired.push((*k, *n));
                 }
             }
-            let limit = if f.dest.as_ref().is_some_and(|d| !d.finished) {
+            let limit = if f.dest().is_some_and(|d| !d.finished) {
                 dest_idle
             } else {
                 idle
@@ -80,7 +82,7 @@ impl HopTransport {
     pub(super) fn abort_flow(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
         if let Some(f) = self.flows.get(&key) {
             let dst = f.dst;
-            let total = f.source.as_ref().map(|s| s.next_offset).unwrap_or(0);
+            let total = f.source().map(|s| s.next_offset).unwrap_or(0);
             let msg = HopMessage {
                 header: Self::header(key, dst, 0, FLAG_ABORT, 0),
                 body: HopBody::Fin { total_bytes: total },
@@ -101,9 +103,9 @@ impl HopTransport {
         for f in self.flows.values() {
             for x in f.outs.values() {
                 match x.state {
-                    OutState::AwaitBack { deadline } => min(deadline),
-                    OutState::NeedBsyn => min(now + self.cfg.bsyn_timeout),
-                    OutState::Sending => {
+                    TransferState::AwaitBack { deadline } => min(deadline),
+                    TransferState::NeedBsyn => min(now + self.cfg.bsyn_timeout),
+                    TransferState::Sending => {
                         if let Some(t) = x.not_before.filter(|t| *t > now) {
                             min(t);
                         }
@@ -117,7 +119,7 @@ impl HopTransport {
             for (_, due, _) in f.deferred.values() {
                 min(*due);
             }
-            if f.source.is_some() {
+            if f.source().is_some() {
                 for b in f.blocks.values() {
                     if let Some(d) = b.vtx_deadline {
                         if self.cfg.virtual_retransmission {
@@ -127,7 +129,10 @@ impl HopTransport {
                 }
             }
         }
-        if self.flows.is_empty() && self.waiting.is_empty() && self.admitted.is_empty() {
+        if self.flows.is_empty()
+            && self.withholding.waiting.is_empty()
+            && self.withholding.admitted.is_empty()
+        {
             self.housekeeping_at = None;
         } else {
             let h = match self.housekeeping_at {

@@ -5,7 +5,7 @@
 use super::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum OutState {
+pub(super) enum TransferState {
     /// A BSYN must be sent (when a route exists).
     NeedBsyn,
     /// BSYN sent; waiting for the BACK until `deadline`.
@@ -16,9 +16,9 @@ pub(super) enum OutState {
 
 /// The transfer of one block to the next hop.
 #[derive(Debug, Clone)]
-pub(super) struct OutXfer {
+pub(super) struct Transfer {
     pub(super) next_hop: NodeId,
-    pub(super) state: OutState,
+    pub(super) state: TransferState,
     /// Packets the next hop reported.
     pub(super) peer: Bitmap,
     /// Packets sent since the last BACK.
@@ -72,11 +72,11 @@ impl HopTransport {
         vtx: bool,
         ttl: u8,
         micro: bool,
-    ) -> OutXfer {
+    ) -> Transfer {
         let n = geom.packets();
-        OutXfer {
+        Transfer {
             next_hop,
-            state: OutState::NeedBsyn,
+            state: TransferState::NeedBsyn,
             peer: Bitmap::new(n),
             sent_round: Bitmap::new(n),
             ever_sent: Bitmap::new(n),
@@ -104,8 +104,8 @@ impl HopTransport {
         let Some(f) = self.flows.get(&key) else {
             return;
         };
-        let is_source = f.source.is_some();
-        let is_dest = f.dest.is_some();
+        let is_source = f.source().is_some();
+        let is_dest = f.dest().is_some();
         if is_source {
             self.form_block(ctx, key);
             self.source_vtx(ctx, key);
@@ -146,7 +146,7 @@ impl HopTransport {
     /// Relay: start forwarding blocks (pipelined once a txop's worth is held, §3.1).
     pub(super) fn relay_forward(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
         let pipelining = self.cfg.pipelining;
-        let txop = self.txop_pkts;
+        let txop = self.txop_packets;
         let micro_threshold = self.cfg.micro_block_threshold;
         let Some(f) = self.flows.get_mut(&key) else {
             return;

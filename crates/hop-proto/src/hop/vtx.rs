@@ -15,7 +15,7 @@ impl HopTransport {
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
-        let rto = f.source.as_ref().map(|s| s.rto).unwrap_or(vmax);
+        let rto = f.source().map(|s| s.rto).unwrap_or(vmax);
         let dst = f.dst;
         let mut started = 0;
         for (n, b) in f.blocks.iter_mut() {
@@ -45,7 +45,7 @@ impl HopTransport {
         let Some(f) = self.flows.get(&key) else {
             return;
         };
-        let Some(d) = &f.dest else { return };
+        let Some(d) = f.dest() else { return };
         let flags = if d.finished { FLAG_FIN } else { 0 };
         let msg = HopMessage {
             header: Self::header(key, f.dst, n, flags, 0),
@@ -75,7 +75,7 @@ impl HopTransport {
         };
         f.last_activity = now;
         // Round-trip time of the block (§3.2: the most recent block RTT is the timeout).
-        if let Some(s) = f.source.as_mut() {
+        if let Role::Source(s) = &mut f.role {
             s.last_progress = now;
             if let Some(b) = f.blocks.get(&n) {
                 if b.vtx_count == 0 {
@@ -97,7 +97,7 @@ impl HopTransport {
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
-        if let Some(s) = f.source.as_mut() {
+        if let Role::Source(s) = &mut f.role {
             let done = s.fin_block.is_some_and(|fb| cum > fb) && f.blocks.is_empty();
             if fin && done {
                 let bytes = s.next_offset;

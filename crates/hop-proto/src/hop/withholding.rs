@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// The receiving side's turns (§3.5) and the BSYNs it holds back (§3.3, §3.5).
+#[derive(Debug, Default)]
+pub(super) struct Withholding {
+    /// Upstream blocks this node is receiving now, by (flow, block).
+    pub(super) admitted: BTreeMap<(FlowKey, u32), Admitted>,
+    /// BSYNs withheld, answered when their reason clears.
+    pub(super) waiting: Vec<Waiting>,
+    /// The sender whose block completed last (ack withholding hands the next turn to the
+    /// others first).
+    pub(super) last_holder: Option<NodeId>,
+}
+
 /// Why a BSYN was not answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Withhold {
@@ -70,13 +82,14 @@ impl HopTransport {
         if let Some(b) = f.blocks.get(&n) {
             // The block this node is receiving from `from` now. One admitted earlier and
             // released since (its sender went silent) asks again like any other.
-            let current = b.admitted_from == Some(from) && self.admitted.contains_key(&(key, n));
+            let current =
+                b.admitted_from == Some(from) && self.withholding.admitted.contains_key(&(key, n));
             if current || b.complete() {
                 return Ok(());
             }
         }
-        let unblocks_delivery = f.dest.as_ref().is_some_and(|d| d.next_deliver == n);
-        if f.dest.as_ref().is_some_and(|d| d.blocked) && !unblocks_delivery {
+        let unblocks_delivery = f.dest().is_some_and(|d| d.next_deliver == n);
+        if f.dest().is_some_and(|d| d.blocked) && !unblocks_delivery {
             return Err(Withhold::Backpressure);
         }
         if self.cfg.backpressure
@@ -102,11 +115,11 @@ impl HopTransport {
             // sender at a given time"), also from the sender it is serving: a sender with
             // blocks of many flows for this node (a bridge relay) would otherwise keep
             // several in progress and never let the others' turn come.
-            if !self.admitted.is_empty() {
+            if !self.withholding.admitted.is_empty() {
                 return Err(Withhold::AckWithholding);
             }
             // Fairness: a sender that just finished does not jump ahead of waiting senders.
-            let waiting_first = self.waiting.iter().any(|w| {
+            let waiting_first = self.withholding.waiting.iter().any(|w| {
                 w.from != from
                     && w.reason == Withhold::AckWithholding
                     && w.geom.block_len <= geom.block_len
@@ -136,7 +149,7 @@ impl HopTransport {
         if !self.cfg.ack_withholding || budget == 0 {
             return;
         }
-        let Some(a) = self.admitted.get_mut(&(key, n)) else {
+        let Some(a) = self.withholding.admitted.get_mut(&(key, n)) else {
             return;
         };
         // Several BSYNs of one round (a repeat, an early one) count what is new once.
@@ -146,6 +159,7 @@ impl HopTransport {
         a.base = a.base.max(u32::from(expect));
         let spent = u64::from(a.sent) > u64::from(budget) * u64::from(geom.packets());
         let others = self
+            .withholding
             .waiting
             .iter()
             .any(|w| w.from != from && w.reason == Withhold::AckWithholding);
@@ -153,14 +167,16 @@ impl HopTransport {
             return;
         }
         let turn = *a;
-        self.admitted.remove(&(key, n));
-        let holder = self.last_holder.replace(from);
+        self.withholding.admitted.remove(&(key, n));
+        let holder = self.withholding.last_holder.replace(from);
         self.service_waiting(ctx);
-        if self.admitted.is_empty() {
+        if self.withholding.admitted.is_empty() {
             // Nobody could take the turn (their blocks wait for room): keep serving this
             // sender, for another turn.
-            self.last_holder = holder;
-            self.admitted.insert((key, n), Admitted { sent: 0, ..turn });
+            self.withholding.last_holder = holder;
+            self.withholding
+                .admitted
+                .insert((key, n), Admitted { sent: 0, ..turn });
         } else {
             self.extra("turns_ended");
         }
@@ -169,16 +185,16 @@ impl HopTransport {
     /// Answer withheld BSYNs whose reason cleared: smallest block first (§3.6), then the
     /// senders other than the one just served, then in the order they first asked (§3.5).
     pub(super) fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
-        if self.waiting.is_empty() {
+        if self.withholding.waiting.is_empty() {
             return;
         }
-        let mut list = std::mem::take(&mut self.waiting);
-        let last = self.last_holder;
+        let mut list = std::mem::take(&mut self.withholding.waiting);
+        let last = self.withholding.last_holder;
         list.sort_by_key(|w| (w.geom.block_len, Some(w.from) == last, w.since));
         let mut keep = Vec::new();
         for w in list {
             // Evaluate against the remaining waiters only.
-            self.waiting = keep.clone();
+            self.withholding.waiting = keep.clone();
             if self
                 .may_admit(w.key, w.block, w.from, w.geom, w.flags & !FLAG_MICRO)
                 .is_ok()
@@ -192,6 +208,6 @@ impl HopTransport {
                 keep.push(w);
             }
         }
-        self.waiting = keep;
+        self.withholding.waiting = keep;
     }
 }
