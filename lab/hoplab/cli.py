@@ -10,19 +10,7 @@ from pathlib import Path
 
 from . import lab, results, spec as specmod
 from .errors import LabError
-
-
-def run_spec(sp: specmod.Spec, out: Path, progress=print) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    progress(f"hoplab: {sp.name}: {sp.topology.n} nodes, {len(sp.flows)} flows -> {out}")
-    with lab.Lab(sp, out, progress) as lb:
-        raw = lb.run()
-    res = results.assemble(sp, raw)
-    files = results.write(res, out)
-    lag = res["lag"]
-    progress(f"hoplab: lag max {lag['max_ms'] if lag['max_ms'] is None else round(lag['max_ms'], 1)} ms"
-             f" -> run {'VALID' if res['valid'] else 'INVALID'}; wrote {', '.join(files)}")
-    return res
+from .run import run_spec
 
 
 def default_out(name: str) -> Path:

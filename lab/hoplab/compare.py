@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from .errors import LabError
-from .reproduce import _fmt
+from .fmt import figure
 
 
 def load_report(path: Path) -> dict:
@@ -48,10 +48,10 @@ def _cell(r: dict | None) -> str:
     if r.get("ours") is None:
         return f"— ({r.get('note') or 'undefined'}; n={r.get('n')})"
     unit = r.get("unit", "")
-    s = _fmt(r["ours"], unit) + ("×" if unit == "x" else "")
+    s = figure(r["ours"], unit) + ("×" if unit == "x" else "")
     ci = r.get("ci")
     if ci and ci[0] is not None and ci[1] is not None:
-        s += f" [{_fmt(ci[0], unit)}, {_fmt(ci[1], unit)}]"
+        s += f" [{figure(ci[0], unit)}, {figure(ci[1], unit)}]"
     if r.get("ci_over") == "flows":
         return s + " (n=1 run, interval over its flows)"
     return s + f" (n={r.get('n')})"
@@ -60,7 +60,7 @@ def _cell(r: dict | None) -> str:
 def _paper(r: dict) -> str:
     unit = r.get("unit", "")
     if r.get("paper") is not None:
-        return _fmt(r["paper"], unit) + ("×" if unit == "x" else "")
+        return figure(r["paper"], unit) + ("×" if unit == "x" else "")
     if r.get("paper_range"):
         lo, hi = r["paper_range"]
         return f"{lo:g}–{hi:g}×"
@@ -104,7 +104,7 @@ def markdown(old: dict, new: dict, rows: list[dict], old_name: str, new_name: st
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         what = r["what"] if r["point"] is None or r["point"] in r["what"] else f"{r['what']} ({r['point']})"
-        ch = "—" if r["new_over_old"] is None else f"{_fmt(r['new_over_old'])}×"
+        ch = "—" if r["new_over_old"] is None else f"{figure(r['new_over_old'])}×"
         lines.append(f"| {r['experiment']} | {what} | {r['paper']} | {r['old']} | {r['new']} | {ch} "
                      f"| {r['intervals']} |")
     apart = sum(1 for r in rows if r["intervals"] == "apart")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from . import mediumserver
 from .errors import LabError, SpecError
+from .fmt import figure
 from .experiments import RUN_OVERHEAD_S, Experiment, Variant, registry
 from .results import percentile
 from .spec import DYNAMIC_ROUTING
@@ -737,7 +738,7 @@ def retry_limit(records: list[dict]) -> int:
 def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, out: Path, progress,
             medium: dict | None = None) -> dict:
     from . import spec as specmod
-    from .cli import run_spec
+    from .run import run_spec
 
     rec = {"experiment": e.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt, "status": None,
            "commit": git_commit(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -776,21 +777,6 @@ def run_one(e: Experiment, v: Variant, p, rep: int, attempt: int, quick: bool, o
 
 
 # ---- report ---------------------------------------------------------------------------------------
-
-def _fmt(v, unit: str = "") -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float) and math.isinf(v):
-        return "∞"
-    if unit == "Mbit/s":
-        # Every rate carries its unit: a row's interval may span kbit/s and Mbit/s.
-        if abs(v) < 0.1:
-            return f"{v * 1000:.1f} kbit/s"
-        return _fmt(v) + " Mbit/s"
-    if abs(v) >= 100:
-        return f"{v:.0f}"
-    return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
-
 
 def _json_safe(o):
     if isinstance(o, float) and (math.isinf(o) or math.isnan(o)):
@@ -931,17 +917,17 @@ def _row_cells(e: dict, r: dict) -> tuple[str, str, str, str]:
         ours = f"— ({r['note'] or 'undefined'}; n={r['n']})"
     else:
         ci = r["ci"]
-        ours = _fmt(r["ours"], unit) + ("×" if unit == "x" else u)
-        ours += f" [{_fmt(ci[0], unit)}, {_fmt(ci[1], unit)}]" if ci else " [no CI]"
+        ours = figure(r["ours"], unit) + ("×" if unit == "x" else u)
+        ours += f" [{figure(ci[0], unit)}, {figure(ci[1], unit)}]" if ci else " [no CI]"
         ours += (f" (n=1 run, CI over its {r['n_flows']} flows)" if r.get("ci_over") == "flows"
                  else f" (n={r['n']})")
     if r["paper"] is not None:
-        paper = _fmt(r["paper"], unit) + ("×" if unit == "x" else u)
+        paper = figure(r["paper"], unit) + ("×" if unit == "x" else u)
     elif r["paper_range"]:
         paper = f"{r['paper_range'][0]:g}–{r['paper_range'][1]:g}×"
     else:
         paper = "figure only"
-    rel = _fmt(r["ours_over_paper"]) if r["ours_over_paper"] is not None else (
+    rel = figure(r["ours_over_paper"]) if r["ours_over_paper"] is not None else (
         r["note"] if r["status"] == "ok" and r["note"] and r["ours"] is not None
         and not math.isinf(r["ours"]) else "—")
     what = r["what"]

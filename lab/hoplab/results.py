@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+from .fmt import fixed
+
 COUNTER_KEYS = ("mac_tx", "phy_tx", "phy_rx_ok", "phy_rx_drop", "phy_rx_collision", "imposed_loss",
                 "retries", "final_failures", "rts_failed", "queue_full", "queue_expired",
                 # recorded since 2026-11-26 (medium_cpp.h: airtime and PHY state times, microseconds)
@@ -196,20 +198,12 @@ def plot(res: dict, out: Path) -> list[str]:
     return files
 
 
-def _fmt(v, nd=2) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{nd}f}"
-    return str(v)
-
-
 def markdown(res: dict) -> str:
     lag = res["lag"]
     lines = [f"# {res['name']}", ""]
     if res["valid"]:
-        lines.append(f"Valid run: max lag {_fmt(lag['max_ms'], 1)} ms "
-                     f"(p99 {_fmt(lag.get('p99_ms'), 1)} ms, bound {lag['bound_ms']:g} ms).")
+        lines.append(f"Valid run: max lag {fixed(lag['max_ms'], 1)} ms "
+                     f"(p99 {fixed(lag.get('p99_ms'), 1)} ms, bound {lag['bound_ms']:g} ms).")
     else:
         lines.append(f"**INVALID RUN**: {res['invalid_reason']}. Numbers below are not trustworthy.")
     loop = lag.get("loop") or {}
@@ -241,14 +235,14 @@ def markdown(res: dict) -> str:
         if f.get("sender_error"):
             notes.append(str(f["sender_error"]))
         drv = f["driver"] + (f"/{f['cc']}" if f.get("cc") else "")
-        lines.append(f"| {f['label']} | {drv} | {f['src']}→{f['dst']} | {_fmt(f['hops'])} | {f['bytes']} | "
-                     f"{_fmt(f['goodput_mbps'])} | {_fmt(f['completion_s'])} | {'; '.join(notes)} |")
+        lines.append(f"| {f['label']} | {drv} | {f['src']}→{f['dst']} | {fixed(f['hops'])} | {f['bytes']} | "
+                     f"{fixed(f['goodput_mbps'])} | {fixed(f['completion_s'])} | {'; '.join(notes)} |")
     groups = by_group(res["flows"])
     if any(len(v) > 1 for v in groups.values()):
         lines += ["", "| group | flows | median | mean | Q1 | Q3 |", "|---|---|---|---|---|---|"]
         for g, xs in sorted(groups.items()):
-            lines.append(f"| {g} | {len(xs)} | {_fmt(percentile(xs, 50))} | {_fmt(sum(xs) / len(xs))} | "
-                         f"{_fmt(percentile(xs, 25))} | {_fmt(percentile(xs, 75))} |")
+            lines.append(f"| {g} | {len(xs)} | {fixed(percentile(xs, 50))} | {fixed(sum(xs) / len(xs))} | "
+                         f"{fixed(percentile(xs, 25))} | {fixed(percentile(xs, 75))} |")
     tot = m["totals"]
     lines += ["", "Medium counters (all nodes): " + ", ".join(f"{k} {v}" for k, v in tot.items()), ""]
     return "\n".join(lines)

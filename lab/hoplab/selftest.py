@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import spec as specmod
+from . import mediumserver, spec as specmod
+from .run import run_spec
 
 # Expectation bands: the nominal value +-25 %.
 TCP_1HOP_MBPS = 5.0
@@ -139,15 +140,11 @@ def evaluate(name: str, res: dict, ctx: dict) -> list[tuple[str, bool, str]]:
 
 
 def selftest(quick: bool, out: Path) -> int:
-    from . import mediumserver
-
     with mediumserver.serving():  # one ns-3 import for all scenarios
         return _selftest(quick, out)
 
 
 def _selftest(quick: bool, out: Path) -> int:
-    from .cli import run_spec
-
     ctx: dict = {}
     all_checks = []
     invalid = []

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hoplab import dtn, lab, spec
-from hoplab.cli import run_spec
+from hoplab.run import run_spec
 from hoplab.errors import LabError
 
 REPO = Path(__file__).resolve().parents[2]

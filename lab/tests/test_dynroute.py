@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from hoplab import dynroute, lab, spec
-from hoplab.cli import run_spec
+from hoplab.run import run_spec
 from hoplab.drivers import HopDriver
 from hoplab.errors import LabError, SpecError
 from hoplab.experiments import registry

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from hoplab import lab, mediumserver, spec
-from hoplab.cli import run_spec
+from hoplab.run import run_spec
 from hoplab.errors import LabError
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from hoplab import hbhtcp, lab, spec
-from hoplab.cli import run_spec
+from hoplab.run import run_spec
 from hoplab.errors import LabError
 
 

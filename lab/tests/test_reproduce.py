@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hoplab import fmt
 from hoplab import reproduce as rp
 from hoplab import spec as specmod
 from hoplab.errors import LabError, SpecError
@@ -203,7 +204,7 @@ def test_long_partition_run_repeats_the_57_schedule_for_five_cycles_and_is_opt_i
 
 
 def test_a_run_starts_without_what_an_interrupted_attempt_left(tmp_path, monkeypatch):
-    import hoplab.cli
+    import hoplab.run
 
     e = registry()["hop-5.7"]
     v = e.variant("hop-h1")
@@ -217,7 +218,7 @@ def test_a_run_starts_without_what_an_interrupted_attempt_left(tmp_path, monkeyp
         seen.append((out, stale.exists()))
         raise LabError("stopped here")
 
-    monkeypatch.setattr(hoplab.cli, "run_spec", fake_run_spec)
+    monkeypatch.setattr(hoplab.run, "run_spec", fake_run_spec)
     rec = rp.run_one(e, v, None, 0, 0, False, tmp_path, lambda s: None)
     assert seen == [(run_dir, False)]
     assert rec["status"] == "error" and rec["dir"] == str(run_dir.relative_to(tmp_path))
@@ -466,12 +467,12 @@ def test_report_markdown_counts_and_not_run(tmp_path):
 
 def test_rates_carry_their_unit_on_both_sides_of_0_1_mbit():
     # an interval may run from kbit/s to Mbit/s: no bare number may be left to guess
-    assert rp._fmt(0.0104, "Mbit/s") == "10.4 kbit/s"
-    assert rp._fmt(1.98, "Mbit/s") == "1.98 Mbit/s"
-    assert rp._fmt(0.469, "Mbit/s") == "0.469 Mbit/s"
-    assert rp._fmt(12.5, "Mbit/s") == "12.5 Mbit/s"
-    assert rp._fmt(2.5, "x") == "2.5"
-    assert rp._fmt(None, "Mbit/s") == "—"
+    assert fmt.figure(0.0104, "Mbit/s") == "10.4 kbit/s"
+    assert fmt.figure(1.98, "Mbit/s") == "1.98 Mbit/s"
+    assert fmt.figure(0.469, "Mbit/s") == "0.469 Mbit/s"
+    assert fmt.figure(12.5, "Mbit/s") == "12.5 Mbit/s"
+    assert fmt.figure(2.5, "x") == "2.5"
+    assert fmt.figure(None, "Mbit/s") == "—"
 
 
 def test_cut_off_goodput_uses_the_time_the_flow_had():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hoplab import lab, spec
-from hoplab.cli import run_spec
+from hoplab.run import run_spec
 from hoplab.drivers import HopDriver
 from hoplab.errors import LabError
 
