@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import dynroute, mediumserver, routes
+from .addresses import BROADCAST, IFACE, ip_of, mac_of, node_of
 from .drivers import DRIVERS
 from .errors import LabError
 from .spec import DYNAMIC_ROUTING, Spec
@@ -37,9 +38,6 @@ IN_RANGE_DB = 50.0  # path loss between nodes in range (rx at about -34 dBm: str
 SENSE_DB = 96.0
 OUT_OF_RANGE_DB = 1000.0
 PROGRESS_INTERVAL_S = 2.0  # how often the run samples every flow's received bytes
-IFACE = "wl0"
-SUBNET = "10.77"
-BROADCAST = f"{SUBNET}.255.255"
 
 
 def ns_name(i: int) -> str:
@@ -48,23 +46,6 @@ def ns_name(i: int) -> str:
 
 def tap_name(i: int) -> str:
     return f"{PREFIX}t{i}"
-
-
-def mac_of(i: int) -> str:
-    return f"02:48:4c:00:{(i + 1) >> 8:02x}:{(i + 1) & 0xFF:02x}"
-
-
-def ip_of(i: int) -> str:
-    return f"{SUBNET}.{(i + 1) >> 8}.{(i + 1) & 0xFF}"
-
-
-def node_of(ip: str) -> int | None:
-    """The lab node with address `ip`, or None (inverse of ip_of)."""
-    parts = ip.split(".")
-    if len(parts) != 4 or ".".join(parts[:2]) != SUBNET or not all(p.isdigit() for p in parts[2:]):
-        return None
-    v = int(parts[2]) * 256 + int(parts[3])
-    return v - 1 if v >= 1 else None
 
 
 def sh(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:

@@ -273,7 +273,7 @@ def unavailable(v: Variant) -> str | None:
             HopDriver.binary("hopd")
             HopDriver.binary("hop")
         elif v.driver == "dtn":
-            from .dtn import dtnd_binary
+            from .drivers.dtn import dtnd_binary
 
             dtnd_binary()
     except LabError as e:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from . import mediumserver, spec as specmod
+from .drivers.udp import VOIP_PAYLOAD_BYTES, VOIP_RATE_BPS
 from .run import run_spec
 
 # Expectation bands: the nominal value +-25 %.
@@ -128,7 +129,7 @@ def evaluate(name: str, res: dict, ctx: dict) -> list[tuple[str, bool, str]]:
         f = fl["voip"]
         sp = res["spec"]
         down, up = sp["schedule"][0]["at"], sp["schedule"][1]["at"]
-        interval = specmod.VOIP_PAYLOAD_BYTES * 8 / specmod.VOIP_RATE_BPS
+        interval = VOIP_PAYLOAD_BYTES * 8 / VOIP_RATE_BPS
         before = window_delivery(f, 0, 0.5, down - 0.2, interval)
         during = window_delivery(f, 0, down + 0.3, up - 0.1, interval)
         after = window_delivery(f, 0, up + 1.0, f.get("sent_packets", 0) * interval, interval)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import topology as topo
+from .drivers import DRIVERS
 from .errors import SpecError
 
 # Hop §5: fixed 802.11b bit rate of 11 Mbit/s unless auto-rate is studied (§5.9).
@@ -30,9 +31,6 @@ def default_rate(standard: str) -> float:
 DEFAULT_RETRY_LIMIT = 7
 # Hop §4: txop of the background queue set to 8160 us when burst mode is used.
 HOP_TXOP_BK_US = 8160
-# Hop §5.8: VoIP emulated as 20-byte packets at 8 kbit/s.
-VOIP_PAYLOAD_BYTES = 20
-VOIP_RATE_BPS = 8000
 # Hop §5.6.2: web flows arrive as a Poisson process with lambda = 2 flows/s.
 WEB_ARRIVAL_RATE = 2.0
 DEFAULT_LAG_BOUND_MS = 50.0
@@ -361,8 +359,6 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
 
 
 def parse_flow(f: dict, where: str, n: int) -> Flow:
-    from .drivers import DRIVERS  # noqa: PLC0415
-
     _check_keys(f, {"driver", "src", "dst", "start", "size", "duration", "rate", "cc", "label",
                     "options", "after", "background"}, where)
     driver = _take(f, "driver", str, "tcp", where)

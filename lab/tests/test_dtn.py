@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from hoplab import dtn, lab, spec
-from hoplab.run import run_spec
+from hoplab import dtnclient, lab, spec
+from hoplab.drivers import dtn
 from hoplab.errors import LabError
+from hoplab.run import run_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,11 +61,11 @@ def test_cbor_payload_of_a_bpv7_bundle():
     hop = [10, 2, 0, 0, enc([32, 0])]
     pl = [1, 1, 0, 0, payload]
     raw = b"\x9f" + enc(primary) + enc(hop) + enc(pl) + b"\xff"
-    assert dtn.bundle_payload(raw) == payload
-    with pytest.raises(dtn.CborError):
-        dtn.bundle_payload(b"\x9f" + enc(primary) + enc(hop) + b"\xff")
-    with pytest.raises(dtn.CborError):
-        dtn.bundle_payload(raw[:-100])
+    assert dtnclient.bundle_payload(raw) == payload
+    with pytest.raises(dtnclient.CborError):
+        dtnclient.bundle_payload(b"\x9f" + enc(primary) + enc(hop) + b"\xff")
+    with pytest.raises(dtnclient.CborError):
+        dtnclient.bundle_payload(raw[:-100])
 
 
 def test_routes_and_args():
@@ -118,15 +119,15 @@ def test_three_dtnd_on_loopback_deliver_bundles(tmp_path):
                 [binary, *dtn.dtnd_args(i, d, routes, peers, web_port=web[i], cla_port=cla[i])],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         for i in range(3):
-            dtn.wait_api(web[i], time.time() + 20)
+            dtnclient.wait_api(web[i], time.time() + 20)
         size = 2_500_000
         out_r, out_s = tmp_path / "recv.json", tmp_path / "send.json"
         env = {**os.environ, "PYTHONPATH": str(REPO / "lab")}
-        recv = subprocess.Popen(["python3", "-m", "hoplab.dtn", "recv", "--port", str(web[2]),
+        recv = subprocess.Popen(["python3", "-m", "hoplab.dtnclient", "recv", "--port", str(web[2]),
                                  "--endpoint", "f7", "--size", str(size), "--out", str(out_r)],
                                 env=env, stdout=subprocess.PIPE, text=True)
         assert recv.stdout.readline().strip() == "ready"  # endpoint registered
-        send = subprocess.run(["python3", "-m", "hoplab.dtn", "send", "--port", str(web[0]),
+        send = subprocess.run(["python3", "-m", "hoplab.dtnclient", "send", "--port", str(web[0]),
                                "--dst", "dtn://n2/f7", "--size", str(size),
                                "--out", str(out_s)], env=env, timeout=60)
         assert send.returncode == 0

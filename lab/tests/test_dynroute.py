@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from hoplab import dynroute, lab, spec
-from hoplab.run import run_spec
+from hoplab import addresses, dynroute, lab, spec
 from hoplab.drivers import HopDriver
 from hoplab.errors import LabError, SpecError
 from hoplab.experiments import registry
+from hoplab.run import run_spec
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
                                 reason="needs root (CI runs as root)")
@@ -22,10 +22,10 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
 
 def test_node_of_inverts_ip_of():
     for i in (0, 1, 254, 255, 300):
-        assert lab.node_of(lab.ip_of(i)) == i
-    assert lab.node_of("10.1.0.1") is None
-    assert lab.node_of("fe80::1") is None
-    assert lab.node_of(f"{lab.SUBNET}.0.0") is None
+        assert addresses.node_of(addresses.ip_of(i)) == i
+    assert addresses.node_of("10.1.0.1") is None
+    assert addresses.node_of("fe80::1") is None
+    assert addresses.node_of(f"{addresses.SUBNET}.0.0") is None
 
 
 def test_parse_table_reads_babel_host_routes():
@@ -36,9 +36,9 @@ def test_parse_table_reads_babel_host_routes():
         # a destination babeld lost: no next hop (not a direct route)
         {"type": "unreachable", "dst": lab.ip_of(5), "protocol": "babel", "metric": 4294967295, "flags": []},
     ])
-    assert dynroute.parse_table(text, lab.node_of) == {3: 1, 1: 1}
-    assert dynroute.parse_table("", lab.node_of) == {}
-    assert dynroute.parse_table("not json", lab.node_of) == {}
+    assert dynroute.parse_table(text, addresses.node_of) == {3: 1, 1: 1}
+    assert dynroute.parse_table("", addresses.node_of) == {}
+    assert dynroute.parse_table("not json", addresses.node_of) == {}
 
 
 def test_unrouted_follows_next_hops_and_stops_on_loops():

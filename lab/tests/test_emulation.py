@@ -8,8 +8,8 @@ import time
 import pytest
 
 from hoplab import lab, mediumserver, spec
-from hoplab.run import run_spec
 from hoplab.errors import LabError
+from hoplab.run import run_spec
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
                                 reason="needs root (CI runs as root)")

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from hoplab import hbhtcp, lab, spec
-from hoplab.run import run_spec
+from hoplab import hbhrelay, lab, spec
+from hoplab.drivers import hbhtcp
 from hoplab.errors import LabError
+from hoplab.run import run_spec
 
 
 def free_ports(n):
@@ -26,7 +27,7 @@ def free_ports(n):
     return ports
 
 
-def chain(n_relays, sockbuf=hbhtcp.RELAY_SOCKBUF):
+def chain(n_relays, sockbuf=hbhrelay.RELAY_SOCKBUF):
     """Receiver listener + n relays on loopback; returns (listener, relays, first port)."""
     ports = free_ports(n_relays + 1)
     rx = socket.socket()
@@ -35,9 +36,9 @@ def chain(n_relays, sockbuf=hbhtcp.RELAY_SOCKBUF):
     rx.listen(1)
     relays = []
     for i in range(n_relays):
-        spec_ = hbhtcp.RelaySpec(flow=0, listen_port=ports[i], next_ip="127.0.0.1",
+        spec_ = hbhrelay.RelaySpec(flow=0, listen_port=ports[i], next_ip="127.0.0.1",
                                  next_port=ports[i + 1], listen_ip="127.0.0.1")
-        relays.append(hbhtcp.Relay(spec_, sockbuf))
+        relays.append(hbhrelay.Relay(spec_, sockbuf))
     for r in reversed(relays):
         threading.Thread(target=r.run, kwargs={"connect_timeout": 10}, daemon=True).start()
     return rx, relays, ports[0]
@@ -70,7 +71,7 @@ def test_bytes_arrive_identical_through_two_relays():
             time.sleep(0.01)
         assert r.error is None
         assert r.bytes_in == r.bytes_out == len(data)
-        assert r.max_user_buffered <= hbhtcp.CHUNK
+        assert r.max_user_buffered <= hbhrelay.CHUNK
 
 
 def test_stalled_receiver_backpressures_through_relays():
@@ -118,14 +119,14 @@ def test_stalled_receiver_backpressures_through_relays():
     # kernel checks a socket's limit before queueing a segment, so each socket may
     # exceed its limit by one segment (up to 64 KiB on loopback): SLACK per socket.
     slack = 64 * 1024
-    assert b.bytes_in <= rx_buf + b.effective_sndbuf + 2 * slack + hbhtcp.CHUNK
+    assert b.bytes_in <= rx_buf + b.effective_sndbuf + 2 * slack + hbhrelay.CHUNK
     assert a.bytes_in <= (b.bytes_in + b.effective_rcvbuf + a.effective_sndbuf + 2 * slack
-                          + hbhtcp.CHUNK)
+                          + hbhrelay.CHUNK)
     sender_buf = s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
     assert sent[0] <= a.bytes_in + a.effective_rcvbuf + sender_buf + 2 * slack
     assert sent[0] < total // 8
     for r in relays:
-        assert r.max_user_buffered <= hbhtcp.CHUNK
+        assert r.max_user_buffered <= hbhrelay.CHUNK
         assert r.max_kernel_queued <= r.effective_rcvbuf + r.effective_sndbuf + 2 * slack
     # resume: everything arrives, in order
     h = hashlib.sha256()
@@ -145,7 +146,7 @@ def test_stalled_receiver_backpressures_through_relays():
 
 def test_relay_reports_unreachable_next_hop():
     (port, dead) = free_ports(2)
-    r = hbhtcp.Relay(hbhtcp.RelaySpec(flow=3, listen_port=port, next_ip="127.0.0.1", next_port=dead,
+    r = hbhrelay.Relay(hbhrelay.RelaySpec(flow=3, listen_port=port, next_ip="127.0.0.1", next_port=dead,
                                       listen_ip="127.0.0.1"))
     r.run(connect_timeout=0.3)
     assert r.done and r.error and "next hop" in r.error

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from hoplab import lab, spec
-from hoplab.run import run_spec
 from hoplab.drivers import HopDriver
 from hoplab.errors import LabError
+from hoplab.run import run_spec
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
                                 reason="needs root (CI runs as root)")

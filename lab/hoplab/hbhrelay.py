@@ -7,12 +7,12 @@ stops reading, the incoming socket's receive buffer fills and TCP flow control c
 the previous hop's window: backpressure travels hop by hop back to the source.
 There is no userspace queue: at most `CHUNK` bytes sit in the relay process per flow.
 
-    python -m hoplab.hbhtcp relay --config FILE --out FILE
+    python -m hoplab.hbhrelay relay --config FILE --out FILE
 
 runs one relay process per node; the config lists the flows crossing the node
 (listen port, next hop address and port, congestion control). The driver `HbhTcpDriver`
-starts the relays in `prepare`, the lab's TCP receiver at the destination and the lab's
-TCP sender at the source, connected to the first relay.
+(hoplab.drivers.hbhtcp) starts the relays in `prepare`, the lab's TCP receiver at the
+destination and the lab's TCP sender at the source, connected to the first relay.
 
 Socket buffers (`RELAY_SOCKBUF`, per direction and flow): 64 KiB requested with
 SO_RCVBUF on the incoming and SO_SNDBUF on the outgoing socket (Linux doubles the value
@@ -40,8 +40,6 @@ from dataclasses import dataclass
 
 from .errors import LabError
 
-BASE_PORT = 5200
-"""Flow idx uses BASE_PORT + idx, like the lab's TCP driver (hoplab.drivers)."""
 
 CHUNK = 16 * 1024
 """Bytes one relay copies per read: the only userspace buffering per flow."""
@@ -195,102 +193,8 @@ def relay_main(a) -> int:
     return 0
 
 
-def _load(path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def flow_path(table: list[dict], src: int, dst: int) -> list[int]:
-    """Nodes from src to dst following the lab's next-hop table."""
-    p = [src]
-    while p[-1] != dst:
-        nh = table[p[-1]].get(dst)
-        if nh is None or nh in p:
-            raise LabError(f"no route from {src} to {dst} (stuck at {p[-1]})")
-        p.append(nh)
-    return p
-
-
-class _DriverDefaults:
-    """Falls back to hoplab.drivers.Driver for every attribute this driver does not define
-    (e.g. `done_when`), so it follows the lab's Driver interface without importing
-    hoplab.drivers at module load (drivers.py imports this module to register it)."""
-
-    def __getattr__(self, name):
-        from . import drivers
-
-        attr = getattr(drivers.Driver, name)
-        return attr.__get__(self) if callable(attr) else attr
-
-
-class HbhTcpDriver(_DriverDefaults):
-    """Hop-by-hop TCP (Hop §5): one-hop kernel TCP connections chained by relays on every
-    intermediate node of the lab's route; the lab's TCP sender and receiver at the ends.
-    Flow idx uses port BASE_PORT + idx on every node of its path. options.sockbuf
-    overrides RELAY_SOCKBUF (bytes). Goodput counts from the sender's connect to the
-    first relay (connection setup excluded, Hop §5)."""
-
-    name = "hbhtcp"
-
-    def relay_file(self, lab, node: int):
-        return lab.work / f"hbh-relay-{node}.json"
-
-    def prepare(self, lab, flows) -> None:
-        per_node: dict[int, list[dict]] = {}
-        sockbuf = RELAY_SOCKBUF
-        for f in flows:
-            sockbuf = int(f.options.get("sockbuf", sockbuf))
-        for f in flows:
-            idx = next(i for i, g in enumerate(lab.spec.flows) if g is f)
-            port = BASE_PORT + idx
-            p = flow_path(lab.table, f.src, f.dst)
-            for a, b in zip(p[1:-1], p[2:]):
-                per_node.setdefault(a, []).append(
-                    {"flow": idx, "listen_port": port, "next_ip": lab.ip(b), "next_port": port,
-                     "cc": f.cc})
-        self.nodes = sorted(per_node)
-        for node in self.nodes:
-            cfg = lab.work / f"hbh-relay-{node}.conf.json"
-            cfg.write_text(json.dumps({"sockbuf": sockbuf, "relays": per_node[node]}))
-            lab.spawn(node, ["relay", "--config", str(cfg), "--out", str(self.relay_file(lab, node))],
-                      f"hbh-relay-{node}", module="hoplab.hbhtcp")
-
-    def start_receiver(self, lab, flow, idx):
-        lab.spawn(flow.dst, ["tcp-recv", "--port", str(BASE_PORT + idx),
-                             "--out", str(lab.flow_file(idx, "recv"))], f"f{idx}-recv")
-
-    def start_sender(self, lab, flow, idx):
-        p = flow_path(lab.table, flow.src, flow.dst)
-        args = ["tcp-send", "--dst", lab.ip(p[1]), "--port", str(BASE_PORT + idx),
-                "--out", str(lab.flow_file(idx, "send")), "--cc", flow.cc,
-                "--tos", flow.options.get("tos", "be")]
-        args += ["--size", str(flow.size)] if flow.size is not None else []
-        dur = flow.duration if flow.duration is not None else (None if flow.size else lab.spec.duration)
-        args += ["--duration", str(dur)] if dur is not None else []
-        lab.spawn(flow.src, args, f"f{idx}-send")
-
-    def progress(self, lab, flow, idx) -> int:
-        return int(_load(lab.flow_file(idx, "recv")).get("bytes", 0))
-
-    def result(self, lab, flow, idx):
-        r, s = _load(lab.flow_file(idx, "recv")), _load(lab.flow_file(idx, "send"))
-        complete = bool(r.get("complete")) and (flow.size is None or r.get("bytes", 0) >= flow.size)
-        relays = []
-        p = flow_path(lab.table, flow.src, flow.dst)
-        for node in p[1:-1]:
-            for st in _load(self.relay_file(lab, node)).get("relays", []):
-                if st.get("flow") == idx:
-                    relays.append({"node": node, **st})
-        return {"bytes": r.get("bytes", 0), "start": s.get("connected") or s.get("start"),
-                "start_before_connect": s.get("start"), "first": r.get("first"),
-                "last": r.get("last"), "complete": complete, "relays": relays,
-                "sender_error": s.get("error") if s else f"no sender result (raw/f{idx}-send.log)"}
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="hoplab.hbhtcp")
+    p = argparse.ArgumentParser(prog="hoplab.hbhrelay")
     p.add_argument("mode", choices=["relay"])
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True)

@@ -1,11 +1,7 @@
-"""DTN baseline (Hop §5: DTN2.5 there; here dtn7 0.21.0, crates.io): a bundle daemon
-`dtnd` in every node namespace on the flows' paths, TCP convergence layer (TCPCLv4) between
-radio neighbours and static routing derived from the lab's route table.
-
-Per node i: node id `dtn://n<i>/`, web/API port `WEB_PORT` on the namespace's loopback,
-TCP CLA on `CLA_PORT`, one static peer `tcp://<ip>:CLA_PORT/n<j>` per next hop j it uses,
-and a routes file with one line per destination d: `<k> ** dtn://n<d>/** dtn://n<next hop>/`.
-Neighbour discovery is off (the lab's routes decide; beacons would only add traffic).
+"""The DTN baseline's clients, run in the node namespaces (the lab side, dtnd's
+configuration and the driver, is hoplab.drivers.dtn): they post a flow's bundles to the
+source's dtnd and collect them from the destination's, through dtnd's web API on the
+namespace's loopback (port `WEB_PORT`).
 
 A flow of N bytes is cut into bundles of at most `BUNDLE_BYTES` and posted to the source
 daemon's `/send` API; the destination client registers endpoint `f<flow index>`, polls
@@ -13,8 +9,8 @@ daemon's `/send` API; the destination client registers endpoint `f<flow index>`,
 bundles. Each payload starts with a header (magic, offset) and carries a known byte pattern,
 so the receiver counts unique bytes and checks content.
 
-    python -m hoplab.dtn send --dst EID --size N [--bundle B] [--port P] --out F
-    python -m hoplab.dtn recv --endpoint incoming --size N [--port P] --out F
+    python -m hoplab.dtnclient send --dst EID --size N [--bundle B] [--port P] --out F
+    python -m hoplab.dtnclient recv --endpoint incoming --size N [--port P] --out F
 """
 
 from __future__ import annotations
@@ -23,19 +19,16 @@ import argparse
 import http.client
 import json
 import os
-import shutil
 import signal
 import struct
 import sys
 import time
-from pathlib import Path
 
 from .errors import LabError
 
+
 WEB_PORT = 3000
 """dtnd's HTTP API port (its default), on each namespace's loopback."""
-CLA_PORT = 4556
-"""TCP convergence layer port (TCPCLv4's registered port, RFC 9174)."""
 BUNDLE_BYTES = 1 << 20
 """Largest bundle payload. dtnd's HTTP API rejects request bodies over 2 MB (its web
 framework's default limit: why posting a 10 MB file in one bundle fails), so larger files
@@ -253,122 +246,8 @@ def recv_main(a) -> int:
     return 0
 
 
-# ---- dtnd configuration and the lab driver --------------------------------------------------
-
-def dtnd_binary() -> str:
-    root = Path(__file__).resolve().parents[2]
-    for cand in (root / ".tools" / "dtn7" / "bin" / "dtnd", shutil.which("dtnd")):
-        if cand and Path(cand).exists():
-            return str(cand)
-    raise LabError("dtnd not found: run scripts/setup-dtn7.sh (installs dtn7 0.21.0 into .tools/dtn7)")
-
-
-def routes_text(node: int, next_hops: dict[int, int]) -> str:
-    """dtn7 static routes: `idx source-glob destination-glob via-node-eid`. The globs
-    need `**`: a single `*` does not match across `/`, so `*` as source never matches an
-    EID like `dtn://n0/` (the route is then silently unused: "No route found")."""
-    lines = [f"{k} ** dtn://n{d}/** dtn://n{nh}/" for k, (d, nh) in enumerate(sorted(next_hops.items()), 1)]
-    return "\n".join(lines) + "\n"
-
-
-JANITOR = "0"
-"""dtnd's janitor re-dispatches every bundle still pending forwarding, including one whose
-transfer is in progress: with a 1 s period each 1 MiB bundle (1.4-5 s per emulated hop) was
-sent two or three times. Off by default ("0"); then a bundle whose transfer fails is not
-retried. options.janitor (e.g. "30s") turns it on for disruption experiments."""
-
-
-def dtnd_args(node: int, workdir: Path, routes_file: Path, peers: dict[int, str],
-              web_port: int = WEB_PORT, cla_port: int = CLA_PORT, endpoint: str = "incoming",
-              janitor: str = JANITOR, debug: bool = False) -> list[str]:
-    """Command line of one dtnd. `peers` maps neighbour node -> "ip:cla_port"."""
-    args = ["-4", "-n", f"n{node}", "-W", str(workdir), "-w", str(web_port), "-D", "mem",
-            "-C", f"tcp:port={cla_port}", "-r", "static", "-R", f"static.routes={routes_file}",
-            "--disable_nd", "-i", "0", "-j", janitor, "-e", endpoint]
-    for j, addr in sorted(peers.items()):
-        args += ["-s", f"tcp://{addr}/n{j}"]
-    if debug:
-        args.append("-d")
-    return args
-
-
-class _DriverDefaults:
-    """Falls back to hoplab.drivers.Driver for every attribute this driver does not define
-    (e.g. `done_when`), so it follows the lab's Driver interface without importing
-    hoplab.drivers at module load (drivers.py imports this module to register it)."""
-
-    def __getattr__(self, name):
-        from . import drivers
-
-        attr = getattr(drivers.Driver, name)
-        return attr.__get__(self) if callable(attr) else attr
-
-
-class DtnDriver(_DriverDefaults):
-    """dtn7 bundles over the lab's routes (Hop §5's DTN baseline). Sized transfers only.
-    options.bundle sets the bundle size (bytes, <= BUNDLE_BYTES), options.janitor dtnd's
-    janitor period (see JANITOR)."""
-
-    name = "dtn"
-    done_when = "receiver"  # the sender returns once its daemon took the bundles
-
-    def prepare(self, lab, flows) -> None:
-        binary = dtnd_binary()
-        janitor = str(next((f.options["janitor"] for f in flows if "janitor" in f.options), JANITOR))
-        for f in flows:
-            if f.size is None:
-                raise LabError("the dtn driver transfers files: give every dtn flow a size")
-        for node in range(lab.spec.topology.n):
-            d = lab.work / f"dtnd-{node}"
-            d.mkdir(parents=True, exist_ok=True)
-            routes = d / "routes.txt"
-            routes.write_text(routes_text(node, dict(lab.table[node])))
-            peers = {nh: f"{lab.ip(nh)}:{CLA_PORT}" for nh in set(lab.table[node].values())}
-            lab.spawn_cmd(node, [binary, *dtnd_args(node, d, routes, peers, janitor=janitor)],
-                          f"dtnd-{node}")
-        time.sleep(1.0)
-
-    @staticmethod
-    def endpoint(idx: int) -> str:
-        """Each flow has its own endpoint at its destination, so flows to one node do not
-        take each other's bundles."""
-        return f"f{idx}"
-
-    def start_receiver(self, lab, flow, idx):
-        lab.spawn(flow.dst, ["recv", "--endpoint", self.endpoint(idx), "--size", str(flow.size),
-                             "--out", str(lab.flow_file(idx, "recv"))], f"f{idx}-recv",
-                  module="hoplab.dtn")
-
-    def start_sender(self, lab, flow, idx):
-        b = int(flow.options.get("bundle", BUNDLE_BYTES))
-        if not HDR.size < b <= BUNDLE_BYTES:
-            raise LabError(f"dtn bundle size must be in ({HDR.size}, {BUNDLE_BYTES}]")
-        lab.spawn(flow.src, ["send", "--dst", f"dtn://n{flow.dst}/{self.endpoint(idx)}",
-                             "--size", str(flow.size),
-                             "--bundle", str(b), "--out", str(lab.flow_file(idx, "send"))],
-                  f"f{idx}-send", module="hoplab.dtn")
-
-    def progress(self, lab, flow, idx) -> int:
-        return int(_load(lab.flow_file(idx, "recv")).get("bytes", 0))
-
-    def result(self, lab, flow, idx):
-        r, s = _load(lab.flow_file(idx, "recv")), _load(lab.flow_file(idx, "send"))
-        return {"bytes": r.get("bytes", 0), "start": s.get("start"), "first": r.get("first"),
-                "last": r.get("last"), "complete": bool(r.get("complete")),
-                "bundles": r.get("bundles", 0), "bad_bundles": r.get("bad", 0),
-                "dup_bundles": r.get("dups", 0), "sender_error": s.get("error"),
-                "receiver_error": r.get("error")}
-
-
-def _load(path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="hoplab.dtn")
+    p = argparse.ArgumentParser(prog="hoplab.dtnclient")
     p.add_argument("mode", choices=["send", "recv"])
     p.add_argument("--port", type=int, default=WEB_PORT)
     p.add_argument("--dst", default="")
