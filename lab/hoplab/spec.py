@@ -14,6 +14,8 @@ from pathlib import Path
 from . import topology as topo
 from .drivers import DRIVERS
 from .errors import SpecError
+from .schema import check_keys, parse_rate, parse_size, take
+from .workloads import expand
 
 # Hop §5: fixed 802.11b bit rate of 11 Mbit/s unless auto-rate is studied (§5.9).
 DEFAULT_STANDARD = "b"
@@ -31,8 +33,6 @@ def default_rate(standard: str) -> float:
 DEFAULT_RETRY_LIMIT = 7
 # Hop §4: txop of the background queue set to 8160 us when burst mode is used.
 HOP_TXOP_BK_US = 8160
-# Hop §5.6.2: web flows arrive as a Poisson process with lambda = 2 flows/s.
-WEB_ARRIVAL_RATE = 2.0
 DEFAULT_LAG_BOUND_MS = 50.0
 
 B_RATES = {1.0: "DsssRate1Mbps", 2.0: "DsssRate2Mbps", 5.5: "DsssRate5_5Mbps", 11.0: "DsssRate11Mbps"}
@@ -151,71 +151,24 @@ class Spec:
         return self.medium.link_status and any(f.driver == "hop" for f in self.flows)
 
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)(i?)[bB]?\s*$")
-
-
-def parse_size(v) -> int:
-    """'10MB' -> 10_000_000, '64KiB' -> 65536, 1500 -> 1500."""
-    if isinstance(v, bool):
-        raise SpecError(f"bad size {v!r}")
-    if isinstance(v, (int, float)):
-        if v < 0:
-            raise SpecError(f"negative size {v}")
-        return int(v)
-    m = _SIZE.match(str(v))
-    if not m:
-        raise SpecError(f"bad size {v!r}")
-    num, unit, binary = float(m.group(1)), m.group(2).lower(), m.group(3)
-    base = 1024 if binary else 1000
-    mult = {"": 1, "k": base, "m": base**2, "g": base**3}[unit]
-    return int(num * mult)
-
-
-def parse_rate(v) -> float:
-    """'8kbit' / '2Mbit' / 8000 -> bits per second."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    m = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)(bit|bps|b)?(/s)?\s*$", str(v))
-    if not m:
-        raise SpecError(f"bad rate {v!r}")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
-
-
-def _take(d: dict, key: str, typ, default, where: str):
-    if key not in d:
-        return default
-    v = d[key]
-    if typ is float and isinstance(v, int) and not isinstance(v, bool):
-        v = float(v)
-    if not isinstance(v, typ) or (typ in (int, float) and isinstance(v, bool)):
-        raise SpecError(f"{where}.{key}: expected {typ.__name__}, got {v!r}")
-    return v
-
-
-def _check_keys(d: dict, allowed: set[str], where: str) -> None:
-    extra = set(d) - allowed
-    if extra:
-        raise SpecError(f"{where}: unknown keys {sorted(extra)}")
-
-
 def build_topology(d: dict, base: Path, seed: int) -> topo.Topology:
-    _check_keys(d, {"kind", "nodes", "rows", "cols", "loss", "senders", "hidden_pairs", "links",
+    check_keys(d, {"kind", "nodes", "rows", "cols", "loss", "senders", "hidden_pairs", "links",
                     "seed", "file", "link", "sense_range", "sense"}, "topology")
-    kind = _take(d, "kind", str, "chain", "topology")
-    loss = _take(d, "loss", float, 0.0, "topology")
+    kind = take(d, "kind", str, "chain", "topology")
+    loss = take(d, "loss", float, 0.0, "topology")
     if kind == "chain":
-        t = topo.chain(_take(d, "nodes", int, 2, "topology"), loss)
+        t = topo.chain(take(d, "nodes", int, 2, "topology"), loss)
     elif kind == "grid":
-        t = topo.grid(_take(d, "rows", int, 3, "topology"), _take(d, "cols", int, 3, "topology"), loss)
+        t = topo.grid(take(d, "rows", int, 3, "topology"), take(d, "cols", int, 3, "topology"), loss)
     elif kind == "star":
-        t = topo.star(_take(d, "senders", int, topo.AP_SENDERS, "topology"),
-                      _take(d, "hidden_pairs", int, topo.AP_HIDDEN_PAIRS, "topology"), loss)
+        t = topo.star(take(d, "senders", int, topo.AP_SENDERS, "topology"),
+                      take(d, "hidden_pairs", int, topo.AP_HIDDEN_PAIRS, "topology"), loss)
     elif kind == "mesh":
-        t = topo.mesh(_take(d, "nodes", int, topo.MESH_NODES, "topology"),
-                      _take(d, "links", int, topo.MESH_LINKS, "topology"),
-                      _take(d, "seed", int, seed, "topology"))
+        t = topo.mesh(take(d, "nodes", int, topo.MESH_NODES, "topology"),
+                      take(d, "links", int, topo.MESH_LINKS, "topology"),
+                      take(d, "seed", int, seed, "topology"))
     elif kind == "file":
-        f = _take(d, "file", str, None, "topology")
+        f = take(d, "file", str, None, "topology")
         if not f:
             raise SpecError("topology.kind = 'file' needs topology.file")
         p = Path(f) if Path(f).is_absolute() else base / f
@@ -226,14 +179,14 @@ def build_topology(d: dict, base: Path, seed: int) -> topo.Topology:
         raise SpecError(f"unknown topology kind {kind!r} (chain, grid, star, mesh, file)")
     for i, link in enumerate(d.get("link", [])):
         where = f"topology.link[{i}]"
-        _check_keys(link, {"a", "b", "loss", "loss_back"}, where)
-        a, b = _take(link, "a", int, None, where), _take(link, "b", int, None, where)
+        check_keys(link, {"a", "b", "loss", "loss_back"}, where)
+        a, b = take(link, "a", int, None, where), take(link, "b", int, None, where)
         if a is None or b is None:
             raise SpecError(f"{where}: needs a and b")
-        la = _take(link, "loss", float, 0.0, where)
-        lb = _take(link, "loss_back", float, la, where)
+        la = take(link, "loss", float, 0.0, where)
+        lb = take(link, "loss_back", float, la, where)
         t.add(a, b, la, lb)
-    sense_range = _take(d, "sense_range", float, None, "topology")
+    sense_range = take(d, "sense_range", float, None, "topology")
     if sense_range is not None:
         topo.with_sense_range(t, sense_range)
     for i, pair in enumerate(d.get("sense", [])):
@@ -250,16 +203,16 @@ def build_topology(d: dict, base: Path, seed: int) -> topo.Topology:
 
 
 def from_dict(d: dict, base: Path = Path(".")) -> Spec:
-    _check_keys(d, {"name", "duration", "seed", "lag_bound_ms", "routing", "settle", "medium",
+    check_keys(d, {"name", "duration", "seed", "lag_bound_ms", "routing", "settle", "medium",
                     "topology", "flow", "workload", "schedule"}, "spec")
-    seed = _take(d, "seed", int, 1, "spec")
+    seed = take(d, "seed", int, 1, "spec")
     t = build_topology(d.get("topology", {}), base, seed)
 
     md = d.get("medium", {})
-    _check_keys(md, {"standard", "rate_mbps", "auto_rate", "retry_limit", "rts_cts", "rts_threshold", "txop_us",
+    check_keys(md, {"standard", "rate_mbps", "auto_rate", "retry_limit", "rts_cts", "rts_threshold", "txop_us",
                      "broadcast_rate_mbps", "classify_dscp", "no_arq_acs", "overhear",
                      "link_status"}, "medium")
-    std = _take(md, "standard", str, DEFAULT_STANDARD, "medium")
+    std = take(md, "standard", str, DEFAULT_STANDARD, "medium")
     if std not in ("b", "g"):
         raise SpecError("medium.standard must be 'b' or 'g'")
     rate_default = default_rate(std)
@@ -271,16 +224,16 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
         raise SpecError(f"medium.no_arq_acs must be a list of access categories from {ACS}")
     m = Medium(
         standard=std,
-        rate_mbps=_take(md, "rate_mbps", float, rate_default, "medium"),
-        auto_rate=_take(md, "auto_rate", bool, False, "medium"),
-        retry_limit=_take(md, "retry_limit", int, DEFAULT_RETRY_LIMIT, "medium"),
-        rts_cts=_take(md, "rts_cts", bool, False, "medium"),
-        rts_threshold=_take(md, "rts_threshold", int, None, "medium"),
+        rate_mbps=take(md, "rate_mbps", float, rate_default, "medium"),
+        auto_rate=take(md, "auto_rate", bool, False, "medium"),
+        retry_limit=take(md, "retry_limit", int, DEFAULT_RETRY_LIMIT, "medium"),
+        rts_cts=take(md, "rts_cts", bool, False, "medium"),
+        rts_threshold=take(md, "rts_threshold", int, None, "medium"),
         txop_us={k: float(v) for k, v in txop.items()},
-        broadcast_rate_mbps=_take(md, "broadcast_rate_mbps", float, None, "medium"),
-        classify_dscp=_take(md, "classify_dscp", bool, True, "medium"),
-        overhear=_take(md, "overhear", bool, False, "medium"),
-        link_status=_take(md, "link_status", bool, True, "medium"),
+        broadcast_rate_mbps=take(md, "broadcast_rate_mbps", float, None, "medium"),
+        classify_dscp=take(md, "classify_dscp", bool, True, "medium"),
+        overhear=take(md, "overhear", bool, False, "medium"),
+        link_status=take(md, "link_status", bool, True, "medium"),
         no_arq_acs=sorted(set(no_arq)),
     )
     if m.no_arq_acs and m.auto_rate:
@@ -299,18 +252,17 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
     flows = []
     for i, f in enumerate(d.get("flow", [])):
         flows.append(parse_flow(f, f"flow[{i}]", t.n))
-    from .workloads import expand  # noqa: PLC0415
-
     for i, w in enumerate(d.get("workload", [])):
-        flows.extend(expand(w, f"workload[{i}]", t, seed + i))
+        where = f"workload[{i}]"
+        flows.extend(parse_flow(f, where, t.n) for f in expand(w, where, t, seed + i))
 
     events = []
     for i, e in enumerate(d.get("schedule", [])):
         where = f"schedule[{i}]"
-        _check_keys(e, {"at", "action", "node", "a", "b", "loss"}, where)
-        ev = Event(at=_take(e, "at", float, 0.0, where), action=_take(e, "action", str, "", where),
-                   node=_take(e, "node", int, None, where), a=_take(e, "a", int, None, where),
-                   b=_take(e, "b", int, None, where), loss=_take(e, "loss", float, None, where))
+        check_keys(e, {"at", "action", "node", "a", "b", "loss"}, where)
+        ev = Event(at=take(e, "at", float, 0.0, where), action=take(e, "action", str, "", where),
+                   node=take(e, "node", int, None, where), a=take(e, "a", int, None, where),
+                   b=take(e, "b", int, None, where), loss=take(e, "loss", float, None, where))
         if ev.action not in ACTIONS:
             raise SpecError(f"{where}.action must be one of {ACTIONS}")
         if ev.action in ("down", "up") and (ev.node is None or not 0 <= ev.node < t.n):
@@ -325,22 +277,22 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
         events.append(ev)
     events.sort(key=lambda e: e.at)
 
-    routing = _take(d, "routing", str, "etx", "spec")
+    routing = take(d, "routing", str, "etx", "spec")
     if routing not in ROUTING:
         raise SpecError(f"routing must be one of {', '.join(ROUTING)}: static shortest paths by ETX or "
                         "hop count, computed by the lab, or 'babel' (babeld in every node, routes that change "
                         "with the medium)")
     spec = Spec(
-        name=_take(d, "name", str, "experiment", "spec"),
+        name=take(d, "name", str, "experiment", "spec"),
         topology=t,
         medium=m,
         flows=flows,
         schedule=events,
         routing=routing,
-        duration=_take(d, "duration", float, 30.0, "spec"),
+        duration=take(d, "duration", float, 30.0, "spec"),
         seed=seed,
-        lag_bound_ms=_take(d, "lag_bound_ms", float, DEFAULT_LAG_BOUND_MS, "spec"),
-        settle=_take(d, "settle", float, 1.0, "spec"),
+        lag_bound_ms=take(d, "lag_bound_ms", float, DEFAULT_LAG_BOUND_MS, "spec"),
+        settle=take(d, "settle", float, 1.0, "spec"),
         source=d,
     )
     if spec.duration <= 0:
@@ -359,23 +311,23 @@ def from_dict(d: dict, base: Path = Path(".")) -> Spec:
 
 
 def parse_flow(f: dict, where: str, n: int) -> Flow:
-    _check_keys(f, {"driver", "src", "dst", "start", "size", "duration", "rate", "cc", "label",
+    check_keys(f, {"driver", "src", "dst", "start", "size", "duration", "rate", "cc", "label",
                     "options", "after", "background"}, where)
-    driver = _take(f, "driver", str, "tcp", where)
+    driver = take(f, "driver", str, "tcp", where)
     if driver not in DRIVERS:
         raise SpecError(f"{where}.driver {driver!r} unknown; known: {sorted(DRIVERS)}")
-    src, dst = _take(f, "src", int, None, where), _take(f, "dst", int, None, where)
+    src, dst = take(f, "src", int, None, where), take(f, "dst", int, None, where)
     if src is None or dst is None or not (0 <= src < n and 0 <= dst < n) or src == dst:
         raise SpecError(f"{where}: src/dst must be distinct nodes in 0..{n - 1}")
     flow = Flow(
-        driver=driver, src=src, dst=dst, start=_take(f, "start", float, 0.0, where),
+        driver=driver, src=src, dst=dst, start=take(f, "start", float, 0.0, where),
         size=parse_size(f["size"]) if "size" in f else None,
-        duration=_take(f, "duration", float, None, where),
+        duration=take(f, "duration", float, None, where),
         rate_bps=parse_rate(f["rate"]) if "rate" in f else None,
-        cc=_take(f, "cc", str, "cubic", where), label=_take(f, "label", str, "", where),
+        cc=take(f, "cc", str, "cubic", where), label=take(f, "label", str, "", where),
         options=f.get("options", {}),
-        after=_take(f, "after", str, None, where),
-        background=_take(f, "background", bool, False, where),
+        after=take(f, "after", str, None, where),
+        background=take(f, "background", bool, False, where),
     )
     if flow.cc not in ("cubic", "bbr", "reno"):
         raise SpecError(f"{where}.cc must be cubic, bbr or reno")

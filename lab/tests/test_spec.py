@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from hoplab import spec
+from hoplab import schema, spec
 from hoplab.errors import SpecError
 
 
@@ -14,15 +14,15 @@ def base(**over):
 
 
 def test_sizes_and_rates():
-    assert spec.parse_size("10MB") == 10_000_000
-    assert spec.parse_size("64KiB") == 65536
-    assert spec.parse_size(1500) == 1500
-    assert spec.parse_size("1.5k") == 1500
-    assert spec.parse_rate("8kbit") == 8000
-    assert spec.parse_rate("2Mbit") == 2e6
+    assert schema.parse_size("10MB") == 10_000_000
+    assert schema.parse_size("64KiB") == 65536
+    assert schema.parse_size(1500) == 1500
+    assert schema.parse_size("1.5k") == 1500
+    assert schema.parse_rate("8kbit") == 8000
+    assert schema.parse_rate("2Mbit") == 2e6
     for bad in ("ten", "-3", "5 parsecs"):
         with pytest.raises(SpecError):
-            spec.parse_size(bad)
+            schema.parse_size(bad)
 
 
 def test_defaults_and_modes():

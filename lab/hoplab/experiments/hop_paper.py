@@ -6,6 +6,7 @@ import functools
 import random
 
 from .. import routes, topology
+from ..schema import parse_size
 from . import (BASE_SEED, DTN, DTN_RETRY, HBHTCP, UDP_ARQ, UDP_NOARQ, Experiment, Scale, Variant, diagnostic, hop,
                hop_unicast_noarq, tcp)
 
@@ -288,8 +289,6 @@ def small_file_time(p, point) -> float:
 
 def transfer_time(p, point) -> float:
     # A single transfer stops when done: about size / (1.5 Mbit/s), bounded by the cut-off.
-    from ..spec import parse_size
-
     return min(p["cutoff"], parse_size(point if isinstance(point, str) else p["size"]) * 8 / 1.5e6 + 5)
 
 
