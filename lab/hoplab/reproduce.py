@@ -38,7 +38,8 @@ from pathlib import Path
 from . import mediumserver
 from .errors import LabError, SpecError
 from .fmt import figure
-from .experiments import RUN_OVERHEAD_S, Experiment, Variant, registry
+from .experiments import registry
+from .experiments.base import RUN_OVERHEAD_S, Experiment, Variant
 from .results import percentile
 from .spec import DYNAMIC_ROUTING
 

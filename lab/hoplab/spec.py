@@ -6,7 +6,6 @@ a named constant citing its section.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path

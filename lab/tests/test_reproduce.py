@@ -14,7 +14,8 @@ from hoplab import fmt
 from hoplab import reproduce as rp
 from hoplab import spec as specmod
 from hoplab.errors import LabError, SpecError
-from hoplab.experiments import Experiment, Scale, Variant, apply_variant, registry
+from hoplab.experiments import registry
+from hoplab.experiments.base import Experiment, Scale, Variant, apply_variant
 
 
 def flow(label: str, gp: float, hops: int = 1, completion: float | None = None, **kw) -> dict:
@@ -426,7 +427,7 @@ def test_apply_variant_leaves_background_flows():
 
 def test_unsupported_variant_is_reported(monkeypatch):
     from hoplab import dynroute
-    from hoplab.experiments import Variant
+    from hoplab.experiments.base import Variant
 
     v = Variant("x", "X", {"driver": "tcp"}, unsupported="the lab cannot host X")
     assert rp.unavailable(v) == "the lab cannot host X"

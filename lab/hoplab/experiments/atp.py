@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from . import BASE_SEED, Experiment, Scale, Variant, hopd_transport, tcp
+from .base import BASE_SEED, Experiment, Scale, Variant, hopd_transport, tcp
 
 # ATP §IV-A: Testbed A at 24 Mbit/s; §IV-C/D: Testbed B (the stack) at 6 Mbit/s.
 CHAIN_RATE_MBPS = 24.0

@@ -7,7 +7,7 @@ import random
 
 from .. import routes, topology
 from ..schema import parse_size
-from . import (BASE_SEED, DTN, DTN_RETRY, HBHTCP, UDP_ARQ, UDP_NOARQ, Experiment, Scale, Variant, diagnostic, hop,
+from .base import (BASE_SEED, DTN, DTN_RETRY, HBHTCP, UDP_ARQ, UDP_NOARQ, Experiment, Scale, Variant, diagnostic, hop,
                hop_unicast_noarq, tcp)
 
 # The mesh every §5 mesh experiment runs on (lab/hoplab/topology.py: a seeded 20-node,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import BASE_SEED, Experiment, Scale, Variant, diagnostic, hopd_transport, tcp
+from .base import BASE_SEED, Experiment, Scale, Variant, diagnostic, hopd_transport, tcp
 
 # HxH §4: the simulations use RTS/CTS for every frame; ns-2's default retry limit.
 HXH_MEDIUM = {"retry_limit": 7, "rts_cts": True}
