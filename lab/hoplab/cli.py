@@ -87,7 +87,7 @@ def cmd_selftest(a) -> int:
 
 
 def cmd_reproduce(a) -> int:
-    from .reproduce import main as reproduce_main
+    from .reproduce.cli import main as reproduce_main
 
     if a.report_only and not a.out:
         raise LabError("--report-only needs --out DIR (a directory with runs.json)")
@@ -97,7 +97,7 @@ def cmd_reproduce(a) -> int:
 def cmd_snapshot(a) -> int:
     import json
 
-    from .reproduce import snapshot
+    from .reproduce.runner import snapshot
 
     try:
         res = json.loads(Path(a.results).read_text())

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hoplab import fmt
-from hoplab import reproduce as rp
-from hoplab import spec as specmod
+from hoplab import fmt, spec as specmod
 from hoplab.errors import LabError, SpecError
 from hoplab.experiments import registry
 from hoplab.experiments.base import Experiment, Scale, Variant, apply_variant
+from hoplab.reproduce import cli as rcli, paper, report, runner, stats, tables
 
 
 def flow(label: str, gp: float, hops: int = 1, completion: float | None = None, **kw) -> dict:
@@ -36,21 +35,21 @@ def dummy_experiment() -> Experiment:
 
 
 def test_jain_and_hop_weighted_jain():
-    assert rp.jain([1.0, 1.0, 1.0]) == pytest.approx(1.0)
-    assert rp.jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert stats.jain([1.0, 1.0, 1.0]) == pytest.approx(1.0)
+    assert stats.jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
     # Hop §5.3.2: x_i * h_i; a 2-hop flow at half the rate of a 1-hop flow is fair.
-    assert rp.jain_hop_weighted([2.0, 1.0], [1, 2]) == pytest.approx(1.0)
-    assert rp.jain_hop_weighted([1.0, 1.0], [1, 3]) == pytest.approx(16 / 20)
-    assert rp.jain([]) is None
+    assert stats.jain_hop_weighted([2.0, 1.0], [1, 2]) == pytest.approx(1.0)
+    assert stats.jain_hop_weighted([1.0, 1.0], [1, 3]) == pytest.approx(16 / 20)
+    assert stats.jain([]) is None
 
 
 def test_mos_bounds_and_monotonic():
-    good = rp.mos(0.0, 20.0)
+    good = stats.mos(0.0, 20.0)
     assert 4.3 < good < 4.5  # the E-model's ceiling for G.711 without loss
-    assert rp.mos(0.05, 20.0) < good
-    assert rp.mos(0.0, 400.0) < good
-    assert rp.mos(1.0, 20.0) >= 1.0
-    assert rp.mos(None, 20.0) is None
+    assert stats.mos(0.05, 20.0) < good
+    assert stats.mos(0.0, 400.0) < good
+    assert stats.mos(1.0, 20.0) >= 1.0
+    assert stats.mos(None, 20.0) is None
 
 
 def test_voip_statistics_average_the_runs_voice_stream():
@@ -59,10 +58,10 @@ def test_voip_statistics_average_the_runs_voice_stream():
                           {"label": "voip", "driver": "voip", "voip_loss": loss, "voip_clp": clp,
                            "delay_ms_p50": delay}]}
     runs = [run(0.10, 0.2, 10.0), run(0.30, 0.4, 30.0), {"flows": [{"label": "m0", "goodput_mbps": 1.0}]}]
-    assert rp.stat_fn("voip_loss")(runs, "m") == pytest.approx(0.20)
-    assert rp.stat_fn("clp")(runs, "m") == pytest.approx(0.30)
-    assert rp.stat_fn("mos")(runs, "m") == pytest.approx((rp.mos(0.10, 10.0) + rp.mos(0.30, 30.0)) / 2)
-    assert rp.stat_fn("voip_loss")(runs[2:], "m") is None
+    assert stats.stat_fn("voip_loss")(runs, "m") == pytest.approx(0.20)
+    assert stats.stat_fn("clp")(runs, "m") == pytest.approx(0.30)
+    assert stats.stat_fn("mos")(runs, "m") == pytest.approx((stats.mos(0.10, 10.0) + stats.mos(0.30, 30.0)) / 2)
+    assert stats.stat_fn("voip_loss")(runs[2:], "m") is None
 
 
 def test_bootstrap_ci_covers_the_mean_of_normal_samples():
@@ -70,7 +69,7 @@ def test_bootstrap_ci_covers_the_mean_of_normal_samples():
     rng = random.Random(7)
     xs = [rng.gauss(10.0, 2.0) for _ in range(30)]
     m = sum(xs) / len(xs)
-    ci = rp.bootstrap_ci([[x] for x in xs], lambda gs: sum(g[0] for g in gs) / len(gs))
+    ci = stats.bootstrap_ci([[x] for x in xs], lambda gs: sum(g[0] for g in gs) / len(gs))
     assert ci is not None and ci[0] < m < ci[1]
     half = (ci[1] - ci[0]) / 2
     sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
@@ -78,25 +77,25 @@ def test_bootstrap_ci_covers_the_mean_of_normal_samples():
 
 
 def test_bootstrap_ci_degenerate_cases():
-    assert rp.bootstrap_ci([[1.0]], lambda gs: gs[0][0]) is None
-    assert rp.bootstrap_ci([[2.0], [2.0], [2.0]], lambda gs: sum(g[0] for g in gs) / len(gs)) == (2.0, 2.0)
+    assert stats.bootstrap_ci([[1.0]], lambda gs: gs[0][0]) is None
+    assert stats.bootstrap_ci([[2.0], [2.0], [2.0]], lambda gs: sum(g[0] for g in gs) / len(gs)) == (2.0, 2.0)
     # deterministic: the same input gives the same interval
     g = [[x] for x in (1.0, 5.0, 2.0, 8.0)]
     f = lambda gs: sum(x[0] for x in gs) / len(gs)  # noqa: E731
-    assert rp.bootstrap_ci(g, f) == rp.bootstrap_ci(g, f)
+    assert stats.bootstrap_ci(g, f) == stats.bootstrap_ci(g, f)
 
 
 def test_ratio_handles_zero_denominators():
-    assert rp.ratio(3.0, 1.5) == 2.0
-    assert rp.ratio(1.0, 0.0) == float("inf")
-    assert rp.ratio(0.0, 0.0) is None
-    assert rp.ratio(None, 1.0) is None
+    assert stats.ratio(3.0, 1.5) == 2.0
+    assert stats.ratio(1.0, 0.0) == float("inf")
+    assert stats.ratio(0.0, 0.0) is None
+    assert stats.ratio(None, 1.0) is None
 
 
 def test_paper_table_loads_and_matches_the_registry():
-    rows = rp.load_paper()
+    rows = paper.load_paper()
     reg = registry()
-    rp.check_rows(rows, reg)
+    paper.check_rows(rows, reg)
     by = {(r.experiment, r.what): r for r in rows}
     # spot checks against the papers' text
     assert by[("hop-5.5", "median goodput, Hop")].value == pytest.approx(0.652)
@@ -112,24 +111,24 @@ def test_paper_table_rejects_bad_rows(tmp_path):
     p = tmp_path / "paper.toml"
     p.write_text('[[row]]\nexperiment = "x"\nwhat = "w"\nstat = "nope"\nvariant = "a"\nref = "r"\n')
     with pytest.raises(SpecError):
-        rp.load_paper(p)
+        paper.load_paper(p)
     p.write_text('[[row]]\nexperiment = "x"\nwhat = "w"\nstat = "median"\nvariant = "a"\n')
     with pytest.raises(SpecError):
-        rp.load_paper(p)
+        paper.load_paper(p)
     p.write_text('[[row]]\nexperiment = "nope"\nwhat = "w"\nstat = "median"\nvariant = "a"\nref = "r"\n')
     with pytest.raises(SpecError):
-        rp.check_rows(rp.load_paper(p), registry())
+        paper.check_rows(paper.load_paper(p), registry())
 
 
 def test_paper_row_with_an_experiment_list(tmp_path):
     p = tmp_path / "paper.toml"
     row = 'what = "w"\nstat = "median"\nvariant = "a"\nref = "r"\nvalue = 1.0\n'
     p.write_text('[[row]]\nexperiment = ["x", "y"]\n' + row)
-    assert [r.experiment for r in rp.load_paper(p)] == ["x", "y"]
+    assert [r.experiment for r in paper.load_paper(p)] == ["x", "y"]
     for bad in ("[]", "[1]"):
         p.write_text(f"[[row]]\nexperiment = {bad}\n" + row)
         with pytest.raises(SpecError):
-            rp.load_paper(p)
+            paper.load_paper(p)
 
 
 def test_good_route_mesh_avoids_the_lossy_bridge():
@@ -200,12 +199,11 @@ def test_long_partition_run_repeats_the_57_schedule_for_five_cycles_and_is_opt_i
     assert long.opt_in and not short.opt_in
     assert {v.name for v in long.variants} == {"hop-h1", "hop-h100", "dtn"}
     # The paper's Table 4 rows apply to both.
-    rows = {(r.experiment, r.what) for r in rp.load_paper()}
+    rows = {(r.experiment, r.what) for r in paper.load_paper()}
     assert ("hop-5.7-long", "goodput, Hop H = 1") in rows and ("hop-5.7", "goodput, Hop H = 1") in rows
 
 
 def test_a_run_starts_without_what_an_interrupted_attempt_left(tmp_path, monkeypatch):
-    import hoplab.run
 
     e = registry()["hop-5.7"]
     v = e.variant("hop-h1")
@@ -219,8 +217,8 @@ def test_a_run_starts_without_what_an_interrupted_attempt_left(tmp_path, monkeyp
         seen.append((out, stale.exists()))
         raise LabError("stopped here")
 
-    monkeypatch.setattr(hoplab.run, "run_spec", fake_run_spec)
-    rec = rp.run_one(e, v, None, 0, 0, False, tmp_path, lambda s: None)
+    monkeypatch.setattr(runner, "run_spec", fake_run_spec)
+    rec = runner.run_one(e, v, None, 0, 0, False, tmp_path, lambda s: None)
     assert seen == [(run_dir, False)]
     assert rec["status"] == "error" and rec["dir"] == str(run_dir.relative_to(tmp_path))
 
@@ -244,7 +242,7 @@ def test_opt_in_experiments_are_listed_but_not_run_by_the_full_preset(tmp_path, 
 
     args = argparse.Namespace(quick=False, only=None, reps=None, points=None, out=str(tmp_path), list=True,
                               report_only=False, resume=False, retry_invalid=None)
-    assert rp.main(args) == 0
+    assert rcli.main(args) == 0
     out = capsys.readouterr().out
     preset, extra = out.split("not in the preset")
     assert "hop-5.3-30min" in extra and "hop-5.3-30min" not in preset
@@ -255,22 +253,22 @@ def test_snapshot_of_a_run_at_a_time_from_its_progress_series():
     res = {"name": "r", "flows": [flow("m0", 9.9, hops=2, start=0.0), flow("m1", 9.9, hops=1, start=2.0)],
            "progress": {"interval_s": 2.0, "columns": ["t", "m0", "m1"],
                         "rows": [[2.0, 1000, 0], [4.1, 50_000, 0], [6.0, 100_000, 25_000]]}}
-    s = rp.snapshot(res, 5.0)  # the last sample at or before 5 s
+    s = runner.snapshot(res, 5.0)  # the last sample at or before 5 s
     assert s["at"] == 4.1 and s["bytes"] == 50_000 and s["empty"] == 1
     g = {f["label"]: f["goodput_mbps"] for f in s["flows"]}
     assert g["m0"] == pytest.approx(50_000 * 8 / 1e6 / 4.1) and g["m1"] == 0.0
-    end = rp.snapshot(res, 60.0)
+    end = runner.snapshot(res, 60.0)
     assert end["at"] == 6.0 and end["empty"] == 0
     # goodput over the time each flow had: m1 started 2 s in
     assert {f["label"]: f["goodput_mbps"] for f in end["flows"]}["m1"] == pytest.approx(25_000 * 8 / 1e6 / 4.0)
-    assert end["stats"]["jain_hw"] == pytest.approx(rp.jain_hop_weighted([100_000 * 8 / 6e6, 0.05], [2, 1]))
+    assert end["stats"]["jain_hw"] == pytest.approx(stats.jain_hop_weighted([100_000 * 8 / 6e6, 0.05], [2, 1]))
     with pytest.raises(LabError):
-        rp.snapshot(res, 1.0)
+        runner.snapshot(res, 1.0)
     with pytest.raises(LabError):
-        rp.snapshot({"flows": []}, 10.0)
+        runner.snapshot({"flows": []}, 10.0)
     # a sample below an earlier one (a status not answered in time) counts the earlier one
     res["progress"]["rows"].append([8.0, 0, 30_000])
-    late = rp.snapshot(res, 8.0)
+    late = runner.snapshot(res, 8.0)
     assert late["at"] == 8.0 and late["bytes"] == 130_000 and late["empty"] == 0
 
 
@@ -281,26 +279,26 @@ def test_row_value_ratio_and_invalid_runs_excluded():
             # invalid: would change every figure if it were counted
             rec("a", 2, [flow("m1", 100.0), flow("m2", 100.0)], status="invalid"),
             rec("b", 2, [flow("m1", 0.001), flow("m2", 0.001)])]
-    mean_a = rp.row_result(rp.Row("x", "mean a", "mean", "a", "r", value=2.0), e, runs, {})
+    mean_a = tables.row_result(paper.Row("x", "mean a", "mean", "a", "r", value=2.0), e, runs, {})
     assert mean_a["ours"] == pytest.approx(4.5)  # (2 + 4 + 6 + 6) / 4: the invalid run is left out
     assert mean_a["n"] == 2
     assert mean_a["ours_over_paper"] == pytest.approx(2.25)
-    r = rp.row_result(rp.Row("x", "a/b", "mean", "a", "r", versus="b", value=3.0), e, runs, {})
+    r = tables.row_result(paper.Row("x", "a/b", "mean", "a", "r", versus="b", value=3.0), e, runs, {})
     # pairs only from repetitions where both ran validly: rep 2 is dropped for both
     assert r["n"] == 2
     assert r["ours"] == pytest.approx(4.5 / 1.5)
     assert r["ci"] is not None and r["ci"][0] <= r["ours"] <= r["ci"][1]
-    acc = rp.run_accounting(runs)
+    acc = tables.run_accounting(runs)
     assert acc["a"] == {"valid": 2, "invalid": 1, "error": 0, "not run": 0}
 
 
 def test_row_not_run_and_no_valid_runs():
     e = dummy_experiment()
-    r = rp.row_result(rp.Row("x", "a/b", "median", "a", "r", versus="b", value=1.0), e, [],
+    r = tables.row_result(paper.Row("x", "a/b", "median", "a", "r", versus="b", value=1.0), e, [],
                       {"b": "dtnd not found"})
     assert r["status"] == "not run" and "dtnd" in r["note"] and r["ours"] is None
     runs = [rec("a", 0, [flow("m", 1.0)], status="invalid")]
-    r = rp.row_result(rp.Row("x", "a", "median", "a", "r", value=1.0), e, runs, {})
+    r = tables.row_result(paper.Row("x", "a", "median", "a", "r", value=1.0), e, runs, {})
     assert r["status"] == "no valid runs" and r["ours"] is None
 
 
@@ -308,27 +306,27 @@ def test_a_ratio_of_two_zero_figures_is_undefined_and_says_so():
     e = dummy_experiment()
     runs = [rec("a", 0, [flow("m1", 0.0), flow("m2", 0.0), flow("m3", 1.0)]),
             rec("b", 0, [flow("m1", 0.0), flow("m2", 0.0), flow("m3", 2.0)])]
-    r = rp.row_result(rp.Row("x", "median a / b", "median", "a", "r", versus="b", value=2.0), e, runs, {})
+    r = tables.row_result(paper.Row("x", "median a / b", "median", "a", "r", versus="b", value=2.0), e, runs, {})
     assert r["status"] == "ok" and r["ours"] is None and r["ours_over_paper"] is None
     assert r["note"] == "undefined: both figures are 0"
     rep = {"meta": {"preset": "full", "date": "d", "machine": "m", "commit": "c", "command": "x"},
            "ci_method": "bootstrap", "experiments": [{
                "id": "x", "title": "t", "ref": "r", "notes": [], "point_name": "", "variants": {"a": "A", "b": "B"},
-               "runs": rp.run_accounting(runs), "invalid": [], "counters": {}, "wall_s": 60.0, "rows": [r]}]}
-    line = next(ln for ln in rp.markdown(rep).splitlines() if ln.startswith("| median a / b"))
+               "runs": tables.run_accounting(runs), "invalid": [], "counters": {}, "wall_s": 60.0, "rows": [r]}]}
+    line = next(ln for ln in report.markdown(rep).splitlines() if ln.startswith("| median a / b"))
     assert line == "| median a / b | r | — (undefined: both figures are 0; n=1) | 2× | — |"
     runs[0]["flows"][0]["goodput_mbps"] = runs[0]["flows"][1]["goodput_mbps"] = 1.0
     runs[1]["flows"][2]["goodput_mbps"] = 0.0
-    r = rp.row_result(rp.Row("x", "median a / b", "median", "a", "r", versus="b", value=2.0), e, runs, {})
+    r = tables.row_result(paper.Row("x", "median a / b", "median", "a", "r", versus="b", value=2.0), e, runs, {})
     assert r["ours"] == float("inf") and r["note"] == "infinite: the second figure is 0"
-    assert _json.loads(_json.dumps(rp._json_safe(r)))["ours"] is None
+    assert _json.loads(_json.dumps(report._json_safe(r)))["ours"] is None
 
 
 def test_range_rows_and_delay_statistic():
     e = dummy_experiment()
     runs = [rec("a", 0, [flow("m", 0.1, completion=6.0)]), rec("b", 0, [flow("m", 1.0, completion=1.0)]),
             rec("a", 1, [flow("m", 0.0, completion=None, start=5.0)]), rec("b", 1, [flow("m", 1.0, completion=2.0)])]
-    r = rp.row_result(rp.Row("x", "delay", "delay_median", "a", "r", versus="b", range=(3.0, 15.0)), e, runs, {})
+    r = tables.row_result(paper.Row("x", "delay", "delay_median", "a", "r", versus="b", range=(3.0, 15.0)), e, runs, {})
     # a: 6 s and an unfinished flow counted as 30 - 5 = 25 s -> nearest-rank median 6; b: median 1
     assert r["ours"] == pytest.approx(6.0)
     assert r["note"] == "within the paper's range"
@@ -337,16 +335,16 @@ def test_range_rows_and_delay_statistic():
 def test_points_pool_or_select():
     e = dummy_experiment()
     runs = [rec("a", 0, [flow("m", 1.0)], point=2), rec("a", 0, [flow("m", 3.0)], point=5)]
-    assert rp.row_result(rp.Row("x", "p2", "mean", "a", "r", point=2), e, runs, {})["ours"] == 1.0
-    assert rp.row_result(rp.Row("x", "all", "mean", "a", "r"), e, runs, {})["ours"] == 2.0
+    assert tables.row_result(paper.Row("x", "p2", "mean", "a", "r", point=2), e, runs, {})["ours"] == 1.0
+    assert tables.row_result(paper.Row("x", "all", "mean", "a", "r"), e, runs, {})["ours"] == 2.0
 
 
 def test_every_experiment_generates_valid_specs_with_shared_seeds():
     reg = registry()
     with tempfile.TemporaryDirectory() as td:
         for quick in (False, True):
-            for e, p, rep, v in rp.plan(list(reg.values()), quick, None, diagnostics=True):
-                d = rp.materialize(e.spec(v, p, rep, quick), Path(td) / e.id / v.name)
+            for e, p, rep, v in runner.plan(list(reg.values()), quick, None, diagnostics=True):
+                d = runner.materialize(e.spec(v, p, rep, quick), Path(td) / e.id / v.name)
                 sp = specmod.from_dict(d, Path(td))
                 assert sp.seed == 1 + rep
                 if e.measure == "m":
@@ -363,8 +361,8 @@ def test_every_experiment_generates_valid_specs_with_shared_seeds():
 def test_plan_and_estimate_keep_only_the_chosen_variants():
     reg = registry()
     e = reg["hop-5.2"]
-    full = rp.plan([e], False, None, diagnostics=True)
-    some = rp.plan([e], False, None, variants={"hop", "hop-nopipe"})
+    full = runner.plan([e], False, None, diagnostics=True)
+    some = runner.plan([e], False, None, variants={"hop", "hop-nopipe"})
     assert {v.name for _, _, _, v in some} == {"hop", "hop-nopipe"}
     # the same points and repetitions, back to back, in the full plan's order
     assert some == [t for t in full if t[3].name in ("hop", "hop-nopipe")]
@@ -376,7 +374,7 @@ def test_plan_and_estimate_keep_only_the_chosen_variants():
     for eid in ("hop-5.2", "hop-5.3-good"):
         spec = reg[eid].spec(reg[eid].variant("hop-frame"), reg[eid].full.points[0], 0, False)
         assert spec["flow"][0]["options"]["hop"] == {"first_block_bytes": 0}
-    rows = {(r.experiment, r.what) for r in rp.load_paper()}
+    rows = {(r.experiment, r.what) for r in paper.load_paper()}
     assert ("hop-5.3-good", "mean goodput, Hop with the first block from the API's first frame / Hop "
             "(not in the paper)") in rows
 
@@ -384,21 +382,21 @@ def test_plan_and_estimate_keep_only_the_chosen_variants():
 def test_presets_leave_the_diagnostic_variants_out_unless_asked():
     reg = registry()
     e = reg["hop-5.2"]
-    paper = {"hop", "tcp", "hbhtcp", "dtn", "udp-noarq"}
-    assert {v.name for v in e.variants if not v.diagnostic} == paper
-    default = rp.plan([e], False, None)
-    every = rp.plan([e], False, None, diagnostics=True)
-    assert {v.name for _, _, _, v in default} == paper
+    papers = {"hop", "tcp", "hbhtcp", "dtn", "udp-noarq"}
+    assert {v.name for v in e.variants if not v.diagnostic} == papers
+    default = runner.plan([e], False, None)
+    every = runner.plan([e], False, None, diagnostics=True)
+    assert {v.name for _, _, _, v in default} == papers
     assert {v.name for _, _, _, v in every} == {v.name for v in e.variants}
     assert default == [t for t in every if not t[3].diagnostic]
     # a diagnostic variant named in --variants runs without --diagnostics
-    assert {v.name for _, _, _, v in rp.plan([e], False, None, variants={"hop-win"})} == {"hop-win"}
+    assert {v.name for _, _, _, v in runner.plan([e], False, None, variants={"hop-win"})} == {"hop-win"}
     # the estimate follows the plan
     assert e.estimate(False)[0] == len(default) and e.estimate(False, diagnostics=True)[0] == len(every)
     # the quick preset's own variant list still bounds it
-    assert {v.name for _, _, _, v in rp.plan([e], True, None, diagnostics=True)} == {"hop", "tcp", "udp-noarq"}
+    assert {v.name for _, _, _, v in runner.plan([e], True, None, diagnostics=True)} == {"hop", "tcp", "udp-noarq"}
     # every figure of the papers (a row with the paper's value) compares protocols the preset runs
-    for r in rp.load_paper():
+    for r in paper.load_paper():
         if r.value is not None or r.range is not None:
             exp = reg[r.experiment]
             assert not exp.variant(r.variant).diagnostic, (r.experiment, r.what)
@@ -406,15 +404,15 @@ def test_presets_leave_the_diagnostic_variants_out_unless_asked():
 
 
 def test_medium_overrides_are_checked_before_any_run():
-    assert rp.parse_medium_overrides(["link_status=true", "retry_limit=3", "standard=g"]) == {
+    assert rcli.parse_medium_overrides(["link_status=true", "retry_limit=3", "standard=g"]) == {
         "link_status": True, "retry_limit": 3, "standard": "g"}
-    assert rp.parse_medium_overrides([]) == {}
+    assert rcli.parse_medium_overrides([]) == {}
     with pytest.raises(SpecError, match="unknown keys"):
-        rp.parse_medium_overrides(["link_stats=true"])
+        rcli.parse_medium_overrides(["link_stats=true"])
     with pytest.raises(SpecError, match="expected bool"):
-        rp.parse_medium_overrides(["link_status=3"])
+        rcli.parse_medium_overrides(["link_status=3"])
     with pytest.raises(SpecError, match="KEY=VALUE"):
-        rp.parse_medium_overrides(["link_status"])
+        rcli.parse_medium_overrides(["link_status"])
 
 
 def test_apply_variant_leaves_background_flows():
@@ -430,10 +428,10 @@ def test_unsupported_variant_is_reported(monkeypatch):
     from hoplab.experiments.base import Variant
 
     v = Variant("x", "X", {"driver": "tcp"}, unsupported="the lab cannot host X")
-    assert rp.unavailable(v) == "the lab cannot host X"
+    assert runner.unavailable(v) == "the lab cannot host X"
     dyn = registry()["hop-5.9"].variant("tcp-babel")
     monkeypatch.setattr(dynroute.shutil, "which", lambda name: None)
-    assert "babeld not found" in rp.unavailable(dyn)
+    assert "babeld not found" in runner.unavailable(dyn)
 
 
 def test_report_markdown_counts_and_not_run(tmp_path):
@@ -441,9 +439,9 @@ def test_report_markdown_counts_and_not_run(tmp_path):
     runs = [dict(rec("a", 0, [flow("m", 2.0)]), loop_busy=0.42), rec("a", 1, [flow("m", 4.0)], status="invalid"),
             {"experiment": "x", "variant": "b", "point": None, "rep": 0, "status": "not run",
              "reason": "dtnd not found"}]
-    rows = [rp.Row("x", "median a", "median", "a", "r", value=1.0), rp.Row("x", "a/b", "median", "a", "r", versus="b")]
+    rows = [paper.Row("x", "median a", "median", "a", "r", value=1.0), paper.Row("x", "a/b", "median", "a", "r", versus="b")]
     meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
-    rep = rp.aggregate(runs, [e], rows, tmp_path, meta, plots=False)
+    rep = report.aggregate(runs, [e], rows, tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "1 valid, 1 invalid (excluded)" in md
     assert "not run: dtnd not found" in md
@@ -452,14 +450,14 @@ def test_report_markdown_counts_and_not_run(tmp_path):
     # (runs recorded before the MAC queue's drops were counted show none)
     assert "| a | 100 | 0.100 | 3 | 1 | — | 0.0 | 42 % |" in md
     with_queue = [dict(runs[0], totals=dict(runs[0]["totals"], queue_full=2, queue_expired=5))] + runs[1:]
-    rp.aggregate(with_queue, [e], rows, tmp_path, meta, plots=False)
+    report.aggregate(with_queue, [e], rows, tmp_path, meta, plots=False)
     assert "| a | 100 | 0.100 | 3 | 1 | 7 | 0.0 | 42 % |" in (tmp_path / "report.md").read_text()
     assert rep["experiments"][0]["rows"][0]["ours"] == 2.0
     assert (tmp_path / "report.json").exists()
     # invalid runs that know why they lagged are counted by cause
     runs[1]["lag_cause"] = "saturated"
     runs.append(dict(rec("a", 2, [flow("m", 4.0)], status="invalid"), lag_cause="starved"))
-    rep = rp.aggregate(runs, [e], rows, tmp_path, meta, plots=False)
+    rep = report.aggregate(runs, [e], rows, tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "2 invalid (of them, 1 with the medium's event loop on the CPU" in md
     assert "1 with the loop waiting for the CPU) (excluded)" in md
@@ -480,16 +478,16 @@ def test_cut_off_goodput_uses_the_time_the_flow_had():
     flows = [flow("m1", 0.889, bytes=7240, size=10**7, complete=False, start=0.0),  # starved after 0.1 s
              flow("m2", 1.5, bytes=11_250_000, size=10**7 * 2, complete=False, start=0.0),
              flow("m3", 2.0, bytes=10**6, size=10**6, complete=True, start=10.0)]
-    out = rp.cut_off_goodput(flows, 60.0, True)
+    out = runner.cut_off_goodput(flows, 60.0, True)
     assert out[0]["goodput_mbps"] == pytest.approx(7240 * 8 / 1e6 / 60.0)
     assert out[0]["goodput_last_byte_mbps"] == 0.889
     assert out[1]["goodput_mbps"] == pytest.approx(1.5)
     assert out[2]["goodput_mbps"] == 2.0 and "cut_off" not in out[2]  # finished: lab's figure
     # a run that ended because every flow finished cuts nothing off
-    assert rp.cut_off_goodput(flows, 60.0, False)[0]["goodput_mbps"] == 0.889
+    assert runner.cut_off_goodput(flows, 60.0, False)[0]["goodput_mbps"] == 0.889
     # ... but a background flow the run did not wait for is cut off whenever it ended
     bg = [dict(flows[0], background=True)]
-    assert rp.cut_off_goodput(bg, 60.0, False)[0]["goodput_mbps"] == pytest.approx(7240 * 8 / 1e6 / 60.0)
+    assert runner.cut_off_goodput(bg, 60.0, False)[0]["goodput_mbps"] == pytest.approx(7240 * 8 / 1e6 / 60.0)
 
 
 def test_run_all_repeats_invalid_runs_and_records_every_attempt(tmp_path, monkeypatch):
@@ -503,14 +501,14 @@ def test_run_all_repeats_invalid_runs_and_records_every_attempt(tmp_path, monkey
         return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
                 "status": next(statuses), "flows": []}
 
-    monkeypatch.setattr(rp, "run_one", fake_run_one)
-    monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
-    recs = rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=1)
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    monkeypatch.setattr(runner, "unavailable", lambda v: "missing" if v.name == "b" else None)
+    recs = runner.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=1)
     # a: rep 0 invalid then valid; rep 1 invalid twice (gives up after one repeat); b never runs
     assert calls == [("a", 0, 0), ("a", 0, 1), ("a", 1, 0), ("a", 1, 1)]
     assert [r["status"] for r in recs if r["variant"] == "a"] == ["invalid", "valid", "invalid", "invalid"]
     assert [r["status"] for r in recs if r["variant"] == "b"] == ["not run", "not run"]
-    assert rp.run_accounting(recs)["a"]["invalid"] == 3
+    assert tables.run_accounting(recs)["a"]["invalid"] == 3
 
 
 def test_a_run_saturated_for_long_is_not_repeated(tmp_path, monkeypatch):
@@ -527,10 +525,10 @@ def test_a_run_saturated_for_long_is_not_repeated(tmp_path, monkeypatch):
         return {"experiment": e_.id, "variant": v.name, "point": p, "rep": rep, "attempt": attempt,
                 "status": "invalid", "lag_cause": cause, "behind_s": behind, "flows": []}
 
-    monkeypatch.setattr(rp, "run_one", fake_run_one)
-    monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    monkeypatch.setattr(runner, "unavailable", lambda v: "missing" if v.name == "b" else None)
     said = []
-    recs = rp.run_all([e], False, None, tmp_path, progress=said.append, retry_invalid=1)
+    recs = runner.run_all([e], False, None, tmp_path, progress=said.append, retry_invalid=1)
     assert calls == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)]
     assert any("not repeated: saturated for 24.7 s" in s for s in said)
     assert len([r for r in recs if r["variant"] == "a"]) == 5
@@ -538,11 +536,11 @@ def test_a_run_saturated_for_long_is_not_repeated(tmp_path, monkeypatch):
     calls.clear()
     lags = iter([("saturated", 0.1)] * 4)
     prev = [r for r in recs if r["variant"] == "a" and r["rep"] == 1]
-    rp.run_all([e], False, None, tmp_path, progress=said.append, retry_invalid=1, previous=prev)
+    runner.run_all([e], False, None, tmp_path, progress=said.append, retry_invalid=1, previous=prev)
     assert calls == [(0, 0), (0, 1), (2, 0), (2, 1)]
     # records without the figure (older runs) are repeated as before
-    assert rp.worth_repeating({"status": "invalid", "lag_cause": "saturated"})
-    assert not rp.worth_repeating({"status": "valid"})
+    assert runner.worth_repeating({"status": "invalid", "lag_cause": "saturated"})
+    assert not runner.worth_repeating({"status": "valid"})
 
 
 def test_plots_for_points_and_for_single_point(tmp_path):
@@ -550,11 +548,11 @@ def test_plots_for_points_and_for_single_point(tmp_path):
     e.point_name = "loss"
     runs = [rec(v, r, [flow("m", g * (1 - p))], point=p) for v, g in (("a", 5.0), ("b", 3.0))
             for p in (0.0, 0.2, 0.4) for r in range(2)]
-    assert rp.plot_experiment(e, runs, tmp_path) == "plots/x.png"
+    assert report.plot_experiment(e, runs, tmp_path) == "plots/x.png"
     assert (tmp_path / "plots" / "x.png").stat().st_size > 1000
     single = [rec("a", 0, [flow("m", 1.0)]), rec("b", 0, [flow("m", 2.0)])]
-    assert rp.plot_experiment(e, single, tmp_path / "s") == "plots/x.png"
-    assert rp.plot_experiment(e, [rec("a", 0, [], status="invalid")], tmp_path / "n") is None
+    assert report.plot_experiment(e, single, tmp_path / "s") == "plots/x.png"
+    assert report.plot_experiment(e, [rec("a", 0, [], status="invalid")], tmp_path / "n") is None
 
 
 def test_hop_driver_finds_its_file_among_shared_receivers(tmp_path):
@@ -591,11 +589,11 @@ def test_run_all_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path, monkey
         return {"experiment": e.id, "variant": "a", "point": None, "rep": rep, "attempt": attempt,
                 "status": status, "flows": []}
 
-    monkeypatch.setattr(rp, "run_one", fake_run_one)
-    monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    monkeypatch.setattr(runner, "unavailable", lambda v: "missing" if v.name == "b" else None)
     previous = [prev(0, 0, "valid"), prev(1, 0, "invalid"), prev(2, 0, "invalid"), prev(2, 1, "invalid"),
                 prev(3, 0, "error")]
-    recs = rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=1, previous=previous)
+    recs = runner.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=1, previous=previous)
     # rep 0 is done; rep 1 gets its one repeat; rep 2 used up its attempts; a failed run is run again
     assert calls == [(1, 1), (3, 0)]
     a = [(r["rep"], r["attempt"], r["status"]) for r in recs if r["variant"] == "a"]
@@ -617,11 +615,11 @@ def test_resume_keeps_finished_runs_of_a_protocol_that_cannot_run_now(tmp_path, 
         return {"experiment": e.id, "variant": variant, "point": None, "rep": rep, "attempt": 0,
                 "status": status, "flows": []}
 
-    monkeypatch.setattr(rp, "run_one", fake_run_one)
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
     # "b" ran before (its tool was there) but cannot run where the reproduction is resumed
-    monkeypatch.setattr(rp, "unavailable", lambda v: "tool missing" if v.name == "b" else None)
+    monkeypatch.setattr(runner, "unavailable", lambda v: "tool missing" if v.name == "b" else None)
     previous = [prev("a", 0, "valid"), prev("b", 0, "valid"), prev("b", 1, "valid")]
-    recs = rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=0, previous=previous)
+    recs = runner.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=0, previous=previous)
     assert ("b", 0) not in calls and ("b", 1) not in calls
     b = sorted((r["rep"], r["status"]) for r in recs if r["variant"] == "b")
     # the two finished runs are kept; only the one never run is "not run"
@@ -643,14 +641,14 @@ def test_interrupted_resume_keeps_the_records_it_had_not_reached(tmp_path, monke
                     "status": "error", "flows": []}
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rp, "run_one", interrupted)
-    monkeypatch.setattr(rp, "unavailable", lambda v: "missing" if v.name == "b" else None)
+    monkeypatch.setattr(runner, "run_one", interrupted)
+    monkeypatch.setattr(runner, "unavailable", lambda v: "missing" if v.name == "b" else None)
     # rep 1 failed before and is run again; rep 3 never ran: the interruption comes there
     other = {"experiment": "other", "variant": "a", "point": None, "rep": 0, "attempt": 0, "status": "valid",
              "flows": []}  # another experiment of the same directory (--only resumes a part)
     previous = [prev(0, "valid"), prev(1, "error"), prev(2, "valid"), other]
     with pytest.raises(KeyboardInterrupt):
-        rp.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=0, previous=previous)
+        runner.run_all([e], False, None, tmp_path, progress=lambda s: None, retry_invalid=0, previous=previous)
     written = _json.loads((tmp_path / "runs.json").read_text())
     # rep 2's valid record, not reached when the run stopped, is still there
     assert sorted((r["rep"], r["status"]) for r in written if r["experiment"] == e.id and r["variant"] == "a") == [
@@ -666,15 +664,15 @@ def test_single_repetition_interval_is_over_flows_paired_for_ratios():
                 "flows": [{"label": f"m{i}", "goodput_mbps": g} for i, g in enumerate(goodputs)]}
 
     runs = [run("a", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), run("b", [0.5, 1.0, 1.5, 2.0, 2.5, 3.0])]
-    med = rp.row_result(rp.Row(e.id, "median a", "median", "a", "x"), e, runs, {})
+    med = tables.row_result(paper.Row(e.id, "median a", "median", "a", "x"), e, runs, {})
     assert med["ci_over"] == "flows" and med["n_flows"] == 6
     lo, hi = med["ci"]
     assert 1.0 <= lo <= med["ours"] <= hi <= 6.0 and lo < hi
     # every flow of a is twice its pair in b: the paired interval of the ratio is exactly 2
-    r = rp.row_result(rp.Row(e.id, "a/b", "median", "a", "x", versus="b"), e, runs, {})
+    r = tables.row_result(paper.Row(e.id, "a/b", "median", "a", "x", versus="b"), e, runs, {})
     assert r["ours"] == pytest.approx(2.0) and r["ci"] == (pytest.approx(2.0), pytest.approx(2.0))
     # a per-run statistic has no interval with one run
-    j = rp.row_result(rp.Row(e.id, "jain a", "jain", "a", "x"), e, runs, {})
+    j = tables.row_result(paper.Row(e.id, "jain a", "jain", "a", "x"), e, runs, {})
     assert j["ci"] is None and "ci_over" not in j
 
 
@@ -686,7 +684,7 @@ def test_goodput_by_path_length_shows_where_the_mean_comes_from(tmp_path):
     fb = [flow(f"m{i}", 1.0, hops=h) for i, h in enumerate([2, 2, 4, 4, 6, 6])]
     voip = flow("voip", 0.064, hops=3, driver="voip")
     runs = [rec("a", 0, fa + [voip]), rec("b", 0, fb), rec("b", 1, fb, status="invalid")]
-    t = rp.path_length_table(runs, "m")
+    t = tables.path_length_table(runs, "m")
     assert len(t) == 1 and t[0]["hops"] == [2, 4, 6]  # the VoIP flow is not measured
     a, b = t[0]["variants"]["a"], t[0]["variants"]["b"]
     assert a["by_hops"][2] == {"flows": 2, "mean_mbps": 3.0} and a["by_hops"][6]["mean_mbps"] == 0
@@ -694,17 +692,17 @@ def test_goodput_by_path_length_shows_where_the_mean_comes_from(tmp_path):
     assert a["hop_mbps"] == 12.0 and b["hop_mbps"] == 24.0
     assert b["runs"] == 1 and b["source"] == "valid"  # the invalid run is left out
     # a protocol with invalid runs only is shown from them, marked
-    t = rp.path_length_table([rec("a", 0, fa), rec("b", 1, fb, status="invalid")])
+    t = tables.path_length_table([rec("a", 0, fa), rec("b", 1, fb, status="invalid")])
     assert t[0]["variants"]["b"]["source"] == "invalid"
-    rows = [rp.Row("x", "median a", "median", "a", "r", value=1.0)]
+    rows = [paper.Row("x", "median a", "median", "a", "r", value=1.0)]
     meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
-    rp.aggregate([rec("a", 0, fa), rec("b", 1, fb, status="invalid")], [e], rows, tmp_path, meta, plots=False)
+    report.aggregate([rec("a", 0, fa), rec("b", 1, fb, status="invalid")], [e], rows, tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 1 | 3000.0 (2) | 0.0 (2) | 0.0 (2) | 6.00 | 12.00 |" in md
     assert "| b | 1 invalid, indicative | 1000.0 (2) | 1000.0 (2) | 1000.0 (2) | 6.00 | 24.00 |" in md
     # one path length, or too few flows: no table
-    assert rp.path_length_table([rec("a", 0, [flow(f"m{i}", 1.0, hops=3) for i in range(8)])]) == []
-    assert rp.path_length_table([rec("a", 0, fa[:4])]) == []
+    assert tables.path_length_table([rec("a", 0, [flow(f"m{i}", 1.0, hops=3) for i in range(8)])]) == []
+    assert tables.path_length_table([rec("a", 0, fa[:4])]) == []
 
 
 def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivered_bit_hops(tmp_path):
@@ -727,7 +725,7 @@ def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivere
     runs = [queued(with_air(rec("a", 0, fl), 3_000_000)), queued(with_air(rec("a", 1, fl), 1_000_000)),
             with_air(rec("a", 2, fl, status="invalid"), 20_000_000),
             rec("b", 0, fl)]  # recorded before the medium counted airtime
-    t = rp.airtime_table(runs, "m")
+    t = tables.airtime_table(runs, "m")
     assert set(t) == {"a"} and t["a"]["runs"] == 2
     a = t["a"]
     assert a["busy"] == pytest.approx(0.4) and a["tx"] == pytest.approx(0.2)
@@ -738,7 +736,7 @@ def test_airtime_table_splits_the_nodes_time_and_relates_payload_air_to_delivere
     assert a["queued_data"] == pytest.approx(0.25)
     e = dummy_experiment()
     meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
-    rp.aggregate(runs, [e], [], tmp_path, meta, plots=False)
+    report.aggregate(runs, [e], [], tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 2 | 40.0 % | 20.0 % |" in md
     assert "| 1.0 % | 25.0 % | 26.67 |" in md
@@ -757,28 +755,28 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
                               status(999, 999, 0, 0, transport="atp")]):
         (run / "raw" / f"hopd-{i}").mkdir(parents=True)
         (run / "raw" / f"hopd-{i}" / "status.json").write_text(text)
-    h = rp.hop_data_counts(run)
+    h = tables.hop_data_counts(run)
     assert h == {"sent": 1000, "resent": 200, "received": 800, "duplicates": 10, "nodes": 2,
                  "time_ms": {"ready": 500, "feed": 100, "round": 200, "silent": 800, "held": 0, "idle": 400}}
-    assert rp.hop_data_counts(tmp_path / "nothing") is None
+    assert tables.hop_data_counts(tmp_path / "nothing") is None
 
     # 100 and 50 full packets delivered over 2 and 4 hops: 400 packet-hops for 1000 sent
-    p = rp.HOP_PAYLOAD_BYTES
+    p = tables.HOP_PAYLOAD_BYTES
     fl = [flow("m0", 1.0, hops=2, bytes=100 * p), flow("m1", 1.0, hops=4, bytes=50 * p),
           flow("bg", 1.0, hops=1, bytes=900 * p)]
     runs = [rec("a", 0, fl), rec("a", 1, fl, status="invalid"), rec("b", 0, fl)]
     runs[0]["hop_data"] = runs[1]["hop_data"] = h
-    t = rp.hop_data_table(runs, "m")
+    t = tables.hop_data_table(runs, "m")
     assert set(t) == {"a"} and t["a"]["runs"] == 1 and t["a"]["nodes_answering"] == 2
     a = t["a"]
     assert a["sent"] == 1000 and a["reached"] == pytest.approx(0.8) and a["resent"] == pytest.approx(0.2)
     assert a["duplicates"] == pytest.approx(0.01) and a["delivered"] == pytest.approx(0.4)
     meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
-    rp.aggregate(runs, [dummy_experiment()], [], tmp_path, meta, plots=False)
+    report.aggregate(runs, [dummy_experiment()], [], tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 1 | 1000 | 80.0 % | 20.0 % | 1.0 % | 0.40 |" in md
     # 1.6 of the 2 node-seconds with something to send: 0.5 ready, 0.1 fed, 0.2 round, 0.8 silent
-    ht = rp.hop_time_table(runs)
+    ht = tables.hop_time_table(runs)
     assert set(ht) == {"a"} and ht["a"]["runs"] == 1
     assert ht["a"]["busy"] == pytest.approx(0.8) and ht["a"]["silent"] == pytest.approx(0.5)
     assert "| a | 1 | 80.0 % | 31.2 % | 6.2 % | 12.5 % | 50.0 % | 0.0 % |" in md
@@ -787,45 +785,45 @@ def test_hop_data_counts_sum_every_hopd_and_the_table_relates_them_to_delivered_
 def test_runs_with_routes_chosen_at_run_time_have_no_hop_weighted_figures(tmp_path):
     # With Babel a flow's path length is not known in advance (hops None): its air-time and
     # packet-hop figures are left out rather than counted as one hop, and the report renders.
-    p = rp.HOP_PAYLOAD_BYTES
+    p = tables.HOP_PAYLOAD_BYTES
     fl = [flow("m0", 1.0, hops=None, bytes=100 * p), flow("m1", 1.0, hops=3, bytes=50 * p)]
     r = rec("a", 0, fl)
     r["nodes"] = 1
     r["totals"].update(state_idle_us=5_000_000, state_cca_us=0, state_tx_us=5_000_000, state_rx_us=0,
                        air_large_us=1_000_000, air_small_us=0, air_mac_us=0, air_retry_us=0)
     r["hop_data"] = {"sent": 1000, "resent": 0, "received": 900, "duplicates": 0, "nodes": 2}
-    air = rp.airtime_table([r], "m")["a"]
+    air = tables.airtime_table([r], "m")["a"]
     assert air["tx"] == pytest.approx(0.5) and "bit_hops_per_air_s" not in air
     assert "queued_data" not in air  # recorded before the medium counted queue time
-    h = rp.hop_data_table([r], "m")["a"]
+    h = tables.hop_data_table([r], "m")["a"]
     assert h["reached"] == pytest.approx(0.9) and "delivered" not in h
     meta = {"preset": "test", "date": "d", "machine": "m", "commit": "c", "command": "cmd", "wall_min": 1.0}
-    rp.aggregate([r], [dummy_experiment()], [], tmp_path, meta, plots=False)
+    report.aggregate([r], [dummy_experiment()], [], tmp_path, meta, plots=False)
     md = (tmp_path / "report.md").read_text()
     assert "| a | 1 | 1000 | 90.0 % | 0.0 % | 0.0 % | — |" in md
 
 
 def test_top_share_is_the_largest_flows_part_of_the_total():
     # Hop §5.3.1: "the top three TCP flows get around 90% of the total goodput"
-    assert rp.top_share([5.0, 3.0, 1.0, 0.5, 0.5], 3) == pytest.approx(0.9)
-    assert rp.top_share([1.0, 1.0], 3) == pytest.approx(1.0)
-    assert rp.top_share([0.0, 0.0, 0.0], 3) is None and rp.top_share([], 3) is None
+    assert stats.top_share([5.0, 3.0, 1.0, 0.5, 0.5], 3) == pytest.approx(0.9)
+    assert stats.top_share([1.0, 1.0], 3) == pytest.approx(1.0)
+    assert stats.top_share([0.0, 0.0, 0.0], 3) is None and stats.top_share([], 3) is None
     fl = [flow("m0", 6.0), flow("m1", 2.0), flow("m2", 1.0), flow("m3", 1.0)]
-    assert rp.stat_fn("top3_share")([rec("a", 0, fl)], "m") == pytest.approx(0.9)
+    assert stats.stat_fn("top3_share")([rec("a", 0, fl)], "m") == pytest.approx(0.9)
 
 
 def test_report_only_recovers_the_repeat_limit_of_invalid_runs():
     # recorded with each run since the limit was kept in runs.json
-    assert rp.retry_limit([{"attempt": 0, "retry_invalid": 1}, {"attempt": 0, "retry_invalid": 1}]) == 1
-    assert rp.retry_limit([{"attempt": 0, "retry_invalid": 0}]) == 0
+    assert runner.retry_limit([{"attempt": 0, "retry_invalid": 1}, {"attempt": 0, "retry_invalid": 1}]) == 1
+    assert runner.retry_limit([{"attempt": 0, "retry_invalid": 0}]) == 0
     # older records: at least the highest repeat made
-    assert rp.retry_limit([{"attempt": 0}, {"attempt": 2}]) == 2
-    assert rp.retry_limit([{"status": "not run", "attempt": 0}]) == 0
-    assert rp.retry_limit([]) == 0
+    assert runner.retry_limit([{"attempt": 0}, {"attempt": 2}]) == 2
+    assert runner.retry_limit([{"status": "not run", "attempt": 0}]) == 0
+    assert runner.retry_limit([]) == 0
     rep = {"meta": {"preset": "full", "date": "d", "machine": "m", "commit": "c", "command": "x",
-                    "retry_invalid": rp.retry_limit([{"attempt": 1}])},
+                    "retry_invalid": runner.retry_limit([{"attempt": 1}])},
            "ci_method": "bootstrap", "experiments": [], "rows": []}
-    assert "repeated up to 1 time(s)" in rp.markdown(rep)
+    assert "repeated up to 1 time(s)" in report.markdown(rep)
 
 
 def test_hxh_experiments_give_tcp_the_papers_packet_size():
@@ -887,15 +885,15 @@ def test_hop_rts_sends_only_its_micro_block_frames_after_rts():
 def test_the_report_opens_with_the_rows_that_have_a_paper_figure():
     e = dummy_experiment()
     runs = [rec("a", 0, [flow("m", 2.0)]), rec("b", 0, [flow("m", 1.0)])]
-    with_paper = rp.row_result(rp.Row("x", "median a / b", "median", "a", "r", versus="b", value=4.0), e, runs, {})
-    ours_only = rp.row_result(rp.Row("x", "median b / a (not in the paper)", "median", "b", "r", versus="a"),
+    with_paper = tables.row_result(paper.Row("x", "median a / b", "median", "a", "r", versus="b", value=4.0), e, runs, {})
+    ours_only = tables.row_result(paper.Row("x", "median b / a (not in the paper)", "median", "b", "r", versus="a"),
                               e, runs, {})
     rep = {"meta": {"preset": "full", "date": "d", "machine": "m", "commit": "c", "command": "x"},
            "ci_method": "bootstrap", "experiments": [{
                "id": "x", "title": "t", "ref": "r", "notes": [], "point_name": "", "variants": {"a": "A", "b": "B"},
-               "runs": rp.run_accounting(runs), "invalid": [], "counters": {}, "wall_s": 60.0,
+               "runs": tables.run_accounting(runs), "invalid": [], "counters": {}, "wall_s": 60.0,
                "rows": [with_paper, ours_only]}]}
-    md = rp.markdown(rep)
+    md = report.markdown(rep)
     glance = md[md.index("## The papers' figures at a glance"):md.index("## x: t")]
     assert "| x | median a / b | 2× [no CI] (n=1) | 4× | 0.5 |" in glance
     assert "not in the paper" not in glance
