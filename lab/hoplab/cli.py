@@ -1,4 +1,4 @@
-"""Command line: hoplab run | snapshot | clean | demo | selftest | reproduce | compare."""
+"""Command line: hoplab run | snapshot | clean | demo | selftest | reproduce | compare | results-page."""
 
 from __future__ import annotations
 
@@ -123,6 +123,29 @@ def cmd_compare(a) -> int:
     return compare_main(a)
 
 
+def cmd_results_page(a) -> int:
+    from .compare import load_report
+    from .reproduce.report import GENERATED, headline_table, results_page
+
+    src = Path(a.report)
+    rep = load_report(src)
+    page = results_page(rep, str(src / "report.json" if src.is_dir() else src))
+    if not a.out:
+        sys.stdout.write(page)
+        return 0
+    out = Path(a.out)
+    if out.exists():
+        # A page someone wrote by hand is theirs: only a generated one is replaced.
+        first = out.read_text(errors="replace").split("\n", 1)[0]
+        if not first.startswith(GENERATED):
+            raise LabError(f"{out} exists and does not start with '{GENERATED}' (not a generated page): "
+                           "left as it is")
+    out.write_text(page)
+    rows = max(len(headline_table(rep)) - 2, 0)
+    print(f"hoplab results-page: {rows} rows with a paper figure -> {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hoplab", description="Emulated 802.11 mesh experiments")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -176,6 +199,17 @@ def main(argv=None) -> int:
     cp.add_argument("--apart", action="store_true",
                     help="only the rows whose 95 %% intervals do not overlap")
     cp.set_defaults(fn=cmd_compare)
+    pg = sub.add_parser(
+        "results-page", help="a report's opening table (the rows with a paper figure) as a Markdown page",
+        description="Write the opening table of a reproduction report (every row the papers give a figure "
+        "for: experiment, figure, ours with its 95 % interval and run count, paper, ours/paper; the same "
+        "rows and cells as report.md's first table) as a Markdown page whose first line names the report "
+        "it was generated from.")
+    pg.add_argument("report", metavar="REPORT_JSON", help="report.json of a reproduction (or its directory)")
+    pg.add_argument("--out", metavar="FILE",
+                    help="write the page to FILE (default: standard output); an existing FILE is replaced "
+                    "only if its first line starts with 'Generated from' (a page written by this command)")
+    pg.set_defaults(fn=cmd_results_page)
     a = p.parse_args(argv)
     try:
         return a.fn(a)

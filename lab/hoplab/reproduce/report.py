@@ -150,6 +150,42 @@ def _row_cells(e: dict, r: dict) -> tuple[str, str, str, str]:
     return ours, paper, rel, what
 
 
+def headline_table(rep: dict) -> list[str]:
+    """The report's opening table (Markdown lines): every row the papers give a figure for
+    (a value or a range), experiment by experiment; no lines when no row has one. The
+    report and the results page (`results_page`) both show it."""
+    glance = [(e, r) for e in rep["experiments"] for r in e["rows"]
+              if r["paper"] is not None or r["paper_range"]]
+    if not glance:
+        return []
+    lines = ["| experiment | figure | ours [95 % CI] (n) | paper | ours/paper |", "|---|---|---|---|---|"]
+    for e, r in glance:
+        ours, paper, rel, what = _row_cells(e, r)
+        lines.append(f"| {e['id']} | {what} | {ours} | {paper} | {rel} |")
+    return lines
+
+
+GENERATED = "Generated from"
+"""The first words of a results page: a file that starts otherwise was written by hand and
+is not replaced (`hoplab results-page --out`)."""
+
+
+def results_page(rep: dict, source: str) -> str:
+    """A Markdown page with the report's opening table (`headline_table`), for the
+    documentation: its first line names the report.json it was generated from."""
+    m = rep["meta"]
+    lines = [f"{GENERATED} {source} by `hoplab results-page`; regenerate it rather than edit it.", "",
+             "# Results: the papers' figures beside ours", "",
+             f"Reproduction ({m.get('preset', '?')} preset) of {m.get('date', '?')} at commit "
+             f"{m.get('commit', '?')}. Ours: the median (or the named statistic) over the valid runs with its "
+             f"95 % confidence interval ({rep.get('ci_method', '?')}) and the number of runs; *ours/paper* is "
+             "our figure divided by the paper's. The report beside the JSON has every other row, the runs "
+             "and the medium's evidence.", ""]
+    table = headline_table(rep)
+    lines += table if table else ["No row of this report has a figure of the papers."]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rep: dict) -> str:
     m = rep["meta"]
     lines = [f"# Reproduction of the Hop, HxH and ATP evaluations ({m['preset']})", "",
@@ -180,18 +216,12 @@ def markdown(rep: dict) -> str:
                f"the time it was behind, {causes['starved']} with the loop waiting for the CPU)")
     lines += [f"Runs: {tot['valid']} valid, {tot['invalid']} invalid{why} (excluded), {tot['error']} failed "
               f"(excluded), {tot['not run']} not run.", ""]
-    glance = [(e, r) for e in rep["experiments"] for r in e["rows"]
-              if r["paper"] is not None or r["paper_range"]]
-    if glance:
+    table = headline_table(rep)
+    if table:
         lines += ["## The papers' figures at a glance", "",
                   "Every row below that the papers give a figure for, in the order of the sections that "
                   "follow (each section has the rows without a paper figure too, the runs and the medium's "
-                  "evidence).", "",
-                  "| experiment | figure | ours [95 % CI] (n) | paper | ours/paper |", "|---|---|---|---|---|"]
-        for e, r in glance:
-            ours, paper, rel, what = _row_cells(e, r)
-            lines.append(f"| {e['id']} | {what} | {ours} | {paper} | {rel} |")
-        lines.append("")
+                  "evidence).", ""] + table + [""]
     for e in rep["experiments"]:
         lines += [f"## {e['id']}: {e['title']}", "", f"Paper: {e['ref']}. Protocols: "
                   + "; ".join(f"`{k}` = {v}" for k, v in e["variants"].items()) + ".", ""]
