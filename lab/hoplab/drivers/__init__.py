@@ -21,6 +21,5 @@ DRIVERS: dict[str, type[Driver]] = {
     "dtn": DtnDriver,
 }
 
-
 __all__ = ["BASE_PORT", "DRIVERS", "Driver", "DtnDriver", "HbhTcpDriver", "HopDriver", "TcpDriver", "UdpDriver",
            "VoipDriver", "voip_stats"]

@@ -12,6 +12,7 @@ from ..addresses import BROADCAST
 from ..errors import LabError
 from .base import Driver, read_json
 
+
 class HopDriver(Driver):
     """Hop through hopd (crates/hopd): `prepare` starts one hopd per node namespace with
     the lab's neighbours and static routes; each flow is `hop recv --count 1` at the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import BASE_PORT, Driver, read_json
 
+
 class TcpDriver(Driver):
     """Kernel TCP (CUBIC, BBR or Reno per flow) with the lab's sender/receiver."""
 

@@ -210,7 +210,7 @@ def tcp(name: str = "tcp", title: str = "TCP CUBIC (max-ARQ, txop)", cc: str = "
 HBHTCP = Variant("hbhtcp", "hop-by-hop TCP", {"driver": "hbhtcp", "cc": "cubic"})
 DTN = Variant("dtn", "DTN (dtn7 0.21, bundles over TCPCLv4)", {"driver": "dtn"})
 # Disruption experiments: dtnd retries a bundle whose forwarding failed (next hop down) only
-# through its janitor, off by default (hoplab.dtn.JANITOR). DTN2, the paper's DTN, retries a
+# through its janitor, off by default (hoplab.drivers.dtn.JANITOR). DTN2, the paper's DTN, retries a
 # failed link after 5 s, doubling (its min_retry_interval); a fixed 10 s janitor is the
 # closest dtnd setting over §5.7's 60 s phases. Without it dtnd delivered nothing in §5.7.
 DTN_RETRY = Variant("dtn", "DTN (dtn7 0.21, bundles over TCPCLv4, retry every 10 s)",
