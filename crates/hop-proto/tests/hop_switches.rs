@@ -23,17 +23,12 @@ fn config(switches: u32) -> HopConfig {
         ack_withholding: on(3),
         backpressure: on(4),
         backpressure_limit: if on(5) { 3 } else { 1 },
-        wait_notice: on(6),
-        queue_aware: on(7),
-        hold_tail_losses: on(8),
-        duplicate_feedback: on(9),
-        adaptive_bsyn_timeout: on(10),
-        early_bsyn: on(11),
-        round_per_next_hop: on(12),
-        txop_past_full_window: on(13),
-        cache_overheard: on(14),
-        withhold_turn_sends: if on(15) { 2 } else { 0 },
-        link_window_packets: if on(16) { 0 } else { 32 },
+        queue_aware: on(6),
+        duplicate_feedback: on(7),
+        adaptive_bsyn_timeout: on(8),
+        round_per_next_hop: on(9),
+        cache_overheard: on(10),
+        link_window_packets: if on(11) { 0 } else { 32 },
         ..HopConfig::default()
     }
 }

@@ -166,50 +166,11 @@ impl<'a> Overrides<'a> {
     }
 }
 
-/// `hop_proto::hop::HopConfig::default()` with the scenario's `[transports.hop]` overrides.
-/// Durations are given in seconds.
+/// The scenario's `[transports.hop]` table read as a `hop_proto::hop::HopConfig`: an
+/// optional `preset` ("default" or "paper") and overrides of its fields, durations as strings
+/// ("200ms", "60s"), as hopd reads its `[hop]` table.
 pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, String> {
-    let mut c = hop_proto::hop::HopConfig::default();
-    let mut o = Overrides::new(table);
-    o.uint("max_block_bytes", &mut c.max_block_bytes)?;
-    o.uint("packet_payload_bytes", &mut c.packet_payload_bytes)?;
-    o.uint("txop_bytes", &mut c.txop_bytes)?;
-    o.uint("micro_block_threshold", &mut c.micro_block_threshold)?;
-    o.uint("backpressure_limit", &mut c.backpressure_limit)?;
-    o.bool("backpressure", &mut c.backpressure)?;
-    o.bool("ack_withholding", &mut c.ack_withholding)?;
-    o.secs("withhold_timeout", &mut c.withhold_timeout)?;
-    o.uint("withhold_turn_sends", &mut c.withhold_turn_sends)?;
-    o.bool("wait_notice", &mut c.wait_notice)?;
-    o.secs("wait_hold", &mut c.wait_hold)?;
-    o.bool("txop_past_full_window", &mut c.txop_past_full_window)?;
-    o.bool("pipelining", &mut c.pipelining)?;
-    o.bool("cache_overheard", &mut c.cache_overheard)?;
-    o.bool("virtual_retransmission", &mut c.virtual_retransmission)?;
-    o.secs("vtx_initial_timeout", &mut c.vtx_initial_timeout)?;
-    o.uint("vtx_ttl", &mut c.vtx_ttl)?;
-    o.secs("bsyn_timeout", &mut c.bsyn_timeout)?;
-    o.secs("bsyn_max_backoff", &mut c.bsyn_max_backoff)?;
-    o.bool("adaptive_bsyn_timeout", &mut c.adaptive_bsyn_timeout)?;
-    o.secs("bsyn_min_timeout", &mut c.bsyn_min_timeout)?;
-    o.secs("back_quiet", &mut c.back_quiet)?;
-    o.bool("queue_aware", &mut c.queue_aware)?;
-    o.bool("hold_tail_losses", &mut c.hold_tail_losses)?;
-    o.bool("duplicate_feedback", &mut c.duplicate_feedback)?;
-    o.secs("link_queue_lifetime", &mut c.link_queue_lifetime)?;
-    o.uint("link_window_packets", &mut c.link_window_packets)?;
-    o.uint("link_window_max_packets", &mut c.link_window_max_packets)?;
-    o.secs("link_queue_target", &mut c.link_queue_target)?;
-    o.bool("early_bsyn", &mut c.early_bsyn)?;
-    o.bool("round_per_next_hop", &mut c.round_per_next_hop)?;
-    o.uint("cache_limit_bytes", &mut c.cache_limit_bytes)?;
-    o.uint("max_flows", &mut c.max_flows)?;
-    o.secs("flow_idle_timeout", &mut c.flow_idle_timeout)?;
-    o.secs("custody_expiry", &mut c.custody_expiry)?;
-    o.secs("give_up_after", &mut c.give_up_after)?;
-    o.uint("source_buffer_bytes", &mut c.source_buffer_bytes)?;
-    o.finish()?;
-    Ok(c)
+    hop_proto::hop::HopConfig::from_toml(table).map_err(|e| e.to_string())
 }
 
 /// `hop_proto::hxh::HxhConfig::default()` with `[transports.hxh]` overrides (durations in s).

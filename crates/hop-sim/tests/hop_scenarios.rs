@@ -365,51 +365,6 @@ fn ack_withholding_serialises_hidden_senders() {
     );
 }
 
-/// Senders 1-3 have clean links to receiver 0; sender 4's loses 80 % of frames. All four
-/// send bulk data to 0 for 60 s; `turn` is the `withhold_turn_sends` override, if any.
-fn lossy_neighbour(turn: Option<u32>) -> String {
-    let mut s = String::from(
-        "seed = 3\nduration = 60.0\n[medium]\nkind = \"shared\"\n[topology]\nnodes = 5\n\
-         generator = \"none\"\n",
-    );
-    for n in 1..=4 {
-        let loss = if n == 4 { 0.8 } else { 0.0 };
-        s += &format!("[[topology.links]]\na = {n}\nb = 0\nloss = {loss}\n");
-    }
-    for n in 1..=4 {
-        s += &format!("[[flows]]\nsrc = {n}\ndst = 0\nsize = \"100MB\"\ntransport = \"hop\"\n");
-    }
-    if let Some(t) = turn {
-        s += &format!("[transports.hop]\nwithhold_turn_sends = {t}\n");
-    }
-    s
-}
-
-/// Ack withholding gives each sender one block per turn (§3.5). A turn that lasts until the
-/// block completes (the default) lets the lossy sender hold the receiver for many times as
-/// long as the clean ones (the 802.11 performance anomaly); `withhold_turn_sends` = 2 ends
-/// the lossy sender's turns early.
-#[test]
-fn a_turn_budget_keeps_a_lossy_sender_from_holding_the_receiver() {
-    let bytes = |r: &SimResult| -> Vec<u64> { r.flows.iter().map(|f| f.bytes_delivered).collect() };
-    let bounded = run(&lossy_neighbour(Some(2)));
-    let paper = run(&lossy_neighbour(None));
-    let (b, p) = (bytes(&bounded), bytes(&paper));
-    println!("delivered bytes per sender 1-4: bounded turns {b:?}, turns until complete {p:?}");
-    let clean = |v: &[u64]| v[..3].iter().sum::<u64>();
-    assert!(clean(&b) * 2 > clean(&p) * 3, "{b:?} vs {p:?}");
-    assert!(b[3] > 0, "the lossy sender still gets turns: {b:?}");
-    assert!(
-        bounded.nodes[0]
-            .extra
-            .get("turns_ended")
-            .copied()
-            .unwrap_or(0)
-            > 0
-    );
-    assert!(!paper.nodes[0].extra.contains_key("turns_ended"));
-}
-
 #[test]
 fn four_kb_transfer_takes_one_bsyn_back_round_trip() {
     let r = run(include_str!("../../../examples/scenarios/micro-block.toml"));

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
+use hop_proto::hop::HopConfig;
 use hop_wire::NodeId;
 use serde::Deserialize;
 use toml::Spanned;
@@ -116,8 +116,7 @@ struct RawConfig {
     hosts: Vec<RawNeighbour>,
     storage: RawStorage,
     security: RawSecurity,
-    #[serde(default)]
-    hop: HopParams,
+    hop: Option<Spanned<toml::Table>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -149,39 +148,6 @@ struct RawSecurity {
     mesh_key: Option<Spanned<String>>,
     mesh_key_file: Option<Spanned<PathBuf>>,
     max_peers: Option<usize>,
-}
-
-/// Protocol parameters; each one left out keeps the value of `HopConfig::default()`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HopParams {
-    pub max_block_bytes: Option<usize>,
-    pub packet_payload_bytes: Option<usize>,
-    pub txop_bytes: Option<usize>,
-    pub micro_block_threshold: Option<usize>,
-    pub backpressure_limit: Option<usize>,
-    pub backpressure: Option<bool>,
-    pub ack_withholding: Option<bool>,
-    pub vtx_initial_timeout_ms: Option<u64>,
-    pub vtx_ttl: Option<u8>,
-    pub queue_aware: Option<bool>,
-    pub hold_tail_losses: Option<bool>,
-    pub duplicate_feedback: Option<bool>,
-    pub link_queue_lifetime_ms: Option<u64>,
-    pub link_window_packets: Option<usize>,
-    pub link_window_max_packets: Option<usize>,
-    pub link_queue_target_ms: Option<u64>,
-    pub adaptive_bsyn_timeout: Option<bool>,
-    pub early_bsyn: Option<bool>,
-    pub round_per_next_hop: Option<bool>,
-    pub wait_notice: Option<bool>,
-    pub withhold_turn_sends: Option<u32>,
-    pub txop_past_full_window: Option<bool>,
-    pub pipelining: Option<bool>,
-    /// File bytes the API gathers before its first hand-over to Hop (hopd, not the
-    /// protocol): `max_block_bytes` when left out, 0 hands each data frame over as it
-    /// arrives. See docs/hopd.md, "Files end to end".
-    pub first_block_bytes: Option<usize>,
 }
 
 /// A neighbour: node id and UDP address.
@@ -230,7 +196,12 @@ pub struct Config {
     pub max_incoming_flows: usize,
     pub mesh_key: [u8; 32],
     pub max_peers: usize,
-    pub hop: HopParams,
+    /// The Hop parameters: `[hop]` read as `HopConfig::from_toml` reads it (a preset and
+    /// overrides), with the cache and flow bounds of `[storage]`.
+    pub hop: HopConfig,
+    /// File bytes the API gathers before its first hand-over to Hop (`[hop]
+    /// first_block_bytes`, hopd's, not the protocol's).
+    pub first_block_bytes: Option<usize>,
 }
 
 /// A configuration problem, located in the file.
@@ -508,15 +479,21 @@ impl Config {
                 "add mesh_key_file = \"/etc/hopd/mesh.key\" (64 hex digits, same on every node)",
             )),
         };
-        if let Some(ps) = raw.hop.packet_payload_bytes {
-            if !(64..=65000).contains(&ps) {
-                return Err(ctx.err(
-                    None,
-                    format!("hop.packet_payload_bytes = {ps} is out of range"),
-                    "use a value between 64 and 65000 (fit the link MTU, e.g. 1400)",
-                ));
-            }
-        }
+        let max_memory_bytes = raw
+            .storage
+            .max_memory_bytes
+            .unwrap_or(DEFAULT_MAX_MEMORY_BYTES);
+        let max_incoming_flows = raw
+            .storage
+            .max_incoming_flows
+            .unwrap_or(DEFAULT_MAX_INCOMING_FLOWS);
+        let (hop, first_block_bytes) = hop_section(
+            &ctx,
+            raw.hop,
+            raw.link_status_socket.is_some(),
+            max_memory_bytes,
+            max_incoming_flows,
+        )?;
         let storage_dir = base.join(&raw.storage.dir);
         let api_socket = raw
             .api_socket
@@ -543,18 +520,13 @@ impl Config {
             link_control_when_full,
             hosts,
             storage_dir,
-            max_memory_bytes: raw
-                .storage
-                .max_memory_bytes
-                .unwrap_or(DEFAULT_MAX_MEMORY_BYTES),
+            max_memory_bytes,
             max_disk_bytes: raw.storage.max_disk_bytes.unwrap_or(DEFAULT_MAX_DISK_BYTES),
-            max_incoming_flows: raw
-                .storage
-                .max_incoming_flows
-                .unwrap_or(DEFAULT_MAX_INCOMING_FLOWS),
+            max_incoming_flows,
             mesh_key,
             max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),
-            hop: raw.hop,
+            hop,
+            first_block_bytes,
         })
     }
 
@@ -569,10 +541,74 @@ impl Config {
     pub fn neighbour_addr(&self, id: NodeId) -> Option<SocketAddr> {
         self.neighbours.iter().find(|n| n.id == id).map(|n| n.addr)
     }
+}
 
-    pub fn vtx_initial_timeout(&self) -> Option<Duration> {
-        self.hop.vtx_initial_timeout_ms.map(Duration::from_millis)
+/// The `[hop]` section: `HopConfig::from_toml` (a `preset` and overrides), less hopd's own
+/// `first_block_bytes`, with the bounds `[storage]` sets. Without a `link_window_packets`
+/// of its own, a node whose link reports its backlog (`link_status_socket`) runs without a
+/// link window: hopd hands the link a frame only while it holds fewer than
+/// `link_queue_frames`, as the paper's driver queue pushed back (§4.1), and the link window,
+/// which bounds that queue from BACKs when nothing else does
+/// (docs/design/hop.md#link-window), would only add a BSYN/BACK round per window.
+fn hop_section(
+    ctx: &Ctx<'_>,
+    section: Option<Spanned<toml::Table>>,
+    link_status: bool,
+    max_memory_bytes: u64,
+    max_incoming_flows: usize,
+) -> Result<(HopConfig, Option<usize>), ConfigError> {
+    let span = section.as_ref().map(|s| s.span());
+    let mut table = section.map(Spanned::into_inner).unwrap_or_default();
+    for (key, instead) in [
+        ("cache_limit_bytes", "[storage] max_memory_bytes"),
+        ("max_flows", "[storage] max_incoming_flows"),
+    ] {
+        if table.contains_key(key) {
+            return Err(ctx.err(
+                span.clone(),
+                format!("[hop] {key} is set by hopd"),
+                &format!("remove it and set {instead}"),
+            ));
+        }
     }
+    let first_block_bytes = match table.remove("first_block_bytes") {
+        None => None,
+        Some(v) => Some(
+            v.as_integer()
+                .and_then(|i| usize::try_from(i).ok())
+                .ok_or_else(|| {
+                    ctx.err(
+                        span.clone(),
+                        format!("[hop] first_block_bytes = {v} is not a byte count"),
+                        "a whole number of bytes, 0 or more",
+                    )
+                })?,
+        ),
+    };
+    let window_given = table.contains_key("link_window_packets");
+    let mut hop = HopConfig::from_toml(&table).map_err(|e| {
+        ctx.err(
+            span.clone(),
+            format!("[hop]: {e}"),
+            "durations are strings such as \"200ms\" or \"60s\"; see docs/hopd.md for the keys",
+        )
+    })?;
+    if !(64..=65000).contains(&hop.packet_payload_bytes) {
+        return Err(ctx.err(
+            span,
+            format!(
+                "hop.packet_payload_bytes = {} is out of range",
+                hop.packet_payload_bytes
+            ),
+            "use a value between 64 and 65000 (fit the link MTU, e.g. 1400)",
+        ));
+    }
+    if link_status && !window_given {
+        hop.link_window_packets = 0;
+    }
+    hop.cache_limit_bytes = max_memory_bytes;
+    hop.max_flows = max_incoming_flows;
+    Ok((hop, first_block_bytes))
 }
 
 #[cfg(test)]

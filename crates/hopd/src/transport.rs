@@ -19,90 +19,9 @@ pub struct Built {
     pub custody_done: Option<Arc<CustodyDone>>,
 }
 
-/// The Hop parameters of `cfg`: the paper's defaults with the file's overrides.
+/// The Hop parameters of `cfg` (the `[hop]` section as the configuration resolved it).
 pub fn hop_config(cfg: &Config) -> HopConfig {
-    let mut h = HopConfig::default();
-    let p = &cfg.hop;
-    if let Some(v) = p.max_block_bytes {
-        h.max_block_bytes = v;
-    }
-    if let Some(v) = p.packet_payload_bytes {
-        h.packet_payload_bytes = v;
-    }
-    if let Some(v) = p.txop_bytes {
-        h.txop_bytes = v;
-    }
-    if let Some(v) = p.micro_block_threshold {
-        h.micro_block_threshold = v;
-    }
-    if let Some(v) = p.backpressure_limit {
-        h.backpressure_limit = v;
-    }
-    if let Some(v) = p.backpressure {
-        h.backpressure = v;
-    }
-    if let Some(v) = p.ack_withholding {
-        h.ack_withholding = v;
-    }
-    if let Some(v) = cfg.vtx_initial_timeout() {
-        h.vtx_initial_timeout = v;
-    }
-    if let Some(v) = p.vtx_ttl {
-        h.vtx_ttl = v;
-    }
-    if let Some(v) = p.queue_aware {
-        h.queue_aware = v;
-    }
-    if let Some(v) = p.hold_tail_losses {
-        h.hold_tail_losses = v;
-    }
-    if let Some(v) = p.duplicate_feedback {
-        h.duplicate_feedback = v;
-    }
-    if let Some(v) = p.link_queue_lifetime_ms {
-        h.link_queue_lifetime = std::time::Duration::from_millis(v);
-    }
-    match p.link_window_packets {
-        Some(v) => h.link_window_packets = v,
-        // A link that reports its backlog (`link_status_socket`) bounds the queue itself:
-        // hopd hands it a frame only while it holds fewer than `link_queue_frames`, as the
-        // paper's driver queue pushed back (§4.1). The link window, which bounds that queue
-        // from BACKs when nothing else does (docs/wire-format.md), would only add a
-        // BSYN/BACK round per window; without it a transfer hands whole rounds of its block
-        // to the link and asks once per round, as in §3.1.
-        None if cfg.link_status_socket.is_some() => h.link_window_packets = 0,
-        None => {}
-    }
-    if let Some(v) = p.link_window_max_packets {
-        h.link_window_max_packets = v;
-    }
-    if let Some(v) = p.link_queue_target_ms {
-        h.link_queue_target = std::time::Duration::from_millis(v);
-    }
-    if let Some(v) = p.adaptive_bsyn_timeout {
-        h.adaptive_bsyn_timeout = v;
-    }
-    if let Some(v) = p.early_bsyn {
-        h.early_bsyn = v;
-    }
-    if let Some(v) = p.round_per_next_hop {
-        h.round_per_next_hop = v;
-    }
-    if let Some(v) = p.wait_notice {
-        h.wait_notice = v;
-    }
-    if let Some(v) = p.withhold_turn_sends {
-        h.withhold_turn_sends = v;
-    }
-    if let Some(v) = p.txop_past_full_window {
-        h.txop_past_full_window = v;
-    }
-    if let Some(v) = p.pipelining {
-        h.pipelining = v;
-    }
-    h.cache_limit_bytes = cfg.max_memory_bytes;
-    h.max_flows = cfg.max_incoming_flows;
-    h
+    cfg.hop.clone()
 }
 
 /// File bytes the API server gathers before its first hand-over to Hop: a block's worth
@@ -110,7 +29,7 @@ pub fn hop_config(cfg: &Config) -> HopConfig {
 /// frame over as it arrives. Never more than Hop's largest block.
 pub fn first_block_bytes(cfg: &Config) -> usize {
     let block = hop_config(cfg).block_bytes();
-    cfg.hop.first_block_bytes.map_or(block, |v| v.min(block))
+    cfg.first_block_bytes.map_or(block, |v| v.min(block))
 }
 
 /// The HxH parameters of `cfg`: the HxH paper's defaults; the `[hop]` section does not apply,
@@ -218,7 +137,6 @@ mod tests {
         let d = hop_config(&config("hop"));
         assert!(d.queue_aware);
         assert!(d.pipelining);
-        assert!(!d.hold_tail_losses);
         assert!(d.duplicate_feedback);
         assert_eq!(
             d.link_window_packets,
@@ -238,15 +156,47 @@ mod tests {
             32
         );
         let h = hop_config(&with_hop(
-            "[hop]\nqueue_aware = false\nhold_tail_losses = true\nduplicate_feedback = false\nlink_queue_lifetime_ms = 200\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\npipelining = false\n",
+            "[hop]\nqueue_aware = false\nduplicate_feedback = false\nlink_queue_lifetime = \"200ms\"\nlink_window_packets = 0\nadaptive_bsyn_timeout = false\npipelining = false\n",
         ));
         assert!(!h.queue_aware);
         assert_eq!(h.link_window_packets, 0);
         assert!(!h.adaptive_bsyn_timeout);
         assert!(!h.pipelining);
-        assert!(h.hold_tail_losses);
         assert!(!h.duplicate_feedback);
         assert_eq!(h.link_queue_lifetime, std::time::Duration::from_millis(200));
+    }
+
+    #[test]
+    fn the_paper_preset_switches_the_extensions_off_and_storage_still_bounds_it() {
+        let h = hop_config(&with_hop("[hop]\npreset = \"paper\"\nvtx_ttl = 9\n"));
+        let paper = HopConfig::paper();
+        assert_eq!(h.vtx_ttl, 9);
+        assert_eq!(h.queue_aware, paper.queue_aware);
+        assert_eq!(h.round_per_next_hop, paper.round_per_next_hop);
+        assert_eq!(h.cache_limit_bytes, crate::config::DEFAULT_MAX_MEMORY_BYTES);
+        assert_eq!(h.max_flows, crate::config::DEFAULT_MAX_INCOMING_FLOWS);
+    }
+
+    #[test]
+    fn hop_section_errors_name_the_key_and_what_to_do() {
+        let parse = |hop: &str| {
+            let text = format!(
+                "node_id = 1\nlisten = \"127.0.0.1:7000\"\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n{hop}",
+                "ab".repeat(32)
+            );
+            Config::parse("t.toml", &text, Path::new("/"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = parse("[hop]\nvtx_initial_timeout_ms = 60000\n");
+        assert!(e.contains("vtx_initial_timeout_ms"), "{e}");
+        let e = parse("[hop]\nbsyn_timeout = 0.2\n");
+        assert!(e.contains("bsyn_timeout") || e.contains("string"), "{e}");
+        assert!(e.contains("\"200ms\""), "{e}");
+        let e = parse("[hop]\ncache_limit_bytes = 1000\n");
+        assert!(e.contains("max_memory_bytes"), "{e}");
+        let e = parse("[hop]\npreset = \"fast\"\n");
+        assert!(e.contains("paper"), "{e}");
     }
 
     #[test]

@@ -78,6 +78,14 @@ impl Bitmap {
         }
     }
 
+    /// Clear every bit that is set in `other` (a bitmap of the same length).
+    pub fn subtract(&mut self, other: &Bitmap) {
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w &= !o;
+        }
+        self.ones = self.words.iter().map(|w| w.count_ones()).sum();
+    }
+
     pub fn clear(&mut self) {
         self.words.iter_mut().for_each(|w| *w = 0);
         self.ones = 0;

@@ -1,41 +1,16 @@
-//! Sending BSYNs (§3.1): when a transfer asks its next hop what it holds, route changes (§3.4),
-//! and micro-block BSYN trains (§3.6).
+//! Sending BSYNs (§3.1): when a transfer asks its next hop what it holds, following route
+//! changes (§3.4), and the BSYN timer's wait (bsyn_timer.rs). A micro-block's BSYNs carry its
+//! packets (micro.rs).
 
 use super::*;
 
 impl HopTransport {
-    /// Packets handed to the link after which a transfer sends its BSYN early (half a link
-    /// window, `early_bsyn`); 0 = never early.
-    pub(super) fn early_bsyn_at(&self) -> usize {
-        if self.cfg.early_bsyn {
-            self.window.window / 2
-        } else {
-            0
-        }
-    }
-
-    /// Send a BSYN (or micro-block BSYNs) for a transfer that needs one.
-    pub(super) fn drive_xfer(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32) {
+    /// Send a BSYN (or a micro-block's BSYNs) for transfer (`key`, `n`) if it needs one now.
+    pub(super) fn drive_transfer(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32) {
         let now = ctx.now;
-        let sending = self
-            .flows
-            .get(&key)
-            .and_then(|f| f.outs.get(&n))
-            .is_some_and(|x| x.state == TransferState::Sending && !x.micro);
-        let window_full = sending && self.window_full();
-        let early_half = self.early_bsyn_at();
-        let rounds = self.cfg.round_per_next_hop;
-        // With rounds per next hop, a round ends at half the window when another transfer
-        // waits to start its round to the same next hop: its BACK then returns while the
-        // next round's packets are still on the link.
-        let half_round = sending && rounds && self.round_half_done(key, n);
-        // Of this transfer's packets, those still queued here (what its BACK would take
-        // out of a full window).
-        let queued = self
-            .flows
-            .get(&key)
-            .and_then(|f| f.outs.get(&n))
-            .map_or(0, |x| self.queued(x));
+        let Some(why) = self.bsyn_due(now, key, n) else {
+            return;
+        };
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -43,71 +18,13 @@ impl HopTransport {
         let (Some(x), Some(b)) = (f.outs.get_mut(&n), f.blocks.get(&n)) else {
             return;
         };
-        let mut why = "bsyn_start";
-        let need = match x.state {
-            TransferState::NeedBsyn => true,
-            TransferState::AwaitBack { .. } => false,
-            TransferState::Sending => {
-                if x.micro {
-                    true
-                } else {
-                    let left = b.have.count_in_not(&x.peer, &x.sent_round);
-                    if left > 0 && !self.round_robin.contains(&key) {
-                        self.round_robin.push_back(key);
-                    }
-                    // Ask when everything was handed to the link, or when the link window
-                    // is full and this transfer has packets in it (the BACK opens it).
-                    let in_flight = queued;
-                    let round_done = left == 0 && b.complete();
-                    if rounds && window_full && in_flight > 0 && !round_done && x.attempts == 0 {
-                        // A full window asks for a BACK once this transfer has handed at
-                        // least a txop (or half the window, if smaller) to the link since
-                        // its last BSYN; with less, the window is full of packets still
-                        // queued here (its BACK would report next to nothing), so it asks a
-                        // loss age (the tail rule of the BACK handling) after its last BSYN.
-                        let enough = self.txop_packets.min(self.window.window as u32 / 2).max(1);
-                        if x.sent_since_bsyn < enough {
-                            let t = x.bsyn_at
-                                + tail_age(
-                                    self.link_queue.delivery_delay,
-                                    self.link_queue.tail_ext,
-                                    &self.cfg,
-                                );
-                            if t > now {
-                                x.not_before = Some(x.not_before.map_or(t, |u| u.max(t)));
-                            }
-                        }
-                    }
-                    let due = x.not_before.map_or(true, |t| t <= now);
-                    // Early BSYN: half a window handed over since the last one.
-                    let half = early_half > 0 && x.sent_since_bsyn as usize >= early_half;
-                    let need =
-                        due && (round_done || (window_full && in_flight > 0) || half || half_round);
-                    if need {
-                        why = if round_done {
-                            "bsyn_round_done"
-                        } else if half_round {
-                            "bsyn_half_round"
-                        } else if half {
-                            "bsyn_early"
-                        } else {
-                            "bsyn_window_full"
-                        };
-                    }
-                    need
-                }
-            }
-        };
-        if !need {
-            return;
-        }
         // Follow route changes (§3.4): the next hop is looked up whenever a BSYN is sent.
         let Some(next_hop) = ctx.routing.next_hop(dst) else {
             return;
         };
         if next_hop != x.next_hop {
             let (vtx, ttl, micro) = (x.vtx, x.ttl, x.micro);
-            *x = Self::new_xfer(next_hop, b.geom, vtx, ttl, micro);
+            *x = Self::new_transfer(next_hop, b.geom, vtx, ttl, micro);
         }
         let mut flags = if b.fin { FLAG_FIN } else { 0 };
         if x.vtx {
@@ -133,100 +50,129 @@ impl HopTransport {
         x.not_before = None;
         x.bsyn_at = now;
         x.sent_since_bsyn = 0;
-        let mut msgs: Vec<Vec<u8>> = Vec::new();
-        let mut retx = 0u64;
-        if x.micro {
+        let (msgs, retx) = if x.micro {
             flags |= FLAG_MICRO;
-            // Every packet the next hop lacks rides on its own BSYN; the last one asks for
-            // the BACK. A repeat (no BACK since the last send) carries only the last of
-            // them, which asks (§3.6 piggybacks the micro-block on the initial BSYN): the
-            // packets of the last send may only be queued behind a busy link, and sending
-            // all of them again on every timeout fed a collapse at a lossy hub
-            // (docs/reproduce.md); the BACK then says which are missing.
-            let mut missing: Vec<u32> = (0..b.geom.packets())
-                .filter(|i| !x.peer.get(*i) && b.have.get(*i))
-                .collect();
-            if repeat && missing.len() > 1 {
-                missing.drain(..missing.len() - 1);
-            }
-            if missing.is_empty() || !b.complete() {
-                let msg = HopMessage {
-                    header: Self::header(key, dst, n, flags | FLAG_ASK, ttl),
-                    body: HopBody::Bsyn {
-                        offset: b.offset,
-                        geom: b.geom,
-                        packet_num: 0,
-                        expect: 0,
-                        payload: &[],
-                    },
-                };
-                let mut out = Vec::new();
-                if msg.emit(&mut out).is_ok() {
-                    msgs.push(out);
-                }
-            } else {
-                for (i, p) in missing.iter().enumerate() {
-                    let last = i + 1 == missing.len();
-                    let fl = if last { flags | FLAG_ASK } else { flags };
-                    let msg = HopMessage {
-                        header: Self::header(key, dst, n, fl, ttl),
-                        body: HopBody::Bsyn {
-                            offset: b.offset,
-                            geom: b.geom,
-                            packet_num: *p as u16,
-                            expect: 0,
-                            payload: b.packet(*p),
-                        },
-                    };
-                    let mut out = Vec::new();
-                    if msg.emit(&mut out).is_ok() {
-                        msgs.push(out);
-                    }
-                    if !x.ever_sent.set(*p) {
-                        retx += 1;
-                    }
-                }
-            }
+            let header = Self::header(key, dst, n, flags, ttl);
+            micro_bsyns(header, x, b, repeat)
         } else {
-            // The next hop holds what it reported plus what this round handed to the link,
-            // once that arrives; the BSYN overtakes the data still queued here.
-            // A repeated BSYN follows data that had the whole first wait to arrive: it asks
-            // for an answer at once.
-            let in_flight = if repeat {
-                0
-            } else {
-                x.sent_round.count_in_not(&x.peer, &Bitmap::new(0))
-            };
-            let expect = (x.peer.count() + in_flight).min(u32::from(u16::MAX)) as u16;
-            let msg = HopMessage {
-                header: Self::header(key, dst, n, flags, ttl),
-                body: HopBody::Bsyn {
-                    offset: b.offset,
-                    geom: b.geom,
-                    packet_num: 0,
-                    expect,
-                    payload: &[],
-                },
-            };
-            let mut out = Vec::new();
-            if msg.emit(&mut out).is_ok() {
-                msgs.push(out);
-            }
-        }
-        let name = name_of(MsgType::Bsyn, flags);
-        let nh = x.next_hop;
+            let header = Self::header(key, dst, n, flags, ttl);
+            (vec![block_bsyn(header, x, b, repeat)], 0)
+        };
+        let next_hop = x.next_hop;
         bump(
             &mut self.stats.extra,
             if repeat { "bsyn_repeat" } else { why },
         );
         self.stats.data_retransmissions += retx;
-        for body in msgs {
+        let name = name_of(MsgType::Bsyn, flags);
+        for body in msgs.into_iter().flatten() {
             bump(&mut self.stats.sent_by_type, name);
             self.control.push_back(Outgoing {
-                next_hop: nh,
+                next_hop,
                 class: Class::Control,
                 body,
             });
         }
     }
+
+    /// Whether transfer (`key`, `n`) asks for a BACK now, and why (the counter to bump). A
+    /// transfer sending a round asks when everything was handed to the link, when the link
+    /// window is full and it has packets in it (the BACK opens it), or, with rounds per next
+    /// hop, at half the window when another transfer waits for the same next hop. Along the
+    /// way a sending transfer with packets left takes its place in the round robin, and a full
+    /// window may set how long it holds its BSYN back.
+    fn bsyn_due(&mut self, now: Instant, key: FlowKey, n: u32) -> Option<&'static str> {
+        let sending = self
+            .flows
+            .get(&key)
+            .and_then(|f| f.outs.get(&n))
+            .is_some_and(|x| x.state == TransferState::Sending && !x.micro);
+        let window_full = sending && self.window_full();
+        let rounds = self.cfg.round_per_next_hop;
+        // With rounds per next hop, a round ends at half the window when another transfer
+        // waits to start its round to the same next hop: its BACK then returns while the
+        // next round's packets are still on the link.
+        let half_round = sending && rounds && self.round_half_done(key, n);
+        // Of this transfer's packets, those still queued here (what its BACK would take
+        // out of a full window).
+        let in_flight = self
+            .flows
+            .get(&key)
+            .and_then(|f| f.outs.get(&n))
+            .map_or(0, |x| self.queued(x));
+        let loss_age = tail_age(
+            self.link_queue.delivery_delay,
+            self.link_queue.tail_ext,
+            &self.cfg,
+        );
+        let enough = self.txop_packets.min(self.window.window as u32 / 2).max(1);
+        let f = self.flows.get_mut(&key)?;
+        let (x, b) = (f.outs.get_mut(&n)?, f.blocks.get(&n)?);
+        match x.state {
+            TransferState::NeedBsyn => return Some("bsyn_start"),
+            TransferState::AwaitBack { .. } => return None,
+            TransferState::Sending if x.micro => return Some("bsyn_start"),
+            TransferState::Sending => {}
+        }
+        let left = b.have.count_in_not(&x.peer, &x.sent_round);
+        if left > 0 && !self.round_robin.contains(&key) {
+            self.round_robin.push_back(key);
+        }
+        let round_done = left == 0 && b.complete();
+        if rounds && window_full && in_flight > 0 && !round_done && x.attempts == 0 {
+            // A full window asks for a BACK once this transfer has handed at least a txop
+            // (or half the window, if smaller) to the link since its last BSYN; with less,
+            // the window is full of packets still queued here (its BACK would report next to
+            // nothing), so it asks a loss age (the tail rule of the BACK handling) after its
+            // last BSYN.
+            if x.sent_since_bsyn < enough {
+                let t = x.bsyn_at + loss_age;
+                if t > now {
+                    x.not_before = Some(x.not_before.map_or(t, |u| u.max(t)));
+                }
+            }
+        }
+        let due = x.not_before.map_or(true, |t| t <= now);
+        if !due {
+            return None;
+        }
+        if round_done {
+            Some("bsyn_round_done")
+        } else if half_round {
+            Some("bsyn_half_round")
+        } else if window_full && in_flight > 0 {
+            Some("bsyn_window_full")
+        } else {
+            None
+        }
+    }
+}
+
+/// The BSYN of a block's round: the next hop holds what it reported plus what this round
+/// handed to the link, once that arrives (`expect`); the BSYN overtakes the data still
+/// queued here. A repeated BSYN follows data that had the whole first wait to arrive: it
+/// asks for an answer at once.
+fn block_bsyn(header: HopHeader, x: &Transfer, b: &Block, repeat: bool) -> Option<Vec<u8>> {
+    let in_flight = if repeat {
+        0
+    } else {
+        x.sent_round.count_in_not(&x.peer, &Bitmap::new(0))
+    };
+    let expect = (x.peer.count() + in_flight).min(u32::from(u16::MAX)) as u16;
+    emit(&HopMessage {
+        header,
+        body: HopBody::Bsyn {
+            offset: b.offset,
+            geom: b.geom,
+            packet_num: 0,
+            expect,
+            payload: &[],
+        },
+    })
+}
+
+/// A message's bytes (None if it cannot be encoded, which a well-formed block never causes).
+pub(super) fn emit(msg: &HopMessage<'_>) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(msg.encoded_len());
+    msg.emit(&mut out).ok().map(|()| out)
 }

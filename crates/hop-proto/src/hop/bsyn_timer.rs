@@ -72,9 +72,8 @@ pub(super) fn bsyn_wait(
         // the control class, and the next hop answers the last one at once (no BACK
         // deferral), so nothing of the block is queued behind them: the floor covers their
         // BACK. Without samples (a next hop this node has not sent to, or whose first tries
-        // all went unanswered, Karn's rule) 200 ms per round dominated a small file's delay
-        // next to a hidden sender: 480 ms median over 16 seeds of the simulator's
-        // `micro-hidden` scenario, 65 ms with the floor (docs/reproduce.md).
+        // all went unanswered, Karn's rule) a wait of `bsyn_timeout` per round would dominate
+        // a small file's delay next to a hidden sender (docs/design/hop.md#36-micro-blocks).
         None if micro => floor,
         None => cfg.bsyn_timeout,
     };

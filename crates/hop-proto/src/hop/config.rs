@@ -1,7 +1,18 @@
-//! Hop parameters. Defaults follow the Hop paper (§4.1 MAC parameters, §4.2 parameters); values
-//! the paper leaves open are chosen here and justified next to each constant.
+//! Hop parameters: one [`HopConfig`], read by hopd, the simulator and the lab alike (the
+//! `[hop]` table of a hopd configuration, `[transports.hop]` of a simulator scenario), in one
+//! convention: sizes in bytes or packets, durations as durations (`"200ms"`, `"60s"`, `"1h"`).
+//!
+//! Two presets: [`HopConfig::paper`] is the Hop paper's configuration (§4.1 MAC parameters,
+//! §4.2 parameters, every mechanism of §3 on, none of this implementation's extensions), and
+//! [`HopConfig::default`] is what ships: the paper plus the extensions that pay on the links
+//! this implementation runs over (docs/design/hop.md says what each one is for and what it
+//! was measured to give). Values the paper leaves open are chosen here and justified next to
+//! each constant.
 
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 /// Maximum block size: 1 MiB (§4.2 "we set the default maximum block size to 1MB").
 pub const DEFAULT_MAX_BLOCK_BYTES: usize = 1 << 20;
@@ -38,7 +49,8 @@ pub const DEFAULT_VTX_TTL: u8 = 50;
 /// lost BSYN/BACK costs at most 200 ms. Not in the paper.
 pub const DEFAULT_BSYN_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// Ceiling of the BSYN retransmission backoff (doubling per unanswered BSYN). Bounds how long
+/// Ceiling of the BSYN retransmission backoff (repeats grow linearly with the adaptive timer,
+/// double with the fixed one, see `adaptive_bsyn_timeout`). Bounds how long
 /// a block waits after a partitioned next hop comes back (§3.4) while keeping an unreachable
 /// next hop to one control datagram per 2 s. Not in the paper.
 pub const DEFAULT_BSYN_MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -84,42 +96,21 @@ pub const DEFAULT_LINK_WINDOW_MAX_PACKETS: usize = 256;
 /// (500 ms in ns-3's `WifiMacQueue`). Not in the paper.
 pub const DEFAULT_LINK_QUEUE_TARGET: Duration = Duration::from_millis(50);
 
-/// How long a data packet given up by the tail rule (see `queue_aware`) may still sit in the
-/// node's link queue: until a packet handed to the link after it has arrived, or for this
-/// long, it keeps its place in the link window (`hold_tail_losses`). An 802.11 MAC queue
-/// drops what waited longer (ns-3's `WifiMacQueue`, the lab's medium: `MaxDelay` 500 ms;
-/// Linux's mac80211 drops far sooner under its CoDel). Not in the paper.
+/// How long a data packet may sit in the node's link queue: the tail rule (see `queue_aware`)
+/// never waits longer than this for a packet, however much duplicate feedback grew its loss
+/// age, since an 802.11 MAC queue drops what waited longer (ns-3's `WifiMacQueue`, the lab's
+/// medium: `MaxDelay` 500 ms; Linux's mac80211 drops far sooner under its CoDel). Not in the
+/// paper.
 pub const DEFAULT_LINK_QUEUE_LIFETIME: Duration = Duration::from_millis(500);
 
 /// BACKs with tail losses and no duplicate data after which the tail rule's loss age returns
 /// to twice the delivery delay (`duplicate_feedback`): RACK resets its reordering window
 /// after 16 loss recoveries without a D-SACK (RFC 8985 §6.2 step 4). Not in the paper.
-pub const TAIL_EXT_RESET_AFTER: u32 = 16;
+pub(crate) const TAIL_EXT_RESET_AFTER: u32 = 16;
 
 /// Ack withholding releases a receiver from its current sender after this long without hearing
 /// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
 pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// With `withhold_turn_sends` = k > 0, ack withholding ends a sender's turn, while other
-/// senders wait, once it has sent k times its block's packets in the turn (counted from the
-/// `expect` of its BSYNs): at its next BSYN round its partial block stays, and it asks again
-/// behind the others. §3.5 keeps the turn until the block completes, which hands every
-/// sender the same number of blocks: one whose link loses most frames then holds the
-/// receiver for many times the air of the others, and the receiver's good links carry as
-/// little as its worst (the 802.11 "performance anomaly", Heusse et al., INFOCOM 2003).
-/// k = 2 ends a turn early only on a link that needs more than two transmissions per packet
-/// (ETX above 2). Off by default (0, the paper): on the simulated 30-flow meshes ending
-/// turns delays the blocks behind them more than it gives (docs/wire-format.md, "Ack
-/// withholding"). Not in the paper.
-pub const DEFAULT_WITHHOLD_TURN_SENDS: u32 = 0;
-
-/// A sender told to wait (a BACK with `FLAG_WAIT`: its BSYN is held by ack withholding, §3.5,
-/// or backpressure, §3.3) asks again after this long unless its turn comes first. The
-/// receiver calls the sender when its turn comes, so this only bounds what a lost turn or a
-/// restarted receiver costs; a block at the ~50-100 kbit/s a flow gets among 30 (§5.3) takes
-/// 80 s or more, during which a withheld sender otherwise asks every few hundred ms. Five
-/// `withhold_timeout`s. Not in the paper.
-pub const DEFAULT_WAIT_HOLD: Duration = Duration::from_secs(5);
 
 /// Bytes of blocks a node keeps (custody, in-progress and cache). §4.2 keeps every block in
 /// memory; this bounds it. Cached (non-custody) blocks are evicted least recently used first.
@@ -143,11 +134,13 @@ pub const DEFAULT_CUSTODY_EXPIRY: Duration = Duration::from_secs(3600);
 pub const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(3600);
 
 /// Interval of housekeeping (idle flows, silent senders, expired custody).
-pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Configuration of [`HopTransport`](super::HopTransport). Every mechanism of the paper can be
-/// tuned or switched off for experiments.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// tuned or switched off for experiments. Fields left out of a configuration file keep the
+/// value of the preset it names (see [`HopConfig::from_toml`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct HopConfig {
     /// Largest block (§4.2). Smaller blocks are formed when less data is ready.
     pub max_block_bytes: usize,
@@ -164,26 +157,8 @@ pub struct HopConfig {
     /// Enable ack withholding (§3.5).
     pub ack_withholding: bool,
     /// Silence after which ack withholding moves on to another sender.
+    #[serde(with = "humantime_serde")]
     pub withhold_timeout: Duration,
-    /// Packets one sender may send in a turn while others wait, in blocks of its own (see
-    /// [`DEFAULT_WITHHOLD_TURN_SENDS`]); zero: a turn lasts until the block completes (§3.5).
-    pub withhold_turn_sends: u32,
-    /// A receiver that withholds a BSYN (§3.3, §3.5) answers it with a wait notice (a BACK
-    /// with `FLAG_WAIT`), and the sender then asks again only after `wait_hold`. Off (the
-    /// paper, and the default): the receiver stays silent and the sender repeats its BSYN on
-    /// its timer. A sender always honours a notice, whatever its own setting. Measured in
-    /// docs/scenarios.md ("Withheld BSYNs"): fewer control frames, and without
-    /// `txop_past_full_window` far fewer bytes over 30 minutes.
-    pub wait_notice: bool,
-    /// How long a sender told to wait holds before asking again.
-    pub wait_hold: Duration,
-    /// A transfer with less than a txop of its packets in the link window may fill up to a
-    /// txop even when the window is full of other transfers' packets. With ack withholding a
-    /// transfer that may send holds its receiver's only turn (§3.5), which the receiver
-    /// takes back after `withhold_timeout` of silence; a window full of other transfers'
-    /// packets would otherwise keep it silent. The window's bound on queued data then
-    /// grows by at most a txop per transfer. Not in the paper; off by default.
-    pub txop_past_full_window: bool,
     /// Enable spatial pipelining (§3.1); otherwise a relay forwards only complete blocks.
     pub pipelining: bool,
     /// Cache packets overheard on a shared medium (§3.2).
@@ -191,12 +166,15 @@ pub struct HopConfig {
     /// Enable end-to-end virtual retransmissions (§3.2).
     pub virtual_retransmission: bool,
     /// Initial virtual retransmission timeout (§4.2).
+    #[serde(with = "humantime_serde")]
     pub vtx_initial_timeout: Duration,
     /// TTL of a virtual retransmission (§4.2).
     pub vtx_ttl: u8,
     /// Per-hop BSYN retransmission timer.
+    #[serde(with = "humantime_serde")]
     pub bsyn_timeout: Duration,
     /// Ceiling of the BSYN retransmission backoff.
+    #[serde(with = "humantime_serde")]
     pub bsyn_max_backoff: Duration,
     /// The BSYN timer follows the measured BSYN-to-BACK round trip of each next hop (smoothed
     /// as TCP's RTO, RFC 6298 §2, sampled only from BSYNs answered at the first try, Karn's
@@ -208,8 +186,10 @@ pub struct HopConfig {
     /// which gives no BSYN timer.
     pub adaptive_bsyn_timeout: bool,
     /// Floor of the adaptive BSYN timer.
+    #[serde(with = "humantime_serde")]
     pub bsyn_min_timeout: Duration,
     /// BACK deferral while data for the block is still arriving.
+    #[serde(with = "humantime_serde")]
     pub back_quiet: Duration,
     /// Packets missing in a BACK are retransmitted only when probably lost, not when
     /// probably still queued at this node: lost when a packet handed to the link after them
@@ -218,17 +198,6 @@ pub struct HopConfig {
     /// loss probe timeout, RFC 8985 §7.2). Off: every packet a BACK reports missing is sent
     /// again (the paper, §3.1).
     pub queue_aware: bool,
-    /// With `queue_aware`: a packet the tail rule gives up keeps its place in the link window
-    /// until a packet handed to the link after it, or the packet itself, is reported
-    /// arrived, or for `link_queue_lifetime`: it may still be queued at this node. Its new
-    /// copy is sent as room allows, and a tail loss tells nothing about other transfers'
-    /// packets. Off (the default): the window forgets it at once and the packets handed to
-    /// the link before it count as gone too, so a relay whose queue drains more slowly than
-    /// the delivery delay it measured keeps adding copies to it. On, a lossy path whose tail
-    /// losses are real waits for evidence before their places free up: in the lab it moved
-    /// 8-50 % more with 30 flows and 25-35 % less on lossy 4- and 7-hop paths
-    /// (docs/wire-format.md), so it is off until it costs nothing there. Not in the paper.
-    pub hold_tail_losses: bool,
     /// With `queue_aware`: when a next hop reports data it received twice (the `duplicates`
     /// of a BACK), the tail rule waits one more delivery delay before giving up a packet,
     /// up to `link_queue_lifetime`, and returns to twice the delivery delay after
@@ -240,6 +209,7 @@ pub struct HopConfig {
     /// age is always twice the delivery delay. Not in the paper.
     pub duplicate_feedback: bool,
     /// See [`DEFAULT_LINK_QUEUE_LIFETIME`].
+    #[serde(with = "humantime_serde")]
     pub link_queue_lifetime: Duration,
     /// Bound on data packets handed to the link and not yet known to have left it (see
     /// [`DEFAULT_LINK_WINDOW_PACKETS`]); 0 = unbounded (the paper).
@@ -249,13 +219,8 @@ pub struct HopConfig {
     /// [`DEFAULT_LINK_QUEUE_TARGET`]). Equal to `link_window_packets` (or below it): fixed.
     pub link_window_max_packets: usize,
     /// Time of delivery the link window may hold above its floor.
+    #[serde(with = "humantime_serde")]
     pub link_queue_target: Duration,
-    /// A transfer asks for a BACK once it has handed half a link window to the link since
-    /// its last BSYN, and keeps sending while that BACK is on its way, so the control round
-    /// overlaps the other half of the window (not in the paper). Only with a link window.
-    /// Off by default: twice the BSYN/BACK rounds cost more than the overlap gains on a
-    /// multi-hop chain over a deep MAC queue (docs/wire-format.md).
-    pub early_bsyn: bool,
     /// Rounds to a next hop carry more than a few packets when many flows share it (not in
     /// the paper, whose scheduler interleaves a txop of every flow, §3.6): at most one
     /// transfer per next hop is in the middle of a round (has handed packets of the round
@@ -265,7 +230,8 @@ pub struct HopConfig {
     /// asks for a BACK only after the transfer has handed a txop (or half the window) to
     /// the link since its last BSYN, or a loss age after it. Interleaving many blocks to one
     /// next hop otherwise splits the link window among them, and every BSYN/BACK round
-    /// carries a few packets (docs/wire-format.md). Off: the paper's scheduler.
+    /// carries a few packets (docs/design/hop.md#rounds-per-next-hop). Off: the paper's
+    /// scheduler.
     pub round_per_next_hop: bool,
     /// Bytes of blocks kept on a node.
     pub cache_limit_bytes: u64,
@@ -273,10 +239,13 @@ pub struct HopConfig {
     pub max_flows: usize,
     /// Idle flow reclamation on relays and destinations (an unfinished incoming flow: see
     /// [`HopConfig::unfinished_flow_idle_timeout`]).
+    #[serde(with = "humantime_serde")]
     pub flow_idle_timeout: Duration,
     /// Expiry of a block in custody that cannot move (§3.2).
+    #[serde(with = "humantime_serde")]
     pub custody_expiry: Duration,
     /// A source abandons a flow after this long without progress.
+    #[serde(with = "humantime_serde")]
     pub give_up_after: Duration,
     /// Application bytes a source buffers beyond its blocks (at least one block's worth).
     pub source_buffer_bytes: usize,
@@ -293,10 +262,6 @@ impl Default for HopConfig {
             backpressure: true,
             ack_withholding: true,
             withhold_timeout: DEFAULT_WITHHOLD_TIMEOUT,
-            withhold_turn_sends: DEFAULT_WITHHOLD_TURN_SENDS,
-            wait_notice: false,
-            wait_hold: DEFAULT_WAIT_HOLD,
-            txop_past_full_window: false,
             pipelining: true,
             cache_overheard: true,
             virtual_retransmission: true,
@@ -308,13 +273,11 @@ impl Default for HopConfig {
             bsyn_min_timeout: DEFAULT_BSYN_MIN_TIMEOUT,
             back_quiet: DEFAULT_BACK_QUIET,
             queue_aware: true,
-            hold_tail_losses: false,
             duplicate_feedback: true,
             link_queue_lifetime: DEFAULT_LINK_QUEUE_LIFETIME,
             link_window_packets: DEFAULT_LINK_WINDOW_PACKETS,
             link_window_max_packets: DEFAULT_LINK_WINDOW_MAX_PACKETS,
             link_queue_target: DEFAULT_LINK_QUEUE_TARGET,
-            early_bsyn: false,
             round_per_next_hop: true,
             cache_limit_bytes: DEFAULT_CACHE_LIMIT_BYTES,
             max_flows: DEFAULT_MAX_FLOWS,
@@ -327,6 +290,68 @@ impl Default for HopConfig {
 }
 
 impl HopConfig {
+    /// The Hop paper's configuration: §4.2's parameters (1 MB blocks, 8 KB txops, 16 KB
+    /// micro-block threshold, H = 1, a 60 s first virtual retransmission timeout and a TTL of
+    /// 50), every mechanism of §3 on, and none of this implementation's extensions: a fixed
+    /// BSYN timer doubled per unanswered BSYN, every packet a BACK reports missing sent again
+    /// (§3.1), no link window, and the scheduler's txop round robin over all transfers
+    /// (§3.6). Resource bounds the paper does not have (cache, flows, expiry) are the
+    /// shipped ones.
+    pub fn paper() -> Self {
+        HopConfig {
+            adaptive_bsyn_timeout: false,
+            queue_aware: false,
+            duplicate_feedback: false,
+            link_window_packets: 0,
+            round_per_next_hop: false,
+            ..HopConfig::default()
+        }
+    }
+
+    /// The configuration a preset names.
+    pub fn preset(preset: HopPreset) -> Self {
+        match preset {
+            HopPreset::Shipped => HopConfig::default(),
+            HopPreset::Paper => HopConfig::paper(),
+        }
+    }
+
+    /// A configuration from a TOML table: an optional `preset = "paper"` or `"default"` (the
+    /// base, `"default"` when left out) and any field of [`HopConfig`] to override it, with
+    /// durations as strings (`"250ms"`, `"2s"`, `"1h"`). Unknown keys are errors.
+    pub fn from_toml(table: &toml::Table) -> Result<Self, HopConfigError> {
+        let mut table = table.clone();
+        let preset = match table.remove("preset") {
+            None => HopPreset::Shipped,
+            Some(v) => v
+                .try_into::<HopPreset>()
+                .map_err(|e| HopConfigError::Preset(e.message().to_string()))?,
+        };
+        let base = toml::Table::try_from(HopConfig::preset(preset))
+            .expect("a HopConfig serialises to a table");
+        let read = |overrides: &mut dyn Iterator<Item = (&String, &toml::Value)>| {
+            let mut merged = base.clone();
+            for (k, v) in overrides {
+                merged.insert(k.clone(), v.clone());
+            }
+            toml::Value::Table(merged).try_into::<HopConfig>()
+        };
+        if let Some(k) = table.keys().find(|k| !base.contains_key(*k)) {
+            return Err(HopConfigError::UnknownKey(k.clone()));
+        }
+        read(&mut table.iter()).map_err(|e| {
+            // Name the key: the first override that cannot be read on its own.
+            let key = table
+                .iter()
+                .find(|kv| read(&mut std::iter::once(*kv)).is_err())
+                .map_or_else(String::new, |(k, _)| k.clone());
+            HopConfigError::Value {
+                key,
+                message: e.message().to_string(),
+            }
+        })
+    }
+
     /// Packet payload size actually used: 1..=65535 bytes.
     pub(crate) fn packet_size(&self) -> u16 {
         self.packet_payload_bytes.clamp(1, usize::from(u16::MAX)) as u16
@@ -353,4 +378,26 @@ impl HopConfig {
     pub fn unfinished_flow_idle_timeout(&self) -> Duration {
         self.flow_idle_timeout.max(self.give_up_after)
     }
+}
+
+/// A named starting point for a [`HopConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HopPreset {
+    /// [`HopConfig::default`]: the paper plus the extensions that ship.
+    #[serde(rename = "default")]
+    Shipped,
+    /// [`HopConfig::paper`]: the Hop paper's configuration.
+    Paper,
+}
+
+/// A Hop configuration table that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum HopConfigError {
+    #[error("unknown Hop parameter `{0}` (the parameters are the fields of HopConfig; see docs/design/hop.md)")]
+    UnknownKey(String),
+    #[error("preset: {0} (\"paper\" or \"default\")")]
+    Preset(String),
+    #[error("`{key}`: {message}")]
+    Value { key: String, message: String },
 }

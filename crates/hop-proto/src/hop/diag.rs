@@ -105,9 +105,7 @@ impl HopTransport {
                         }
                     }
                     TransferState::NeedBsyn => SendState::Round,
-                    TransferState::AwaitBack { .. } if x.told_wait || x.attempts > 1 => {
-                        SendState::Silent
-                    }
+                    TransferState::AwaitBack { .. } if x.attempts > 1 => SendState::Silent,
                     TransferState::AwaitBack { .. } => SendState::Round,
                 };
                 best = Some(match best {

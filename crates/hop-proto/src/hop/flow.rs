@@ -311,10 +311,7 @@ impl HopTransport {
     }
 
     pub(super) fn on_fin(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, total: u64) {
-        let key = FlowKey {
-            src: h.src,
-            id: h.flow_id,
-        };
+        let key = flow_key(h);
         let known = self.flows.contains_key(&key);
         self.remove_flow(key);
         self.stats.flows = self.flows.len() as u64;

@@ -55,8 +55,8 @@ impl HopTransport {
         self.flows
             .values()
             .flat_map(|f| f.outs.values())
-            .filter(|x| !x.micro && !x.told_wait)
-            .map(|x| self.queued(x) as usize + self.tail_held(x))
+            .filter(|x| !x.micro)
+            .map(|x| self.queued(x) as usize)
             .sum()
     }
 

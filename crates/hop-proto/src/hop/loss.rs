@@ -24,6 +24,185 @@ pub(super) struct LinkQueue {
     pub(super) tail_clean: u32,
 }
 
+impl LinkQueue {
+    /// The next position in the stream: a data packet is being handed to the link.
+    pub(super) fn stamp(&mut self) -> u64 {
+        self.handed += 1;
+        self.handed
+    }
+}
+
+impl LinkQueue {
+    /// A next hop reported copies of packets it already held: the tail rule gave up packets
+    /// that were only queued. Wait one delivery delay (`step`) longer before the next such
+    /// judgement, at most once per delivery delay (RACK's reordering window grows the same way
+    /// on D-SACKs, RFC 8985 §6.2 step 4). True if the loss age grew.
+    pub(super) fn on_duplicates(&mut self, now: Instant, step: Duration) -> bool {
+        let raised = self.tail_ext == 0 || now >= self.tail_ext_at + step;
+        if raised {
+            self.tail_ext = self.tail_ext.saturating_add(1);
+            self.tail_ext_at = now;
+        }
+        self.tail_clean = 0;
+        raised
+    }
+
+    /// Learn from a BACK's arrivals: every data packet handed to the link before the newest
+    /// arrived one (or before the oldest live copy of an arrived resent packet) has left the
+    /// FIFO queue, and the newest one's age is a delivery-delay sample when the transfer's
+    /// BSYN followed it at once (within `back_quiet`: the next hop then answered when the
+    /// packet arrived, not whenever it was asked).
+    pub(super) fn on_arrivals(
+        &mut self,
+        a: &Arrivals,
+        bsyn_at: Instant,
+        now: Instant,
+        back_quiet: Duration,
+    ) {
+        if a.floor > 0 {
+            self.left = self.left.max(a.floor);
+            self.arrived = self.arrived.max(a.floor);
+        }
+        let Some((seq, at)) = a.newest else {
+            return;
+        };
+        self.left = self.left.max(seq);
+        self.arrived = self.arrived.max(seq);
+        if bsyn_at.saturating_duration_since(at) <= back_quiet {
+            let sample = now.saturating_duration_since(at);
+            // Rises at once, decays slowly: a packet is not judged lost while packets sent as
+            // long ago are still being delivered.
+            self.delivery_delay = Some(match self.delivery_delay {
+                Some(d) if d > sample => (d * 7 + sample) / 8,
+                _ => sample,
+            });
+        }
+    }
+
+    /// Judge the packets of transfer `x`'s round that its next hop's BACK did not report.
+    /// Those handed to the link before one that arrived are lost: the link's data queue is
+    /// FIFO (RACK, RFC 8985 §6.2, with the send order in place of time). The rest are
+    /// probably still queued here and are not sent again; only when nothing arrived since the
+    /// last BACK (`progress` false) are those older than the loss age given up (the tail,
+    /// RFC 8985 §7). The tail also needs the transfer to have stalled that long: while the
+    /// queue drains, a BACK without news only means the next hop heard a pause.
+    pub(super) fn judge(
+        &mut self,
+        x: &mut Transfer,
+        progress: bool,
+        duplicates: u16,
+        now: Instant,
+        cfg: &HopConfig,
+    ) -> Losses {
+        let age = tail_age(self.delivery_delay, self.tail_ext, cfg);
+        let stalled = now >= x.progress_at + age;
+        let mut lost_upto = 0u64;
+        let mut losses = Losses::default();
+        for p in 0..x.sent_seq.len() as u32 {
+            if !x.sent_round.get(p) {
+                continue;
+            }
+            let (seq, at) = (x.sent_seq[p as usize], x.sent_at[p as usize]);
+            if x.peer.get(p) {
+                x.sent_round.unset(p);
+                continue;
+            }
+            if seq < self.left || (!progress && stalled && now >= at + age) {
+                x.sent_round.unset(p);
+                if seq < self.left {
+                    losses.fifo += 1;
+                } else {
+                    losses.tail += 1;
+                }
+                lost_upto = lost_upto.max(seq);
+                if seq < self.arrived {
+                    x.lost_known.set(p);
+                }
+                continue;
+            }
+            losses.kept += 1;
+            if !progress {
+                // Nothing arrived since the last BACK: ask again when the oldest packet in
+                // flight is due, not at once.
+                let t = (at + age).max(x.progress_at + age);
+                x.not_before = Some(x.not_before.map_or(t, |u| u.min(t)));
+            }
+        }
+        self.left = self.left.max(lost_upto);
+        if losses.tail > 0 && duplicates == 0 && self.tail_ext > 0 {
+            // Tail losses without duplicates: after enough of them the loss age returns to
+            // twice the delivery delay.
+            self.tail_clean += 1;
+            if self.tail_clean >= TAIL_EXT_RESET_AFTER {
+                self.tail_ext = 0;
+                self.tail_clean = 0;
+            }
+        }
+        losses
+    }
+}
+
+/// What a BACK showed of the packets a transfer handed to the link in its round.
+#[derive(Debug, Default)]
+pub(super) struct Arrivals {
+    /// The newest (stream position, when handed over) of the arrived packets sent once.
+    pub(super) newest: Option<(u64, Instant)>,
+    /// The newest oldest-live-copy position among arrived packets sent more than once.
+    pub(super) floor: u64,
+    /// Some packet of the round arrived.
+    pub(super) progress: bool,
+}
+
+/// Packets of a round a BACK left out: lost behind a newer arrival (FIFO), lost at the
+/// tail, or kept as still in flight.
+#[derive(Debug, Default)]
+pub(super) struct Losses {
+    pub(super) fifo: u64,
+    pub(super) tail: u64,
+    pub(super) kept: u64,
+}
+
+impl Transfer {
+    /// The packets of this round the next hop now holds. A packet sent more than once gives
+    /// no delay sample (the copy that arrived may be an old one, Karn's rule), but it still
+    /// proves that its oldest live copy has left the queue.
+    pub(super) fn arrivals(&self) -> Arrivals {
+        let mut a = Arrivals::default();
+        for p in 0..self.sent_seq.len() as u32 {
+            if !(self.sent_round.get(p) && self.peer.get(p)) {
+                continue;
+            }
+            a.progress = true;
+            if self.resent.get(p) {
+                a.floor = a.floor.max(self.live_seq[p as usize]);
+                continue;
+            }
+            let seq = self.sent_seq[p as usize];
+            if seq > 0 && a.newest.map_or(true, |(q, _)| seq > q) {
+                a.newest = Some((seq, self.sent_at[p as usize]));
+            }
+        }
+        a
+    }
+
+    /// Record that packet `p` was handed to the link as position `seq` of the node's stream
+    /// at `now`; true if it had been sent on this hop before (a retransmission).
+    pub(super) fn stamp(&mut self, p: u32, seq: u64, now: Instant) -> bool {
+        self.sent_seq[p as usize] = seq;
+        self.sent_at[p as usize] = now;
+        let again = !self.ever_sent.set(p);
+        if again && !self.lost_known.get(p) {
+            // Ambiguous only while an earlier copy may still arrive.
+            self.resent.set(p);
+        } else {
+            self.resent.unset(p);
+            self.live_seq[p as usize] = seq;
+        }
+        self.lost_known.unset(p);
+        again
+    }
+}
+
 /// How long after it was handed to the link an unreported packet is judged lost (the tail,
 /// RFC 8985 §7): twice the delivery delay (the BSYN timeout before the first sample), plus
 /// one delay per step of `ext` (next hops reported duplicate data, `duplicate_feedback`),
@@ -44,29 +223,6 @@ pub(super) fn tail_age(delivery_delay: Option<Duration>, ext: u32, cfg: &HopConf
 }
 
 impl HopTransport {
-    /// Copies of a transfer's packets the tail rule gave up that may still be queued here:
-    /// no packet handed to the link after them, and not the packet itself, has been
-    /// reported arrived (copies older than `link_queue_lifetime` are dropped from the list
-    /// by `expire_tail_held`).
-    pub(super) fn tail_held(&self, x: &Transfer) -> usize {
-        x.tail_held
-            .iter()
-            .filter(|&&(p, sq, _)| sq > self.link_queue.arrived && !x.peer.get(p))
-            .count()
-    }
-
-    /// Forget the held tail losses that left the queue or outlived `link_queue_lifetime`.
-    pub(super) fn expire_tail_held(&mut self, now: Instant) {
-        let (arrived, life) = (self.link_queue.arrived, self.cfg.link_queue_lifetime);
-        for f in self.flows.values_mut() {
-            for x in f.outs.values_mut() {
-                let peer = &x.peer;
-                x.tail_held
-                    .retain(|&(p, sq, at)| sq > arrived && !peer.get(p) && now < at + life);
-            }
-        }
-    }
-
     /// A transfer's packets handed to the link and not yet known to have left it. With
     /// `queue_aware`, a packet handed over before one that arrived (any transfer's, as
     /// the next hops' BACKs report them) has left this node's FIFO queue, arrived or lost,

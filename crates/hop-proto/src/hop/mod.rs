@@ -24,6 +24,7 @@ mod diag;
 mod flow;
 mod link_window;
 mod loss;
+mod micro;
 mod receiver;
 mod scheduler;
 mod source;
@@ -47,11 +48,14 @@ use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
 use crate::{AppError, Event, FailReason, FlowKey};
 
+use bsyn::*;
 use bsyn_timer::*;
 use diag::*;
 use flow::*;
 use link_window::*;
 use loss::*;
+use micro::*;
+use receiver::*;
 use transfer::*;
 use withholding::*;
 
@@ -60,6 +64,14 @@ pub use config::*;
 pub use custody::{
     CustodyStore, Delivery, DestProgress, MemoryOnly, Persist, StoreFull, StoredBlock,
 };
+
+/// The flow a message belongs to.
+fn flow_key(h: &HopHeader) -> FlowKey {
+    FlowKey {
+        src: h.src,
+        id: h.flow_id,
+    }
+}
 
 /// The Hop transport of one node.
 pub struct HopTransport {
@@ -285,22 +297,18 @@ impl Transport for HopTransport {
                 expect,
                 payload,
             } => {
-                self.on_bsyn(
-                    ctx,
-                    rx.link_src,
-                    &h,
+                let bsyn = BsynIn {
+                    from: rx.link_src,
+                    header: h,
                     offset,
                     geom,
                     packet_num,
-                    expect,
                     payload,
-                    false,
-                );
-                let key = FlowKey {
-                    src: h.src,
-                    id: h.flow_id,
+                    expect,
+                    retry: false,
                 };
-                self.pump_flow(ctx, key);
+                self.on_bsyn(ctx, &bsyn);
+                self.pump_flow(ctx, flow_key(&h));
             }
             HopBody::Back {
                 packets,
@@ -312,11 +320,7 @@ impl Transport for HopTransport {
             HopBody::Fin { total_bytes } => self.on_fin(ctx, &h, total_bytes),
         }
         if matches!(msg.body, HopBody::Data { .. }) && !rx.overheard {
-            let key = FlowKey {
-                src: h.src,
-                id: h.flow_id,
-            };
-            self.pump_flow(ctx, key);
+            self.pump_flow(ctx, flow_key(&h));
         }
         self.refresh_timer(ctx.now);
         Ok(())
@@ -342,7 +346,6 @@ impl Transport for HopTransport {
             self.housekeeping_at = None;
             self.housekeeping(ctx);
         }
-        self.expire_tail_held(now);
         // Deliveries the store refused are retried (room may have been freed).
         let blocked: Vec<FlowKey> = self
             .flows

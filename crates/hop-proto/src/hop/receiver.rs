@@ -3,6 +3,23 @@
 
 use super::*;
 
+/// A BSYN as the receiving side takes it: from the link, or again from the list of withheld
+/// BSYNs when its turn comes (`retry`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BsynIn<'a> {
+    /// The upstream neighbour that sent it.
+    pub(super) from: NodeId,
+    pub(super) header: HopHeader,
+    pub(super) offset: u64,
+    pub(super) geom: BlockGeom,
+    /// A micro-block's packet number and payload (empty otherwise).
+    pub(super) packet_num: u16,
+    pub(super) payload: &'a [u8],
+    /// Packets the sender handed to its link (§3.1 rounds; 0 for a micro-block).
+    pub(super) expect: u16,
+    pub(super) retry: bool,
+}
+
 impl HopTransport {
     pub(super) fn send_back(&mut self, key: FlowKey, n: u32, to: NodeId, now: Instant) {
         let Some(f) = self.flows.get_mut(&key) else {
@@ -14,9 +31,6 @@ impl HopTransport {
             Some(b) => {
                 b.last_used = now;
                 b.last_back = Some(now);
-                if let Some(a) = self.withholding.admitted.get_mut(&(key, n)) {
-                    a.base = b.have.count();
-                }
                 let mut bits = Vec::with_capacity(b.have.len().div_ceil(8) as usize);
                 b.have.write_bytes(&mut bits);
                 let dups = std::mem::take(&mut b.dups);
@@ -48,159 +62,176 @@ impl HopTransport {
         self.push_ctrl(to, &msg);
     }
 
-    /// Answer a BSYN now, or remember it if withheld.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn on_bsyn(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: NodeId,
-        h: &HopHeader,
-        offset: u64,
-        geom: BlockGeom,
-        packet_num: u16,
-        expect: u16,
-        payload: &[u8],
-        retry: bool,
-    ) {
+    /// Answer a BSYN now, or remember it if withheld (§3.1, §3.3, §3.5); a micro-block's
+    /// BSYN also carries one of its packets (§3.6).
+    pub(super) fn on_bsyn(&mut self, ctx: &mut Ctx<'_>, bsyn: &BsynIn<'_>) {
         let now = ctx.now;
-        let key = FlowKey {
-            src: h.src,
-            id: h.flow_id,
-        };
-        let n = h.block_num;
-        let micro = h.flags & FLAG_MICRO != 0;
-        let vtx = h.flags & FLAG_VTX != 0;
+        let (h, from) = (&bsyn.header, bsyn.from);
+        let (key, n) = (flow_key(h), h.block_num);
         if !self.ensure_flow(key, h.dst, ctx.local, now) {
             return;
         }
-        let is_dest = h.dst == ctx.local;
-        // Already delivered at the destination: acknowledge again, hop and end to end.
+        if self.answer_delivered(ctx, key, n, from)
+            || self.answer_for_destination(now, key, n, from)
+        {
+            return;
+        }
+        let complete_here = self.check_geometry(key, n, bsyn.geom);
+        if h.flags & FLAG_VTX != 0 && !bsyn.retry {
+            // A virtual retransmission served (wholly or partly) from this node's cache.
+            let held = self
+                .flows
+                .get(&key)
+                .and_then(|f| f.blocks.get(&n))
+                .is_some_and(|b| b.geom == bsyn.geom && b.have.count() > 0);
+            if held {
+                self.extra("cache_hits");
+            }
+        }
+        if !complete_here {
+            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags) {
+                if !bsyn.retry {
+                    self.withhold(now, bsyn, reason);
+                }
+                return;
+            }
+        }
+        let Some((complete, ask)) = self.take_bsyn(now, ctx.local, bsyn) else {
+            return;
+        };
+        self.note_cache();
+        let micro = h.flags & FLAG_MICRO != 0;
+        if complete {
+            self.block_completed(ctx, key, n, from);
+            if ask || !micro {
+                self.send_back_checked(ctx, key, n, from);
+            }
+        } else if ask {
+            self.answer_or_defer(
+                now,
+                key,
+                n,
+                from,
+                if micro { None } else { Some(bsyn.expect) },
+            );
+        }
+        self.evict();
+    }
+
+    /// At the destination, a block already delivered is acknowledged again, hop and end to
+    /// end. True if the BSYN was answered so.
+    fn answer_delivered(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32, from: NodeId) -> bool {
         let delivered = self
             .flows
             .get(&key)
             .and_then(|f| f.dest())
             .is_some_and(|d| n < d.next_deliver || d.finished);
         if delivered {
-            self.send_back(key, n, from, now);
+            self.send_back(key, n, from, ctx.now);
             self.send_e2e(ctx, key, n);
-            return;
         }
-        // A relay that saw the end-to-end BACK answers for the destination: this is how the
-        // acknowledgement crosses a partition that swallowed it (the source's virtual
-        // retransmission probes for it hop by hop).
+        delivered
+    }
+
+    /// A relay that saw the end-to-end BACK for block `n` answers for the destination: this
+    /// is how the acknowledgement crosses a partition that swallowed it (the source's virtual
+    /// retransmission probes for it hop by hop, §3.2). True if the BSYN was answered so.
+    fn answer_for_destination(&mut self, now: Instant, key: FlowKey, n: u32, from: NodeId) -> bool {
         let known = self
             .flows
             .get(&key)
             .filter(|f| f.is_relay())
             .filter(|f| n < f.e2e_cum || f.e2e_fin)
             .map(|f| (f.e2e_cum, f.e2e_fin, f.dst));
-        if let Some((cum, fin, dst)) = known {
-            self.send_back(key, n, from, now);
-            let msg = HopMessage {
-                header: Self::header(key, dst, n, if fin { FLAG_FIN } else { 0 }, 0),
-                body: HopBody::E2eBack { cum_blocks: cum },
-            };
-            self.push_ctrl(from, &msg);
-            return;
-        }
-        let existing_ok = self
+        let Some((cum, fin, dst)) = known else {
+            return false;
+        };
+        self.send_back(key, n, from, now);
+        let msg = HopMessage {
+            header: Self::header(key, dst, n, if fin { FLAG_FIN } else { 0 }, 0),
+            body: HopBody::E2eBack { cum_blocks: cum },
+        };
+        self.push_ctrl(from, &msg);
+        true
+    }
+
+    /// A block held under another geometry than the BSYN's (a restarted source) starts
+    /// afresh. True if the block is held complete in the BSYN's geometry.
+    fn check_geometry(&mut self, key: FlowKey, n: u32, geom: BlockGeom) -> bool {
+        let held = self
             .flows
             .get(&key)
             .and_then(|f| f.blocks.get(&n))
             .map(|b| (b.geom == geom, b.complete()));
-        if existing_ok.is_some_and(|(same, _)| !same) {
-            // Geometry changed (a restarted source): start the block afresh.
+        if held.is_some_and(|(same, _)| !same) {
             self.drop_block(key, n);
         }
-        let complete_here = existing_ok.is_some_and(|(same, c)| same && c);
-        if !retry && !complete_here {
-            self.end_long_turn(ctx, key, n, from, geom, expect);
-        }
-        if vtx && !retry {
-            // A virtual retransmission served (wholly or partly) from this node's cache.
-            let held = self
-                .flows
-                .get(&key)
-                .and_then(|f| f.blocks.get(&n))
-                .is_some_and(|b| b.geom == geom && b.have.count() > 0);
-            if held {
-                self.extra("cache_hits");
-            }
-        }
-        if !complete_here {
-            if let Err(w) = self.may_admit(key, n, from, geom, h.flags) {
-                if !retry {
-                    self.extra(match w {
-                        Withhold::Backpressure => "backpressure_withheld",
-                        Withhold::AckWithholding => "acks_withheld",
-                    });
-                    let since = self
-                        .withholding
-                        .waiting
-                        .iter()
-                        .find(|x| x.key == key && x.block == n && x.from == from)
-                        .map_or(now, |x| x.since);
-                    self.withholding
-                        .waiting
-                        .retain(|x| !(x.key == key && x.block == n && x.from == from));
-                    self.withholding.waiting.push(Waiting {
-                        since,
-                        from,
-                        key,
-                        dst: h.dst,
-                        block: n,
-                        offset,
-                        geom,
-                        flags: h.flags,
-                        ttl: h.ttl,
-                        at: now,
-                        reason: w,
-                    });
-                }
-                if self.cfg.wait_notice {
-                    // Tell the sender it is queued, so it does not keep asking; its BACK
-                    // comes when its turn does (`service_waiting`).
-                    let msg = HopMessage {
-                        header: Self::header(key, h.dst, n, FLAG_WAIT, 0),
-                        body: HopBody::Back {
-                            block_len: geom.block_len,
-                            packets: 0,
-                            duplicates: 0,
-                            bitmap: &[],
-                        },
-                    };
-                    self.push_ctrl(from, &msg);
-                }
-                // Keep a micro payload anyway if the block is known; it costs nothing more.
-                return;
-            }
-        }
-        let Some(f) = self.flows.get_mut(&key) else {
-            return;
-        };
+        held.is_some_and(|(same, complete)| same && complete)
+    }
+
+    /// Remember a BSYN that may not be answered now (`reason`): it is answered when the
+    /// reason clears (`service_waiting`), senders in the order they first asked (§3.5).
+    fn withhold(&mut self, now: Instant, bsyn: &BsynIn<'_>, reason: Withhold) {
+        let h = &bsyn.header;
+        let (key, n, from) = (flow_key(h), h.block_num, bsyn.from);
+        self.extra(match reason {
+            Withhold::Backpressure => "backpressure_withheld",
+            Withhold::AckWithholding => "acks_withheld",
+        });
+        let waiting = &mut self.withholding.waiting;
+        let same = |w: &Waiting| w.key == key && w.block == n && w.from == from;
+        let since = waiting.iter().find(|w| same(w)).map_or(now, |w| w.since);
+        waiting.retain(|w| !same(w));
+        waiting.push(Waiting {
+            since,
+            from,
+            key,
+            dst: h.dst,
+            block: n,
+            offset: bsyn.offset,
+            geom: bsyn.geom,
+            flags: h.flags,
+            ttl: h.ttl,
+            at: now,
+            reason,
+        });
+    }
+
+    /// Take an admitted BSYN's block: hold (or refresh) it, note who sends it, mark a
+    /// virtual retransmission for forwarding, and store a micro-block's packet. Returns
+    /// whether the block is complete here and whether the BSYN asks for a BACK.
+    fn take_bsyn(
+        &mut self,
+        now: Instant,
+        local: NodeId,
+        bsyn: &BsynIn<'_>,
+    ) -> Option<(bool, bool)> {
+        let h = &bsyn.header;
+        let (key, n, from) = (flow_key(h), h.block_num, bsyn.from);
+        let micro = h.flags & FLAG_MICRO != 0;
+        let fin = h.flags & FLAG_FIN != 0;
+        let f = self.flows.get_mut(&key)?;
         if !f.blocks.contains_key(&n) {
-            self.cache_bytes += u64::from(geom.block_len);
+            self.cache_bytes += u64::from(bsyn.geom.block_len);
         }
         let b = f
             .blocks
             .entry(n)
-            .or_insert_with(|| Block::new(offset, geom, h.flags & FLAG_FIN != 0, now));
-        b.offset = offset;
-        b.fin |= h.flags & FLAG_FIN != 0;
+            .or_insert_with(|| Block::new(bsyn.offset, bsyn.geom, fin, now));
+        b.offset = bsyn.offset;
+        b.fin |= fin;
         b.last_used = now;
-        if b.admitted_from.is_none() || b.admitted_from != Some(from) {
-            b.admitted_from = Some(from);
-        }
-        if vtx && !is_dest && h.ttl > 1 {
+        b.admitted_from = Some(from);
+        if h.flags & FLAG_VTX != 0 && h.dst != local && h.ttl > 1 {
             // Forward the repair; a block already moved downstream is served from the cache
             // without taking custody again (the source still holds it until the end-to-end
             // BACK).
             b.vtx_fwd = Some(h.ttl - 1);
         }
         let mut ask = !micro || h.flags & FLAG_ASK != 0;
-        if micro && !payload.is_empty() {
+        if micro && !bsyn.payload.is_empty() {
             let was = b.complete();
-            b.store(u32::from(packet_num), payload);
+            b.store(u32::from(bsyn.packet_num), bsyn.payload);
             b.last_data = now;
             if b.complete() && !was {
                 ask = true;
@@ -208,54 +239,55 @@ impl HopTransport {
         }
         let complete = b.complete();
         if !complete {
-            let base = b.have.count();
             self.withholding
                 .admitted
                 .entry((key, n))
                 .and_modify(|a| a.last_heard = now)
-                .or_insert(Admitted {
-                    last_heard: now,
-                    sent: 0,
-                    base,
-                });
+                .or_insert(Admitted { last_heard: now });
         }
-        self.note_cache();
-        if complete {
-            self.block_completed(ctx, key, n, from);
-            if ask || !micro {
-                self.send_back_checked(ctx, key, n, from);
-            }
-        } else if ask {
-            // Answer at once when every packet the sender handed to its link is here;
-            // otherwise wait for the data still behind this BSYN, until it has paused for
-            // `back_quiet` (then the BACK reports the packets lost).
-            let quiet = self.cfg.back_quiet;
-            let Some(f) = self.flows.get_mut(&key) else {
-                return;
-            };
-            let (held, last, data_this_round) = f
-                .blocks
-                .get(&n)
-                .map(|b| {
-                    let fresh = b.last_back.map_or(true, |t| b.last_data > t);
-                    (b.have.count(), b.last_data, fresh)
-                })
-                .unwrap_or((0, Instant::ZERO, false));
-            // Data of this round that has already paused for `back_quiet` was lost, not
-            // delayed; with none yet, it is still queued behind the BSYN.
-            let due = if data_this_round {
-                last + quiet
-            } else {
-                now + quiet
-            };
-            if !micro && held < u32::from(expect) && due > now {
+        Some((complete, ask))
+    }
+
+    /// Answer a BSYN of an incomplete block at once when every packet the sender handed to
+    /// its link is here (`expect`; None for a micro-block, whose packets ride on its BSYNs);
+    /// otherwise wait for the data still behind the BSYN, until it has paused for
+    /// `back_quiet` (then the BACK reports the packets lost).
+    fn answer_or_defer(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        n: u32,
+        from: NodeId,
+        expect: Option<u16>,
+    ) {
+        let quiet = self.cfg.back_quiet;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let (held, last, data_this_round) = f
+            .blocks
+            .get(&n)
+            .map(|b| {
+                let fresh = b.last_back.map_or(true, |t| b.last_data > t);
+                (b.have.count(), b.last_data, fresh)
+            })
+            .unwrap_or((0, Instant::ZERO, false));
+        // Data of this round that has already paused for `back_quiet` was lost, not delayed;
+        // with none yet, it is still queued behind the BSYN.
+        let due = if data_this_round {
+            last + quiet
+        } else {
+            now + quiet
+        };
+        match expect {
+            Some(expect) if held < u32::from(expect) && due > now => {
                 f.deferred.insert(n, (from, due, expect));
-            } else {
+            }
+            _ => {
                 f.deferred.remove(&n);
                 self.send_back(key, n, from, now);
             }
         }
-        self.evict();
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -270,10 +302,7 @@ impl HopTransport {
         payload: &[u8],
     ) {
         let now = ctx.now;
-        let key = FlowKey {
-            src: h.src,
-            id: h.flow_id,
-        };
+        let key = flow_key(h);
         let n = h.block_num;
         if rx.overheard && !self.cfg.cache_overheard {
             return;

@@ -63,142 +63,18 @@ impl HopTransport {
     }
 
     /// Next data packet to send: round robin over flows, one txop per flow per turn (§3.6).
+    /// Nothing while the link window is full.
     pub(super) fn next_data(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
-        let full = self.window_full();
-        if full && !self.cfg.txop_past_full_window {
+        if self.window_full() {
             return None;
         }
-        let none = Bitmap::new(0);
         let mid_round = self.mid_round();
         let mut tries = self.round_robin.len();
         while tries > 0 {
             let &key = self.round_robin.front()?;
-            let txop = self.txop_packets;
-            let pipelining = self.cfg.pipelining;
-            let half = self.early_bsyn_at();
-            let early = half > 0;
-            let mut produced = None;
-            let mut exhausted = true;
-            let mut ask = false;
-            let mut behind_round = false;
-            if let Some(f) = self.flows.get_mut(&key) {
-                let dst = f.dst;
-                for (n, x) in f.outs.iter_mut() {
-                    // With early BSYNs a transfer keeps sending while its first BSYN of the
-                    // round is answered; not after a BSYN timeout (the next hop may be gone),
-                    // not before the next hop has answered for the block at all (it may be
-                    // serving another sender, §3.5), and not once it said to wait.
-                    let sending = x.state == TransferState::Sending
-                        || (early
-                            && x.attempts == 1
-                            && !x.told_wait
-                            && x.ever_sent.count() > 0
-                            && matches!(x.state, TransferState::AwaitBack { .. }));
-                    if !sending || x.micro {
-                        continue;
-                    }
-                    // A full window still takes packets from a transfer with less than a
-                    // txop in it, up to a txop (`txop_past_full_window`).
-                    if full
-                        && (x.sent_round.count_in_not(&x.peer, &none) as usize)
-                            >= self.txop_packets as usize
-                    {
-                        continue;
-                    }
-                    // Another block's round to this next hop goes first (`round_per_next_hop`).
-                    if mid_round.get(&x.next_hop).is_some_and(|o| *o != (key, *n)) {
-                        behind_round = true;
-                        continue;
-                    }
-                    let Some(b) = f.blocks.get(n) else { continue };
-                    let left = b.have.count_in_not(&x.peer, &x.sent_round);
-                    if left == 0 {
-                        continue;
-                    }
-                    // A turn starts only with a full txop of new packets, unless the block
-                    // is complete here (pipelining threshold, §3.1).
-                    if self.txop_left == 0 && left < txop && !b.complete() && pipelining {
-                        continue;
-                    }
-                    let Some(p) = b
-                        .have
-                        .next_in_not(&x.peer, &x.sent_round, x.cursor)
-                        .or_else(|| b.have.next_in_not(&x.peer, &x.sent_round, 0))
-                    else {
-                        continue;
-                    };
-                    x.cursor = p + 1;
-                    x.sent_round.set(p);
-                    x.sent_since_bsyn = x.sent_since_bsyn.saturating_add(1);
-                    ask = early
-                        && x.state == TransferState::Sending
-                        && x.sent_since_bsyn as usize == half;
-                    self.link_queue.handed += 1;
-                    x.sent_seq[p as usize] = self.link_queue.handed;
-                    x.sent_at[p as usize] = ctx.now;
-                    if !x.ever_sent.set(p) {
-                        self.stats.data_retransmissions += 1;
-                        // Ambiguous only while an earlier copy may still arrive.
-                        if x.lost_known.get(p) {
-                            x.resent.unset(p);
-                            x.live_seq[p as usize] = self.link_queue.handed;
-                        } else {
-                            x.resent.set(p);
-                        }
-                    } else {
-                        x.live_seq[p as usize] = self.link_queue.handed;
-                    }
-                    x.lost_known.unset(p);
-                    let mut flags = if b.fin { FLAG_FIN } else { 0 };
-                    if x.vtx {
-                        flags |= FLAG_VTX;
-                    }
-                    let msg = HopMessage {
-                        header: Self::header(key, dst, *n, flags, 0),
-                        body: HopBody::Data {
-                            offset: b.offset,
-                            geom: b.geom,
-                            packet_num: p as u16,
-                            payload: b.packet(p),
-                        },
-                    };
-                    let mut body = Vec::with_capacity(msg.encoded_len());
-                    if msg.emit(&mut body).is_ok() {
-                        produced = Some(Outgoing {
-                            next_hop: x.next_hop,
-                            class: Class::Data,
-                            body,
-                        });
-                    }
-                    exhausted = left <= 1;
-                    break;
-                }
-            }
+            let (produced, exhausted, behind_round) = self.take_packet(ctx.now, key, &mid_round);
             if let Some(out) = produced {
-                bump(&mut self.stats.sent_by_type, "data");
-                if self.txop_left == 0 {
-                    self.txop_left = txop;
-                }
-                self.txop_left -= 1;
-                if self.txop_left == 0 || exhausted {
-                    self.txop_left = 0;
-                    self.round_robin.pop_front();
-                    self.round_robin.push_back(key);
-                }
-                if exhausted || ask {
-                    // The round is over (or half a window went out, `early_bsyn`): the next
-                    // BSYN asks what is still missing.
-                    self.pump_flow(ctx, key);
-                    self.refresh_timer(ctx.now);
-                }
-                if self.window_full() {
-                    // The transfers with packets in the window ask for BACKs to open it.
-                    let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
-                    for k in keys {
-                        self.pump_flow(ctx, k);
-                    }
-                    self.refresh_timer(ctx.now);
-                }
+                self.end_of_packet(ctx, key, exhausted);
                 return Some(out);
             }
             self.txop_left = 0;
@@ -210,5 +86,103 @@ impl HopTransport {
             tries -= 1;
         }
         None
+    }
+
+    /// The next data packet of flow `key`, whether it was the last its transfer had for the
+    /// round, and whether the flow's transfers wait behind another block's round to the same
+    /// next hop (`round_per_next_hop`).
+    fn take_packet(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        mid_round: &BTreeMap<NodeId, (FlowKey, u32)>,
+    ) -> (Option<Outgoing>, bool, bool) {
+        let (txop, pipelining) = (self.txop_packets, self.cfg.pipelining);
+        let mut behind_round = false;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return (None, true, false);
+        };
+        let dst = f.dst;
+        for (n, x) in f.outs.iter_mut() {
+            if x.state != TransferState::Sending || x.micro {
+                continue;
+            }
+            // Another block's round to this next hop goes first (`round_per_next_hop`).
+            if mid_round.get(&x.next_hop).is_some_and(|o| *o != (key, *n)) {
+                behind_round = true;
+                continue;
+            }
+            let Some(b) = f.blocks.get(n) else { continue };
+            let left = b.have.count_in_not(&x.peer, &x.sent_round);
+            if left == 0 {
+                continue;
+            }
+            // A turn starts only with a full txop of new packets, unless the block is
+            // complete here (pipelining threshold, §3.1).
+            if self.txop_left == 0 && left < txop && !b.complete() && pipelining {
+                continue;
+            }
+            let Some(p) = b
+                .have
+                .next_in_not(&x.peer, &x.sent_round, x.cursor)
+                .or_else(|| b.have.next_in_not(&x.peer, &x.sent_round, 0))
+            else {
+                continue;
+            };
+            x.cursor = p + 1;
+            x.sent_round.set(p);
+            x.sent_since_bsyn = x.sent_since_bsyn.saturating_add(1);
+            if x.stamp(p, self.link_queue.stamp(), now) {
+                self.stats.data_retransmissions += 1;
+            }
+            let mut flags = if b.fin { FLAG_FIN } else { 0 };
+            if x.vtx {
+                flags |= FLAG_VTX;
+            }
+            let body = emit(&HopMessage {
+                header: Self::header(key, dst, *n, flags, 0),
+                body: HopBody::Data {
+                    offset: b.offset,
+                    geom: b.geom,
+                    packet_num: p as u16,
+                    payload: b.packet(p),
+                },
+            });
+            let out = body.map(|body| Outgoing {
+                next_hop: x.next_hop,
+                class: Class::Data,
+                body,
+            });
+            return (out, left <= 1, behind_round);
+        }
+        (None, true, behind_round)
+    }
+
+    /// Bookkeeping after a data packet of flow `key` was taken: the flow's txop turn (§3.6),
+    /// and BSYNs for a round just finished or a link window just filled.
+    fn end_of_packet(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, exhausted: bool) {
+        bump(&mut self.stats.sent_by_type, "data");
+        if self.txop_left == 0 {
+            self.txop_left = self.txop_packets;
+        }
+        self.txop_left -= 1;
+        if self.txop_left == 0 || exhausted {
+            self.txop_left = 0;
+            self.round_robin.pop_front();
+            self.round_robin.push_back(key);
+        }
+        if exhausted {
+            // The round is over: the next BSYN asks what is still missing.
+            self.pump_flow(ctx, key);
+            self.refresh_timer(ctx.now);
+        }
+        if self.window_full() {
+            // The transfers with packets in the window ask for BACKs to open it.
+            let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
+            for k in keys {
+                self.pump_flow(ctx, k);
+            }
+            self.refresh_timer(ctx.now);
+        }
     }
 }

@@ -80,7 +80,7 @@ impl HopTransport {
         f.last_activity = now;
         let next_hop = ctx.routing.next_hop(dst).unwrap_or(dst);
         f.outs
-            .insert(num, Self::new_xfer(next_hop, geom, false, 0, micro));
+            .insert(num, Self::new_transfer(next_hop, geom, false, 0, micro));
         if was_blocked {
             self.events.push_back(Event::Writable { flow: key });
         }

@@ -15,13 +15,9 @@ impl HopTransport {
         for _ in self.withholding.admitted.len()..before {
             self.extra("released_silent");
         }
-        // Withheld BSYNs are refreshed by the sender's retries: those of a sender told to
-        // wait come every `wait_hold` (plus a quarter of jitter), so an entry outlives two
-        // of them lost.
-        let mut stale = self.cfg.bsyn_max_backoff * 3;
-        if self.cfg.wait_notice {
-            stale = stale.max(self.cfg.wait_hold * 3);
-        }
+        // Withheld BSYNs are refreshed by the sender's retries, at least one per
+        // `bsyn_max_backoff`: an entry outlives two of them lost.
+        let stale = self.cfg.bsyn_max_backoff * 3;
         self.withholding.waiting.retain(|w| w.at + stale > now);
         if self.withholding.admitted.len() != before {
             self.service_waiting(ctx);
@@ -110,10 +106,6 @@ impl HopTransport {
                             min(t);
                         }
                     }
-                }
-                // A held tail loss leaves the window at the latest after the queue's lifetime.
-                if let Some(at) = x.tail_held.iter().map(|&(_, _, at)| at).min() {
-                    min((at + self.cfg.link_queue_lifetime).max(now));
                 }
             }
             for (_, due, _) in f.deferred.values() {

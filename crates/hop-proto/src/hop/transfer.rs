@@ -45,7 +45,7 @@ pub(super) struct Transfer {
     pub(super) not_before: Option<Instant>,
     /// When the latest BSYN was sent.
     pub(super) bsyn_at: Instant,
-    /// Data packets handed to the link since the latest BSYN (`early_bsyn`).
+    /// Data packets handed to the link since the latest BSYN (`round_per_next_hop`).
     pub(super) sent_since_bsyn: u32,
     /// When a BACK last showed new packets of this transfer (or it started).
     pub(super) progress_at: Instant,
@@ -55,18 +55,10 @@ pub(super) struct Transfer {
     /// Unanswered BSYNs in a row (backoff exponent).
     pub(super) attempts: u32,
     pub(super) cursor: u32,
-    /// The next hop said it holds our BSYN for later (`wait_notice`) and has not answered
-    /// it since: the packets of ours it has not reported do not count against the link
-    /// window, or a node whose window is full of them could send nothing else, not even
-    /// to the receivers that gave it a turn, until the wait ends.
-    pub(super) told_wait: bool,
-    /// Copies the tail rule gave up that may still be queued here (`hold_tail_losses`):
-    /// (packet, position in the node's stream, when handed to the link).
-    pub(super) tail_held: Vec<(u32, u64, Instant)>,
 }
 
 impl HopTransport {
-    pub(super) fn new_xfer(
+    pub(super) fn new_transfer(
         next_hop: NodeId,
         geom: BlockGeom,
         vtx: bool,
@@ -94,8 +86,6 @@ impl HopTransport {
             micro,
             attempts: 0,
             cursor: 0,
-            told_wait: false,
-            tail_held: Vec::new(),
         }
     }
 
@@ -139,7 +129,7 @@ impl HopTransport {
             None => return,
         };
         for n in nums {
-            self.drive_xfer(ctx, key, n);
+            self.drive_transfer(ctx, key, n);
         }
     }
 
@@ -188,7 +178,7 @@ impl HopTransport {
             b.vtx_fwd = None;
             let micro = (b.geom.block_len as usize) < micro_threshold && b.complete();
             f.outs
-                .insert(n, Self::new_xfer(next_hop, b.geom, vtx, ttl, micro));
+                .insert(n, Self::new_transfer(next_hop, b.geom, vtx, ttl, micro));
         }
     }
 }

@@ -33,7 +33,7 @@ impl HopTransport {
             let next_hop = ctx.routing.next_hop(dst).unwrap_or(dst);
             let micro = (b.geom.block_len as usize) < self.cfg.micro_block_threshold;
             f.outs
-                .insert(*n, Self::new_xfer(next_hop, b.geom, true, ttl, micro));
+                .insert(*n, Self::new_transfer(next_hop, b.geom, true, ttl, micro));
             started += 1;
         }
         for _ in 0..started {
@@ -60,10 +60,7 @@ impl HopTransport {
 
     pub(super) fn on_e2e(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, cum: u32) {
         let now = ctx.now;
-        let key = FlowKey {
-            src: h.src,
-            id: h.flow_id,
-        };
+        let key = flow_key(h);
         let fin = h.flags & FLAG_FIN != 0;
         let n = h.block_num;
         let Some(f) = self.flows.get_mut(&key) else {

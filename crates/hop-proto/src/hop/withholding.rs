@@ -45,13 +45,9 @@ pub(super) struct Waiting {
 /// An upstream block this node is receiving (ack withholding bookkeeping).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Admitted {
+    /// When the sender was last heard (a silent sender loses its turn after
+    /// `withhold_timeout`).
     pub(super) last_heard: Instant,
-    /// Packets the sender sent in this turn, from the `expect` of its BSYNs
-    /// (`withhold_turn_sends`).
-    pub(super) sent: u32,
-    /// Packets of the block held here when this node last answered the sender: a BSYN's
-    /// `expect` above it is what the sender sent since.
-    pub(super) base: u32,
 }
 
 impl HopTransport {
@@ -131,57 +127,6 @@ impl HopTransport {
         Ok(())
     }
 
-    /// Ack withholding: the sender of block `n` asks for another round of its turn, having
-    /// sent the packets up to `expect`. A turn in which it sent more than
-    /// `withhold_turn_sends` blocks' worth, while another sender waits, ends here: the next
-    /// sender is served, and this one's BSYN is withheld like any other (its partial block
-    /// stays).
-    pub(super) fn end_long_turn(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        key: FlowKey,
-        n: u32,
-        from: NodeId,
-        geom: BlockGeom,
-        expect: u16,
-    ) {
-        let budget = self.cfg.withhold_turn_sends;
-        if !self.cfg.ack_withholding || budget == 0 {
-            return;
-        }
-        let Some(a) = self.withholding.admitted.get_mut(&(key, n)) else {
-            return;
-        };
-        // Several BSYNs of one round (a repeat, an early one) count what is new once.
-        a.sent = a
-            .sent
-            .saturating_add(u32::from(expect).saturating_sub(a.base));
-        a.base = a.base.max(u32::from(expect));
-        let spent = u64::from(a.sent) > u64::from(budget) * u64::from(geom.packets());
-        let others = self
-            .withholding
-            .waiting
-            .iter()
-            .any(|w| w.from != from && w.reason == Withhold::AckWithholding);
-        if !spent || !others {
-            return;
-        }
-        let turn = *a;
-        self.withholding.admitted.remove(&(key, n));
-        let holder = self.withholding.last_holder.replace(from);
-        self.service_waiting(ctx);
-        if self.withholding.admitted.is_empty() {
-            // Nobody could take the turn (their blocks wait for room): keep serving this
-            // sender, for another turn.
-            self.withholding.last_holder = holder;
-            self.withholding
-                .admitted
-                .insert((key, n), Admitted { sent: 0, ..turn });
-        } else {
-            self.extra("turns_ended");
-        }
-    }
-
     /// Answer withheld BSYNs whose reason cleared: smallest block first (§3.6), then the
     /// senders other than the one just served, then in the order they first asked (§3.5).
     pub(super) fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
@@ -199,9 +144,18 @@ impl HopTransport {
                 .may_admit(w.key, w.block, w.from, w.geom, w.flags & !FLAG_MICRO)
                 .is_ok()
             {
-                let h = Self::header(w.key, w.dst, w.block, w.flags & !FLAG_MICRO, w.ttl);
+                let bsyn = BsynIn {
+                    from: w.from,
+                    header: Self::header(w.key, w.dst, w.block, w.flags & !FLAG_MICRO, w.ttl),
+                    offset: w.offset,
+                    geom: w.geom,
+                    packet_num: 0,
+                    payload: &[],
+                    expect: 0,
+                    retry: true,
+                };
                 self.extra("turns_given");
-                self.on_bsyn(ctx, w.from, &h, w.offset, w.geom, 0, 0, &[], true);
+                self.on_bsyn(ctx, &bsyn);
                 let k = w.key;
                 self.pump_flow(ctx, k);
             } else {

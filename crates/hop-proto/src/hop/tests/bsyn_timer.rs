@@ -1,0 +1,22 @@
+//! Extension: the adaptive BSYN timer.
+
+use super::*;
+
+#[test]
+fn bsyn_floor_falls_only_on_links_that_drain_fast() {
+    let cfg = HopConfig::default();
+    let ms = Duration::from_millis;
+    // No delivery measured yet: the configured floor.
+    assert_eq!(bsyn_floor(&cfg, None), ms(50));
+    // 802.11b: a 32-packet window takes ~60-70 ms to drain; the floor stays.
+    assert_eq!(bsyn_floor(&cfg, Some(ms(65))), ms(50));
+    // 10 ms of queue: twice that plus the BACK deferral.
+    assert_eq!(bsyn_floor(&cfg, Some(ms(10))), ms(30));
+    // A wire delivering in a millisecond: the lowest floor, two BACK deferrals.
+    assert_eq!(bsyn_floor(&cfg, Some(ms(1))), ms(20));
+    // Repeats wait multiples of the floor in use.
+    let e = RttEstimate::update(None, ms(2));
+    assert_eq!(bsyn_wait(&cfg, Some(&e), Some(ms(1)), 0, false), ms(20));
+    assert_eq!(bsyn_wait(&cfg, Some(&e), Some(ms(1)), 2, false), ms(40));
+    assert_eq!(bsyn_wait(&cfg, Some(&e), None, 2, false), ms(100));
+}

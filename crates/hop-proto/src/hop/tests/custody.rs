@@ -1,0 +1,260 @@
+//! §3.4 Custody: persisting blocks before the completing BACK, restarts, the store's refusals.
+
+use super::*;
+
+#[test]
+fn custody_is_persisted_before_the_completing_back_and_released_downstream() {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    let data: Vec<u8> = (0..250).map(|i| i as u8).collect();
+    feed_block(&mut h, 0, &data);
+    let out = h.drain();
+    let backs = backs_to(&out, 1);
+    assert_eq!(backs.last().unwrap().0 & FLAG_COMPLETE, FLAG_COMPLETE);
+    assert_eq!(log.lock().unwrap().persisted, vec![(FLOW, 0, 250)]);
+    assert!(log.lock().unwrap().released.is_empty());
+    // The relay forwards: a BSYN to node 3.
+    assert!(out
+        .iter()
+        .any(|o| o.next_hop == 3 && o.class == Class::Control));
+    // Node 3 reports the whole block: custody is released.
+    h.recv(3, &whole_block_back());
+    assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+}
+
+/// Node 3's BACK holding the whole 250-byte block 0.
+fn whole_block_back() -> HopMessage<'static> {
+    HopMessage {
+        header: hdr(0, FLAG_COMPLETE),
+        body: HopBody::Back {
+            duplicates: 0,
+            block_len: 250,
+            packets: 3,
+            bitmap: &[0x07],
+        },
+    }
+}
+
+/// Relay 2 with a store that writes later, having received block 0 whole from node 1.
+fn deferred_relay() -> (Harness, Arc<Mutex<Log>>) {
+    let log = Arc::new(Mutex::new(Log {
+        later: true,
+        ..Log::default()
+    }));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    feed_block(&mut h, 0, &[5u8; 250]);
+    (h, log)
+}
+
+#[test]
+fn completing_back_waits_for_a_deferred_write_while_the_block_moves_on() {
+    let (mut h, log) = deferred_relay();
+    let out = h.drain();
+    // Written later: no completing BACK yet, but the block is forwarded already.
+    assert!(backs_to(&out, 1)
+        .iter()
+        .all(|(f, _)| f & FLAG_COMPLETE == 0));
+    assert!(out.iter().any(|o| o.next_hop == 3));
+    assert_eq!(log.lock().unwrap().persisted, vec![(FLOW, 0, 250)]);
+    // The upstream asks again meanwhile: still no completing BACK, and no second write.
+    h.recv(1, &relay_bsyn(250));
+    assert!(backs_to(&h.drain(), 1)
+        .iter()
+        .all(|(f, _)| f & FLAG_COMPLETE == 0));
+    assert_eq!(log.lock().unwrap().persisted.len(), 1);
+    // Durable: the completing BACK goes; the block is in custody until node 3 has it.
+    h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, true));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 3)]);
+    assert!(log.lock().unwrap().released.is_empty());
+    h.recv(3, &whole_block_back());
+    assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+}
+
+#[test]
+fn failed_deferred_write_withholds_the_back_until_the_next_bsyn() {
+    let (mut h, log) = deferred_relay();
+    h.drain();
+    h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, false));
+    assert!(backs_to(&h.drain(), 1)
+        .iter()
+        .all(|(f, _)| f & FLAG_COMPLETE == 0));
+    assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+    assert_eq!(h.t.stats().extra["custody_write_failed"], 1);
+    // The upstream's next BSYN writes it again; this time it is done at once.
+    log.lock().unwrap().later = false;
+    h.recv(1, &relay_bsyn(250));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 3)]);
+    assert_eq!(log.lock().unwrap().persisted.len(), 2);
+}
+
+#[test]
+fn a_write_finishing_after_the_block_moved_downstream_is_released() {
+    let (mut h, log) = deferred_relay();
+    h.drain();
+    h.recv(3, &whole_block_back());
+    assert!(log.lock().unwrap().released.is_empty());
+    h.with(|t, ctx| t.custody_persisted(ctx, FLOW, 0, true));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 3)]);
+    assert_eq!(log.lock().unwrap().released, vec![(FLOW, 0)]);
+}
+
+#[test]
+fn full_custody_store_withholds_the_back() {
+    let log = Arc::new(Mutex::new(Log {
+        full: true,
+        ..Log::default()
+    }));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Recording(log.clone())));
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], t);
+    let data = [5u8; 250];
+    feed_block(&mut h, 0, &data);
+    let out = h.drain();
+    assert!(backs_to(&out, 1)
+        .iter()
+        .all(|(f, _)| f & FLAG_COMPLETE == 0));
+    assert_eq!(h.t.stats().extra["custody_store_full"], 1);
+    // Room again: the upstream's next BSYN gets the completing BACK.
+    log.lock().unwrap().full = false;
+    h.recv(1, &relay_bsyn(250));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 3)]);
+    assert_eq!(log.lock().unwrap().persisted.len(), 1);
+}
+
+#[test]
+fn restored_blocks_are_forwarded() {
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+    h.t.restore(
+        Instant::ZERO,
+        2,
+        vec![StoredBlock {
+            flow: FLOW,
+            dst: 3,
+            block_num: 4,
+            offset: 1000,
+            fin: true,
+            data: Bytes::from(vec![1u8; 250]),
+        }],
+    );
+    assert_eq!(h.t.stats().cache_bytes, 250);
+    // The next timer pumps the flow: a BSYN for block 4 goes to node 3.
+    h.now = h.t.poll_timeout().unwrap();
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    let out = h.drain();
+    let bsyn = out
+        .iter()
+        .find_map(|o| match HopMessage::parse(&o.body).ok()? {
+            m @ HopMessage {
+                body: HopBody::Bsyn { .. },
+                ..
+            } => Some((o.next_hop, m.header)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(bsyn.0, 3);
+    assert_eq!(bsyn.1.block_num, 4);
+    assert_eq!(bsyn.1.flags & FLAG_FIN, FLAG_FIN);
+}
+
+fn e2e_cums(out: &[Outgoing]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+            HopMessage {
+                body: HopBody::E2eBack { cum_blocks },
+                ..
+            } => Some(cum_blocks),
+            _ => None,
+        })
+        .collect()
+}
+
+fn delivered(t: &mut HopTransport) -> Vec<(u64, usize)> {
+    let mut v = Vec::new();
+    while let Some(e) = t.poll_event() {
+        if let Event::Delivered { offset, data, .. } = e {
+            v.push((offset, data.len()));
+        }
+    }
+    v
+}
+
+#[test]
+fn refused_delivery_withholds_the_end_to_end_back_until_the_store_has_room() {
+    let log = Arc::new(Mutex::new((true, Vec::new())));
+    let t = HopTransport::with_store(small_cfg(), Box::new(Deliveries(log.clone())));
+    // Node 3 is the destination of FLOW.
+    let mut h = Harness::new(3, &[(1, 1)], t);
+    feed_block(&mut h, 0, &[9u8; 250]);
+    let out = h.drain();
+    assert!(
+        e2e_cums(&out).is_empty(),
+        "end-to-end BACK before the bytes were stored"
+    );
+    assert!(delivered(&mut h.t).is_empty());
+    assert_eq!(h.t.stats().extra["delivery_withheld"], 1);
+    // Room again: the next timer delivers and acknowledges.
+    log.lock().unwrap().0 = false;
+    h.now = h.t.poll_timeout().expect("a retry is scheduled");
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    let out = h.drain();
+    assert_eq!(e2e_cums(&out), vec![1]);
+    assert_eq!(delivered(&mut h.t), vec![(0, 250)]);
+    assert_eq!(log.lock().unwrap().1, vec![(0, 0, 250)]);
+}
+
+#[test]
+fn restored_destination_resumes_from_its_progress() {
+    let log = Arc::new(Mutex::new((false, Vec::new())));
+    let mut t = HopTransport::with_store(small_cfg(), Box::new(Deliveries(log.clone())));
+    t.restore_destination(
+        Instant::ZERO,
+        3,
+        vec![DestProgress {
+            flow: FLOW,
+            next_block: 2,
+            bytes: 500,
+            finished: false,
+        }],
+    );
+    let mut h = Harness::new(3, &[(1, 1)], t);
+    // A retransmitted block below the progress is acknowledged again, not delivered again.
+    feed_block(&mut h, 1, &[1u8; 250]);
+    let out = h.drain();
+    assert!(
+        e2e_cums(&out).iter().all(|&c| c == 2),
+        "{:?}",
+        e2e_cums(&out)
+    );
+    assert!(!e2e_cums(&out).is_empty());
+    assert!(delivered(&mut h.t).is_empty());
+    // The next block continues the stream at the restored byte offset.
+    feed_block(&mut h, 2, &[2u8; 250]);
+    let out = h.drain();
+    assert_eq!(e2e_cums(&out), vec![3]);
+    assert_eq!(delivered(&mut h.t), vec![(500, 250)]);
+    assert_eq!(log.lock().unwrap().1, vec![(2, 500, 250)]);
+}
+
+#[test]
+fn destination_reports_unique_bytes_received_including_partial_blocks() {
+    let mut h = Harness::new(3, &[(1, 1)], HopTransport::new(small_cfg()));
+    assert!(h.t.received().is_empty());
+    let data: Vec<u8> = (0..250u32).map(|i| i as u8).collect();
+    feed_block(&mut h, 0, &data);
+    assert_eq!(h.t.received(), vec![(FLOW, 250)]);
+    // Block 1 (250 bytes: packets of 100, 100 and 50): the first and the short last packet
+    // arrive, the last one twice. Nothing more is delivered, but 150 more bytes are held.
+    h.recv(1, &bsyn_with_expect(1, 250, 0));
+    h.recv(1, &data_packet(1, 250, 0, &data[..100]));
+    h.recv(1, &data_packet(1, 250, 2, &data[200..]));
+    h.recv(1, &data_packet(1, 250, 2, &data[200..]));
+    h.drain();
+    assert_eq!(delivered(&mut h.t), vec![(0, 250)]);
+    assert_eq!(h.t.received(), vec![(FLOW, 400)]);
+    // The missing packet completes the block: delivered and received agree again.
+    h.recv(1, &data_packet(1, 250, 1, &data[100..200]));
+    assert_eq!(h.t.received(), vec![(FLOW, 500)]);
+    assert_eq!(delivered(&mut h.t), vec![(250, 250)]);
+}

@@ -1,0 +1,129 @@
+//! §3.2 Virtual retransmission and in-network caches.
+
+use super::*;
+
+#[test]
+fn cache_is_bounded_and_never_drops_custody() {
+    let cfg = HopConfig {
+        cache_limit_bytes: 600,
+        backpressure_limit: 10,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    // Three 250-byte blocks: the third does not fit beside two blocks in custody.
+    for b in 0..3 {
+        feed_block(&mut h, b, &[b as u8; 250]);
+    }
+    let out = h.drain();
+    let complete = backs_to(&out, 1)
+        .iter()
+        .filter(|(f, _)| f & FLAG_COMPLETE != 0)
+        .count();
+    assert_eq!(complete, 2);
+    assert!(h.t.stats().cache_bytes <= 600);
+    assert!(h.t.stats().extra["backpressure_withheld"] >= 1);
+}
+
+#[test]
+fn source_keeps_blocks_until_end_to_end_back_within_its_cache() {
+    let cfg = HopConfig {
+        max_block_bytes: 250,
+        cache_limit_bytes: 300,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 9 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    let n = h
+        .with(|t, ctx| t.send(ctx, key, Bytes::from(vec![7u8; 500])))
+        .unwrap();
+    assert_eq!(n, 500);
+    assert_eq!(bsyn_blocks(&h.drain()), vec![0]);
+    let back = |block| HopMessage {
+        header: HopHeader {
+            src: 1,
+            dst: 3,
+            ..hdr(block, FLAG_COMPLETE)
+        },
+        body: HopBody::Back {
+            duplicates: 0,
+            block_len: 250,
+            packets: 3,
+            bitmap: &[0x07],
+        },
+    };
+    h.recv(2, &back(0));
+    // Block 0 moved to node 2 but is not acknowledged end to end: the source keeps it, and
+    // with the cache full it does not cut block 1 yet.
+    assert!(bsyn_blocks(&h.drain()).is_empty());
+    assert_eq!(h.t.stats().cache_bytes, 500);
+    h.recv(
+        2,
+        &HopMessage {
+            header: HopHeader {
+                src: 1,
+                dst: 3,
+                ..hdr(0, 0)
+            },
+            body: HopBody::E2eBack { cum_blocks: 1 },
+        },
+    );
+    assert_eq!(bsyn_blocks(&h.drain()), vec![1]);
+    assert_eq!(h.t.stats().cache_bytes, 250);
+}
+
+#[test]
+fn virtual_retransmission_ttl_decrements_and_expires() {
+    for (ttl, forwarded) in [(5u8, Some(4u8)), (1, None)] {
+        let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+        let data = [9u8; 250];
+        feed_block(&mut h, 0, &data);
+        h.drain();
+        // Node 3 took the block: node 2 keeps it only as cache.
+        h.recv(
+            3,
+            &HopMessage {
+                header: hdr(0, FLAG_COMPLETE),
+                body: HopBody::Back {
+                    duplicates: 0,
+                    block_len: 250,
+                    packets: 3,
+                    bitmap: &[0x07],
+                },
+            },
+        );
+        h.drain();
+        let vtx = HopMessage {
+            header: HopHeader {
+                ttl,
+                ..hdr(0, FLAG_VTX)
+            },
+            body: HopBody::Bsyn {
+                offset: 0,
+                geom: BlockGeom {
+                    block_len: 250,
+                    packet_size: 100,
+                },
+                packet_num: 0,
+                expect: 0,
+                payload: &[],
+            },
+        };
+        h.recv(1, &vtx);
+        let out = h.drain();
+        assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 3)]);
+        let fwd: Vec<u8> = out
+            .iter()
+            .filter(|o| o.next_hop == 3)
+            .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+                HopMessage {
+                    header,
+                    body: HopBody::Bsyn { .. },
+                } if header.flags & FLAG_VTX != 0 => Some(header.ttl),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(fwd, forwarded.into_iter().collect::<Vec<_>>(), "ttl {ttl}");
+        assert_eq!(h.t.stats().extra["cache_hits"], 1);
+    }
+}

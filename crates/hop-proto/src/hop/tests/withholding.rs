@@ -1,0 +1,222 @@
+//! §3.5 Ack withholding: one upstream sender at a time.
+
+use super::*;
+
+#[test]
+fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
+    // Node 2 is the destination of three flows from nodes 1, 3 and 4 (its neighbours).
+    let mut h = Harness::new(2, &[(1, 1), (3, 3), (4, 4)], HopTransport::new(small_cfg()));
+    let bsyn = |src: NodeId, len: u32| HopMessage {
+        header: HopHeader {
+            flags: 0,
+            ttl: 0,
+            src,
+            flow_id: 1,
+            dst: 2,
+            block_num: 0,
+        },
+        body: HopBody::Bsyn {
+            offset: 0,
+            geom: BlockGeom {
+                block_len: len,
+                packet_size: 100,
+            },
+            packet_num: 0,
+            expect: 0,
+            payload: &[],
+        },
+    };
+    h.recv(1, &bsyn(1, 250));
+    h.recv(3, &bsyn(3, 900));
+    h.recv(4, &bsyn(4, 300));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1).len(), 1);
+    assert!(backs_to(&out, 3).is_empty() && backs_to(&out, 4).is_empty());
+    assert_eq!(h.t.stats().extra["acks_withheld"], 2);
+    // Node 1 completes its block: the smaller waiting block (node 4's) is served next.
+    let geom = BlockGeom {
+        block_len: 250,
+        packet_size: 100,
+    };
+    for p in 0..3u16 {
+        let r = geom.packet_range(u32::from(p)).unwrap();
+        let data = [1u8; 100];
+        h.recv(
+            1,
+            &HopMessage {
+                header: HopHeader {
+                    src: 1,
+                    flow_id: 1,
+                    dst: 2,
+                    ..hdr(0, 0)
+                },
+                body: HopBody::Data {
+                    offset: 0,
+                    geom,
+                    packet_num: p,
+                    payload: &data[..r.len()],
+                },
+            },
+        );
+    }
+    let out = h.drain();
+    let to1 = backs_to(&out, 1);
+    assert_eq!(to1.len(), 1);
+    assert_eq!(to1[0].0 & FLAG_COMPLETE, FLAG_COMPLETE);
+    assert_eq!(backs_to(&out, 4), vec![(0, 3)]);
+    assert!(backs_to(&out, 3).is_empty());
+    // Node 4 goes silent: after the withholding timeout node 3 gets its turn.
+    let t = h.now + DEFAULT_WITHHOLD_TIMEOUT + HOUSEKEEPING_INTERVAL * 2;
+    while h.now < t {
+        h.now = h.t.poll_timeout().unwrap().min(t);
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        let out = h.drain();
+        if !backs_to(&out, 3).is_empty() {
+            assert!(h.now >= Instant::ZERO + DEFAULT_WITHHOLD_TIMEOUT);
+            return;
+        }
+    }
+    panic!("node 3 never got a BACK");
+}
+
+/// The three data packets of `bsyn_from`'s block.
+fn complete_block_from(h: &mut Harness, src: NodeId, flow: u32) {
+    let data = [1u8; 100];
+    for p in 0..3u16 {
+        let len = if p == 2 { 50 } else { 100 };
+        let mut m = data_packet(0, 250, p, &data[..len]);
+        m.header.src = src;
+        m.header.flow_id = flow;
+        m.header.dst = 2;
+        h.recv(src, &m);
+    }
+}
+
+#[test]
+fn ack_withholding_serves_one_block_at_a_time_in_order_of_asking() {
+    let mut h = Harness::new(2, &[(1, 1), (3, 3), (4, 4)], HopTransport::new(small_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    // A second block from the sender being served waits too (one block at a time, §3.5).
+    h.recv(1, &bsyn_from(1, 2));
+    h.now += Duration::from_millis(1);
+    h.recv(3, &bsyn_from(3, 1));
+    h.now += Duration::from_millis(1);
+    h.recv(4, &bsyn_from(4, 1));
+    // Node 3 asks again: a retry does not send it to the back of the queue.
+    h.now += Duration::from_millis(5);
+    h.recv(3, &bsyn_from(3, 1));
+    assert!(h.drain().is_empty());
+    assert_eq!(h.t.stats().extra["acks_withheld"], 4);
+    // Node 1's block completes: node 1's other block asked first but node 1 was just
+    // served, so node 3 (asked before node 4) is next.
+    complete_block_from(&mut h, 1, 1);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 3), vec![(0, 3)]);
+    assert!(backs_to(&out, 4).is_empty());
+    assert_eq!(
+        backs_to(&out, 1).len(),
+        1,
+        "only the completed block's BACK"
+    );
+    // Then node 1's second block (asked before node 4), then node 4.
+    complete_block_from(&mut h, 3, 1);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(0, 3)]);
+    assert!(backs_to(&out, 4).is_empty());
+    complete_block_from(&mut h, 1, 2);
+    assert_eq!(backs_to(&h.drain(), 4), vec![(0, 3)]);
+}
+
+/// A BSYN of `bsyn_from`'s block announcing `expect` packets held once the round arrives.
+fn bsyn_expecting(src: NodeId, flow: u32, expect: u16) -> HopMessage<'static> {
+    let mut m = bsyn_from(src, flow);
+    if let HopBody::Bsyn { expect: e, .. } = &mut m.body {
+        *e = expect;
+    }
+    m
+}
+
+#[test]
+fn a_turn_lasts_until_the_block_completes() {
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    h.recv(3, &bsyn_from(3, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    // Node 1 sends its three packets round after round and none arrives.
+    for _ in 0..20 {
+        h.now += Duration::from_millis(300);
+        h.recv(1, &bsyn_expecting(1, 1, 3));
+        h.recv(3, &bsyn_from(3, 1));
+        let out = h.drain();
+        assert_eq!(backs_to(&out, 1).len(), 1);
+        assert!(backs_to(&out, 3).is_empty());
+    }
+}
+
+#[test]
+fn a_block_released_by_silence_waits_for_its_next_turn() {
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    h.recv(3, &bsyn_from(3, 1));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1).len(), 1);
+    assert!(backs_to(&out, 3).is_empty());
+    // Node 1 goes silent: node 3 gets the turn.
+    let t = h.now + DEFAULT_WITHHOLD_TIMEOUT + HOUSEKEEPING_INTERVAL * 2;
+    let mut served = false;
+    while h.now < t && !served {
+        h.now = h.t.poll_timeout().unwrap().min(t);
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        served = !backs_to(&h.drain(), 3).is_empty();
+    }
+    assert!(served, "node 3 never got a BACK");
+    // Node 1 comes back to the block it had started: it waits until node 3's block is done.
+    h.recv(1, &bsyn_from(1, 1));
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    complete_block_from(&mut h, 3, 1);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(0, 3)]);
+}
+
+#[test]
+fn a_waiting_bsyn_for_a_block_cached_under_another_geometry_gets_its_turn() {
+    let mut h = Harness::new(2, &[(3, 3), (1, 1), (4, 4)], HopTransport::new(small_cfg()));
+    let theirs = HopHeader {
+        flags: 0,
+        ttl: 0,
+        src: 4,
+        flow_id: 7,
+        dst: 3,
+        block_num: 0,
+    };
+    // Node 1's block holds the turn; node 4 asks for its 250-byte block 0 and waits.
+    h.recv(1, &bsyn_msg(hdr(0, 0), 250));
+    h.recv(4, &bsyn_msg(theirs, 250));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1).len(), 1);
+    assert!(backs_to(&out, 4).is_empty());
+    // Then node 2 overhears a packet of a 1000-byte block 0 of the same flow (an older copy,
+    // from before node 4 restarted), sent to another node, and caches it.
+    h.overhear(
+        4,
+        5,
+        &HopMessage {
+            header: theirs,
+            body: HopBody::Data {
+                offset: 0,
+                geom: BlockGeom {
+                    block_len: 1000,
+                    packet_size: 100,
+                },
+                packet_num: 0,
+                payload: &[1; 100],
+            },
+        },
+    );
+    // Node 1's block completes: node 4's turn comes, although the cached copy of its block
+    // is larger than the block it now sends.
+    feed_block(&mut h, 0, &[9; 250]);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 4).len(), 1);
+}
