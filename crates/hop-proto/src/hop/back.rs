@@ -20,9 +20,6 @@ impl HopTransport {
             return;
         };
         f.last_activity = now;
-        if let Some(s) = f.source_mut() {
-            s.last_progress = now;
-        }
         let Some(b) = f.blocks.get_mut(&n) else {
             f.outs.remove(&n);
             return;
@@ -59,6 +56,15 @@ impl HopTransport {
         let answer = matches!(x.state, TransferState::AwaitBack { .. });
         let newly = x.merge_back(complete, answer, bitmap);
         self.window.note(&self.cfg, now, newly);
+        if let Role::Source(s) = &mut f.role {
+            // A source progresses when its next hop takes new packets of a block. A virtual
+            // retransmission's BACK is no progress: a relay answering it from its cache says
+            // nothing of the destination, and a source that counted it would never give up
+            // a flow whose destination no longer answers.
+            if newly > 0 && !x.vtx {
+                s.last_progress = now;
+            }
+        }
         if x.attempts == 1 && answer {
             // Answer to a BSYN sent once (Karn's rule): a round-trip sample.
             let r = now.saturating_duration_since(x.bsyn_at);

@@ -199,34 +199,57 @@ impl Flow {
     }
 }
 
-/// Closed incoming flows a node remembers, so that late messages of one are refused instead
-/// of opening it again (about 40 bytes each).
-pub(super) const CLOSED_FLOW_MEMORY: usize = 4096;
+/// At most this many closed incoming flows are remembered (about 60 bytes each): a bound
+/// on memory when flows close faster than [`ClosedFlows`] may forget them.
+pub(super) const CLOSED_FLOW_MEMORY: usize = 1 << 16;
 
-/// Flows this node was the destination of and no longer holds (finished, aborted by their
-/// source, or given up idle), the newest [`CLOSED_FLOW_MEMORY`] of them: a late BSYN or DATA
-/// of one must not open it again from block 0, which would hold the source's later blocks
-/// forever without delivering them.
+/// How an incoming flow ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Closed {
+    /// Every block was delivered: blocks `0..blocks`.
+    Finished { blocks: u32 },
+    /// Aborted by its source, or given up idle before it finished.
+    Abandoned,
+}
+
+/// Flows this node was the destination of and no longer holds. A late BSYN or DATA of one
+/// must not open it again from block 0, which would hold the source's later blocks forever
+/// without delivering them; and a relay that still holds a block of a finished flow in
+/// custody (its BACKs were lost) must hear that the block arrived, or it asks until its
+/// custody expires while the source, served from the relay's cache, never gives up. So a
+/// flow is remembered for as long as any node may still ask: until custody expires and
+/// sources give up (see `HopTransport::housekeeping`), at most [`CLOSED_FLOW_MEMORY`] of them.
 #[derive(Debug, Default)]
 pub(super) struct ClosedFlows {
-    order: VecDeque<FlowKey>,
-    set: BTreeSet<FlowKey>,
+    order: VecDeque<(Instant, FlowKey)>,
+    flows: BTreeMap<FlowKey, Closed>,
 }
 
 impl ClosedFlows {
-    pub(super) fn insert(&mut self, key: FlowKey) {
-        if self.set.insert(key) {
-            self.order.push_back(key);
+    pub(super) fn insert(&mut self, key: FlowKey, now: Instant, how: Closed) {
+        if self.flows.insert(key, how).is_none() {
+            self.order.push_back((now, key));
             while self.order.len() > CLOSED_FLOW_MEMORY {
-                if let Some(old) = self.order.pop_front() {
-                    self.set.remove(&old);
-                }
+                self.forget_oldest();
             }
         }
     }
 
-    pub(super) fn contains(&self, key: &FlowKey) -> bool {
-        self.set.contains(key)
+    pub(super) fn get(&self, key: &FlowKey) -> Option<Closed> {
+        self.flows.get(key).copied()
+    }
+
+    /// Forget the flows closed `keep` or longer before `now`.
+    pub(super) fn expire(&mut self, now: Instant, keep: Duration) {
+        while self.order.front().is_some_and(|(at, _)| *at + keep <= now) {
+            self.forget_oldest();
+        }
+    }
+
+    fn forget_oldest(&mut self) {
+        if let Some((_, old)) = self.order.pop_front() {
+            self.flows.remove(&old);
+        }
     }
 }
 
@@ -247,7 +270,7 @@ impl HopTransport {
         self.note_cache();
     }
 
-    pub(super) fn remove_flow(&mut self, key: FlowKey) {
+    pub(super) fn remove_flow(&mut self, key: FlowKey, now: Instant) {
         let nums: Vec<u32> = match self.flows.get(&key) {
             Some(f) => f.blocks.keys().copied().collect(),
             None => return,
@@ -262,12 +285,17 @@ impl HopTransport {
                     self.note_cache();
                 }
                 Role::Destination(d) => {
-                    if !d.finished {
+                    let how = if d.finished {
+                        Closed::Finished {
+                            blocks: d.next_deliver,
+                        }
+                    } else {
                         self.store.abandon(key);
                         self.extra("flows_abandoned");
                         self.events.push_back(Event::FlowAbandoned { flow: key });
-                    }
-                    self.closed.insert(key);
+                        Closed::Abandoned
+                    };
+                    self.closed.insert(key, now, how);
                 }
                 Role::Relay => {}
             }
@@ -275,6 +303,20 @@ impl HopTransport {
         self.withholding.admitted.retain(|(k, _), _| *k != key);
         self.withholding.waiting.retain(|w| w.key != key);
         self.round_robin.retain(|k| *k != key);
+    }
+
+    /// How incoming flow `key` ended, if it is closed and still remembered: closed flows
+    /// are remembered while a relay may still hold their blocks in custody or a source may
+    /// still try (see [`ClosedFlows`]).
+    pub(super) fn closed_flow(&mut self, key: FlowKey, now: Instant) -> Option<Closed> {
+        self.forget_old_closed_flows(now);
+        self.closed.get(&key)
+    }
+
+    /// Forget the closed flows no node can still ask about.
+    pub(super) fn forget_old_closed_flows(&mut self, now: Instant) {
+        let keep = self.cfg.custody_expiry.max(self.cfg.give_up_after);
+        self.closed.expire(now, keep);
     }
 
     pub(super) fn ensure_flow(
@@ -292,7 +334,7 @@ impl HopTransport {
             // A flow of ours we no longer know: finished or aborted.
             return false;
         }
-        if dst == local && self.closed.contains(&key) {
+        if dst == local && self.closed_flow(key, now).is_some() {
             self.extra("closed_flow_refused");
             return false;
         }
@@ -313,7 +355,7 @@ impl HopTransport {
     pub(super) fn on_fin(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, total: u64) {
         let key = flow_key(h);
         let known = self.flows.contains_key(&key);
-        self.remove_flow(key);
+        self.remove_flow(key, ctx.now);
         self.stats.flows = self.flows.len() as u64;
         if h.dst != ctx.local && known {
             if let Some(nh) = ctx.routing.next_hop(h.dst) {

@@ -33,7 +33,7 @@ mod transfer;
 mod vtx;
 mod withholding;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;

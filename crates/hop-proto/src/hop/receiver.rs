@@ -68,6 +68,9 @@ impl HopTransport {
         let now = ctx.now;
         let (h, from) = (&bsyn.header, bsyn.from);
         let (key, n) = (flow_key(h), h.block_num);
+        if h.dst == ctx.local && self.answer_closed(ctx, key, n, from) {
+            return;
+        }
         if !self.ensure_flow(key, h.dst, ctx.local, now) {
             return;
         }
@@ -131,6 +134,41 @@ impl HopTransport {
             self.send_e2e(ctx, key, n);
         }
         delivered
+    }
+
+    /// At the destination, a BSYN of a flow it finished and no longer holds is answered as
+    /// while it held it: the block arrived (hop BACK) and the flow is delivered (end-to-end
+    /// BACK with FIN), so the relay asking releases its custody and the source completes.
+    /// True if the flow is closed (a BSYN of an abandoned flow gets no answer).
+    fn answer_closed(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32, from: NodeId) -> bool {
+        let Some(how) = self.closed_flow(key, ctx.now) else {
+            return false;
+        };
+        let Closed::Finished { blocks } = how else {
+            self.extra("closed_flow_refused");
+            return true;
+        };
+        self.extra("closed_flow_answered");
+        if n < blocks {
+            let back = HopMessage {
+                header: Self::header(key, ctx.local, n, FLAG_COMPLETE, 0),
+                body: HopBody::Back {
+                    block_len: 0,
+                    packets: 0,
+                    duplicates: 0,
+                    bitmap: &[],
+                },
+            };
+            self.push_ctrl(from, &back);
+        }
+        let e2e = HopMessage {
+            header: Self::header(key, ctx.local, n, FLAG_FIN, 0),
+            body: HopBody::E2eBack { cum_blocks: blocks },
+        };
+        if let Some(next_hop) = ctx.routing.next_hop(key.src) {
+            self.push_ctrl(next_hop, &e2e);
+        }
+        true
     }
 
     /// A relay that saw the end-to-end BACK for block `n` answers for the destination: this

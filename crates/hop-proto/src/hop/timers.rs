@@ -22,6 +22,7 @@ impl HopTransport {
         if self.withholding.admitted.len() != before {
             self.service_waiting(ctx);
         }
+        self.forget_old_closed_flows(now);
         let idle = self.cfg.flow_idle_timeout;
         let expiry = self.cfg.custody_expiry;
         let give_up = self.cfg.give_up_after;
@@ -66,7 +67,7 @@ impl HopTransport {
         }
         for k in remove {
             self.extra("flows_reclaimed");
-            self.remove_flow(k);
+            self.remove_flow(k, now);
         }
         for (k, reason) in failed {
             self.abort_flow(ctx, k);
@@ -87,7 +88,7 @@ impl HopTransport {
                 self.push_ctrl(nh, &msg);
             }
         }
-        self.remove_flow(key);
+        self.remove_flow(key, ctx.now);
         self.stats.flows = self.flows.len() as u64;
     }
 

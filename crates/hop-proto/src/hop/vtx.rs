@@ -108,7 +108,7 @@ impl HopTransport {
                 if let Some(nh) = ctx.routing.next_hop(dst) {
                     self.push_ctrl(nh, &msg);
                 }
-                self.remove_flow(key);
+                self.remove_flow(key, ctx.now);
                 self.stats.flows = self.flows.len() as u64;
             } else {
                 self.pump_flow(ctx, key);

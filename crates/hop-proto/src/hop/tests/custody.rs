@@ -158,18 +158,6 @@ fn restored_blocks_are_forwarded() {
     assert_eq!(bsyn.1.flags & FLAG_FIN, FLAG_FIN);
 }
 
-fn e2e_cums(out: &[Outgoing]) -> Vec<u32> {
-    out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
-            HopMessage {
-                body: HopBody::E2eBack { cum_blocks },
-                ..
-            } => Some(cum_blocks),
-            _ => None,
-        })
-        .collect()
-}
-
 fn delivered(t: &mut HopTransport) -> Vec<(u64, usize)> {
     let mut v = Vec::new();
     while let Some(e) = t.poll_event() {

@@ -8,6 +8,7 @@ mod bsyn_timer;
 mod config;
 mod custody;
 mod diag;
+mod flows;
 mod link_window;
 mod loss;
 mod micro;
@@ -360,4 +361,16 @@ fn two_flow_source_window(cfg: HopConfig, w: usize) -> Harness {
     }
     h.drain();
     h
+}
+
+fn e2e_cums(out: &[Outgoing]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+            HopMessage {
+                body: HopBody::E2eBack { cum_blocks },
+                ..
+            } => Some(cum_blocks),
+            _ => None,
+        })
+        .collect()
 }

@@ -1,0 +1,135 @@
+//! Flows' lifetimes: closing, late messages of a closed flow, and sources giving up.
+
+use super::*;
+
+/// Node 3, the destination of `FLOW` from node 1, after delivering its one 250-byte block
+/// and forgetting the flow (the source's FIN came).
+fn closed_destination() -> Harness {
+    let mut h = Harness::new(3, &[(1, 1)], HopTransport::new(small_cfg()));
+    let geom = BlockGeom {
+        block_len: 250,
+        packet_size: 100,
+    };
+    let data = [7u8; 250];
+    for p in 0..geom.packets() {
+        h.recv(
+            1,
+            &HopMessage {
+                header: hdr(0, FLAG_FIN),
+                body: HopBody::Data {
+                    offset: 0,
+                    geom,
+                    packet_num: p as u16,
+                    payload: &data[geom.packet_range(p).unwrap()],
+                },
+            },
+        );
+    }
+    h.recv(
+        1,
+        &HopMessage {
+            header: hdr(0, 0),
+            body: HopBody::Fin { total_bytes: 250 },
+        },
+    );
+    h.drain();
+    while h.t.poll_event().is_some() {}
+    assert_eq!(h.t.stats().flows, 0);
+    h
+}
+
+fn late_bsyn(block: u32) -> HopMessage<'static> {
+    HopMessage {
+        header: hdr(block, FLAG_FIN),
+        body: HopBody::Bsyn {
+            offset: 0,
+            geom: BlockGeom {
+                block_len: 250,
+                packet_size: 100,
+            },
+            packet_num: 0,
+            expect: 3,
+            payload: &[],
+        },
+    }
+}
+
+/// A relay whose BACKs from the destination were all lost still holds the flow's block in
+/// custody and asks for it. The destination, which delivered the flow and forgot it, answers
+/// as it did while it held the flow: the block arrived, the flow is delivered. Without the
+/// answer the relay asked until its custody expired, and the source, served by the relay,
+/// never heard the end of its flow.
+#[test]
+fn a_finished_flows_late_bsyn_is_answered_after_the_destination_forgot_it() {
+    let mut h = closed_destination();
+    h.now += Duration::from_secs(900);
+    h.recv(1, &late_bsyn(0));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 0)]);
+    assert_eq!(e2e_cums(&out), vec![1]);
+    assert_eq!(h.t.stats().flows, 0, "the flow is not opened again");
+    assert_eq!(h.t.stats().extra.get("closed_flow_answered"), Some(&1));
+    // It is remembered while a relay's custody or the source's tries may last, then
+    // forgotten: the next BSYN opens a new flow.
+    h.now += HopConfig::default().custody_expiry;
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    h.recv(1, &late_bsyn(0));
+    assert_eq!(e2e_cums(&h.drain()), Vec::<u32>::new());
+    assert_eq!(h.t.stats().flows, 1);
+}
+
+/// A source whose blocks only a relay's cache answers (virtual retransmissions) makes no
+/// progress: it gives up after `give_up_after` and says why, rather than trying forever.
+#[test]
+fn a_source_served_only_from_a_relays_cache_gives_up() {
+    let cfg = HopConfig {
+        give_up_after: Duration::from_secs(30),
+        vtx_initial_timeout: Duration::from_secs(1),
+        ..small_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 9 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![5u8; 250])))
+        .unwrap();
+    h.with(|t, ctx| t.finish(ctx, key)).unwrap();
+    let mut failed = None;
+    for _ in 0..400 {
+        h.now += Duration::from_millis(250);
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        // Relay 2 answers every BSYN: it holds the whole block (a first transfer, then
+        // virtual retransmissions served from its cache); no end-to-end BACK ever comes.
+        for o in h.drain() {
+            if let Ok(HopMessage {
+                header,
+                body: HopBody::Bsyn { .. },
+            }) = HopMessage::parse(&o.body)
+            {
+                let back = HopMessage {
+                    header: HopHeader {
+                        flags: FLAG_COMPLETE,
+                        ..header
+                    },
+                    body: HopBody::Back {
+                        block_len: 0,
+                        packets: 0,
+                        duplicates: 0,
+                        bitmap: &[],
+                    },
+                };
+                h.recv(2, &back);
+            }
+        }
+        while let Some(e) = h.t.poll_event() {
+            if let Event::SendFailed { flow, reason } = e {
+                failed = Some((flow, reason, h.now));
+            }
+        }
+        if failed.is_some() {
+            break;
+        }
+    }
+    let (flow, reason, at) = failed.expect("the source gives up");
+    assert_eq!((flow, reason), (key, FailReason::Timeout));
+    assert!(at <= Instant::ZERO + Duration::from_secs(32), "{at:?}");
+}
