@@ -312,22 +312,6 @@ def nopipe() -> Variant:
     return diagnostic(hop("hop-nopipe", "Hop without spatial pipelining ([hop] pipelining = false)", pipelining=False))
 
 
-# Hop with the deviations from the paper that each moved more in the simulator's
-# `mesh-good-30-flows` (docs/scenarios.md): together they delivered 1.8 times the bytes there
-# (120 s, seeds 1-6). Run beside Hop to see whether that holds on the emulated medium.
-DEVIATIONS_NOTE = ("`hop-dev` is hopd with the deviations from the paper that the simulator measured one by one "
-                   "(docs/scenarios.md, `mesh-good-30-flows`): BSYN/BACK in the best-effort access category "
-                   "(`control_dscp = 0`, still ahead of the data's background category, §3.6 puts them first), "
-                   "wait notices and a txop past a full link window (`wait_notice`, `txop_past_full_window`), "
-                   "256 KiB blocks (§4.2: 1 MB) and no spatial pipelining (§3.1). Not the paper's design.")
-
-
-def deviations() -> Variant:
-    return diagnostic(hop("hop-dev", "Hop with the simulator's deviations (control_dscp 0, wait notices, "
-                          "txop past full window, 256 KiB blocks, no pipelining)", control_dscp=0, wait_notice=True,
-                          txop_past_full_window=True, max_block_bytes=262144, pipelining=False))
-
-
 # The lab's floors make every pair without a link deaf to each other: two nodes with a common
 # neighbour and no link are hidden terminals (55 such pairs beside the 56 links of the
 # good-route mesh). A radio senses a carrier farther than it decodes a frame, and the paper's
@@ -357,23 +341,6 @@ UNICAST_NOTE = ("`hop-unicast` is hopd with unicast data (`link_mode = \"unicast
                 "as a driver would do it per frame. Each data frame is acknowledged by the next hop, so a "
                 "lost one ends its txop burst; neighbours do not overhear the data (no caching of overheard "
                 "packets, §3.2).")
-
-
-# Hop with packets given up by the tail rule keeping their place in the link window (off by
-# default): measured beside Hop where a relay's slow queue made the tail rule flood it, and on
-# the lossy paths where it costs (docs/wire-format.md).
-HELD_NOTE = ("`hop-held` is hopd with `[hop] hold_tail_losses = true`: a packet the tail rule gives up keeps "
-             "its place in the link window while it may still be queued at the node, and says nothing of "
-             "the packets handed to the link before it (docs/wire-format.md). Not the default: it costs on "
-             "lossy paths.")
-
-
-# Hop whose receivers end a sender's turn after two blocks' worth of its sends while others
-# wait (off by default): measured beside Hop on both 30-flow meshes, where a relay's
-# upstream across a link losing ~90 % held it for whole blocks (docs/wire-format.md).
-TURNS_NOTE = ("`hop-turns` is hopd with `[hop] withhold_turn_sends = 2`: ack withholding ends a sender's turn, "
-              "while others wait, once it has sent twice its block's packets (a link with ETX above 2); the "
-              "paper's turn lasts until the block completes (§3.5). Not the default (docs/wire-format.md).")
 
 
 CTLFULL_NOTE = ("`hop-ctlfull` is hopd with `link_control_when_full = true`: while the medium reports the "
@@ -418,11 +385,6 @@ def firstframe() -> Variant:
                           first_block_bytes=0))
 
 
-def turns() -> Variant:
-    return diagnostic(hop("hop-turns", "Hop, a turn ends after two blocks' worth of sends (withhold_turn_sends = 2)",
-                          withhold_turn_sends=2))
-
-
 # Hop with unicast data and the medium's full link ARQ, as TCP gets (not the paper's design,
 # §4.1): run in §5.1 to show what the link retries give on one lossy hop, and in the 30-flow
 # runs, where a broadcast frame (never retried, so never backing off) that collides is lost
@@ -450,12 +412,6 @@ NODUP_NOTE = ("`hop-nodup` is hopd with `[hop] duplicate_feedback = false`: the 
 def nodup() -> Variant:
     return diagnostic(hop("hop-nodup", "Hop, tail rule without duplicate feedback ([hop] duplicate_feedback = false)",
                           duplicate_feedback=False))
-
-
-def held() -> Variant:
-    return diagnostic(hop("hop-held",
-                          "Hop, tail losses keep their place in the link window ([hop] hold_tail_losses = true)",
-                          hold_tail_losses=True))
 
 
 # Hop with RTS/CTS before its large unicast frames: a micro-block's frames (BSYN with the data,
@@ -510,7 +466,7 @@ def experiments() -> list[Experiment]:
                    "driver, after the MAC, so its transport saw the loss rate directly)."]),
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
-            [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), held(), nodup(), ctlfull(), win(),
+            [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), nodup(), ctlfull(), win(),
              firstframe()],
             build_52,
             point_name="hops",
@@ -521,7 +477,7 @@ def experiments() -> list[Experiment]:
             notes=["Pairs are drawn (seeded) among the mesh's pairs of that hop count under ETX routes; the "
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
                    "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "
-                   "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, HELD_NOTE, NODUP_NOTE, CTLFULL_NOTE,
+                   "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, NODUP_NOTE, CTLFULL_NOTE,
                    WIN_NOTE, FIRSTFRAME_NOTE]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
@@ -529,7 +485,7 @@ def experiments() -> list[Experiment]:
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             turns(), tcp(), HBHTCP], build_53, point_name="flows",
+             tcp(), HBHTCP], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
@@ -539,12 +495,12 @@ def experiments() -> list[Experiment]:
                    "`hop-txop` is hopd with `[hop] round_per_next_hop = false`: flows sharing a next hop "
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
-                   "(docs/wire-format.md).", TURNS_NOTE]),
+                   "(docs/design/hop.md#rounds-per-next-hop)."]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
-            [hop(), tcp(), HBHTCP, nopipe(), deviations(), hop_unicast_noarq(), held(), hop_arq(), nodup(), turns(),
-             ctlfull(), win(), firstframe()],
+            [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
+             firstframe()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -553,16 +509,16 @@ def experiments() -> list[Experiment]:
                    f"cross no link losing more than {GOOD_ROUTE_MAX_LOSS:.0%} of frames (Hop §5.2: the "
                    "testbed's OLSR routes used good links). The main §5.3 mesh (seed 1) routes 24 of its 30 "
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
-                   "neighbours); 120 s, one repetition.", NOPIPE_NOTE, DEVIATIONS_NOTE, UNICAST_NOTE,
-                   HELD_NOTE, ARQ_NOTE, NODUP_NOTE, TURNS_NOTE, CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE]),
+                   "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
+                   CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",
-            [hop(), tcp(), held(), hop_arq(), nodup()], build_53, point_name="flows",
+            [hop(), tcp(), hop_arq(), nodup()], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED,
                                                     "flows_of": "hop-5.3-good", "sense_range": SENSE_RANGE}),
             run_seconds=flows_time, by_path_length=True,
-            notes=[SENSE_NOTE, HELD_NOTE, ARQ_NOTE, NODUP_NOTE]),
+            notes=[SENSE_NOTE, ARQ_NOTE, NODUP_NOTE]),
         Experiment(
             "hop-5.3-30min", "30 concurrent flows, measured at 30 minutes as in the paper", "hop",
             "Hop §5.3, Fig. 11, Table 2",
@@ -681,7 +637,7 @@ def experiments() -> list[Experiment]:
             notes=[SENSE58_NOTE, UNICAST_NOTE, MOS_NOTE]),
         Experiment(
             "hop-5.9", "30 flows with auto-rate and dynamic routing", "hop", "Hop §5.9, Fig. 15, Table 1",
-            [hop(), hop_dyn, tcp(), auto, tcp_dyn, tcp_dyn_auto, nopipe(), deviations(), hop_unicast_noarq()],
+            [hop(), hop_dyn, tcp(), auto, tcp_dyn, tcp_dyn_auto, nopipe(), hop_unicast_noarq()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
@@ -689,7 +645,7 @@ def experiments() -> list[Experiment]:
                    "Dynamic routing is Babel (babeld 1.12 in every node, hellos over the emulated air; "
                    "the paper: OLSR, which Debian no longer packages). The flows start once babeld routes "
                    "all of them (or after 90 s); each run's results.json counts the next-hop changes "
-                   "(routing_dynamics).", NOPIPE_NOTE, DEVIATIONS_NOTE, UNICAST_NOTE]),
+                   "(routing_dynamics).", NOPIPE_NOTE, UNICAST_NOTE]),
         Experiment(
             "hop-5.9-good", "30 flows with auto-rate and dynamic routing on the good-route mesh", "hop",
             "Hop §5.9, Fig. 15, Table 1",
