@@ -29,6 +29,7 @@ fn config(switches: u32) -> HopConfig {
         round_per_next_hop: on(9),
         cache_overheard: on(10),
         link_window_packets: if on(11) { 0 } else { 32 },
+        next_hop_backpressure: on(12),
         ..HopConfig::default()
     }
 }

@@ -150,10 +150,22 @@ pub struct HopConfig {
     pub txop_bytes: usize,
     /// Blocks smaller than this ride on the BSYN (§3.6). 0 disables micro-blocks.
     pub micro_block_threshold: usize,
+    /// A flow's first block holds at most this many bytes, each next one twice as many, up
+    /// to `max_block_bytes` (docs/design/hop.md#block-ramp); 0: every block as large as the
+    /// data ready allows (the paper, §4.2). Not in the paper.
+    pub initial_block_bytes: usize,
     /// H: complete blocks per flow held and not yet moved downstream (§3.3).
     pub backpressure_limit: usize,
     /// Enable hop-by-hop backpressure (§3.3).
     pub backpressure: bool,
+    /// H bounds, besides each flow's blocks (§3.3), the complete blocks a relay holds and has
+    /// not moved for each next hop, over all flows. §3.3 bounds each flow alone, so a relay
+    /// crossed by many flows to one next hop takes H blocks of each while that next hop takes
+    /// one at a time: its upstream's data then fills the air the relay needs to move them,
+    /// and the BACKs it waits for from downstream collide with that data
+    /// (docs/design/hop.md#backpressure-per-next-hop). Off: per flow only (the paper). Not in
+    /// the paper.
+    pub next_hop_backpressure: bool,
     /// Enable ack withholding (§3.5).
     pub ack_withholding: bool,
     /// Silence after which ack withholding moves on to another sender.
@@ -258,8 +270,10 @@ impl Default for HopConfig {
             packet_payload_bytes: DEFAULT_PACKET_PAYLOAD_BYTES,
             txop_bytes: DEFAULT_TXOP_BYTES,
             micro_block_threshold: DEFAULT_MICRO_BLOCK_THRESHOLD,
+            initial_block_bytes: 0,
             backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
             backpressure: true,
+            next_hop_backpressure: true,
             ack_withholding: true,
             withhold_timeout: DEFAULT_WITHHOLD_TIMEOUT,
             pipelining: true,
@@ -299,6 +313,7 @@ impl HopConfig {
     /// shipped ones.
     pub fn paper() -> Self {
         HopConfig {
+            next_hop_backpressure: false,
             adaptive_bsyn_timeout: false,
             queue_aware: false,
             duplicate_feedback: false,

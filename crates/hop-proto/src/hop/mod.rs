@@ -44,6 +44,7 @@ use hop_wire::hop::{
 use hop_wire::{NodeId, TransportId};
 use rand::Rng;
 
+use crate::routing::Routing;
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
 use crate::{AppError, Event, FailReason, FlowKey};

@@ -92,7 +92,7 @@ impl HopTransport {
             }
         }
         if !complete_here {
-            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags) {
+            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags, ctx.routing) {
                 if !bsyn.retry {
                     self.withhold(now, bsyn, reason);
                 }

@@ -21,6 +21,7 @@ impl HopTransport {
         if s.fin_block.is_some() || (s.pending_bytes == 0 && !s.finish) {
             return;
         }
+        let limit = ramped_block_bytes(&self.cfg, limit, s.next_block);
         // Custody at the source is bounded by the cache: with the cache full of blocks not
         // yet acknowledged end to end, wait for end-to-end BACKs.
         if s.pending_bytes > 0 {
@@ -86,4 +87,18 @@ impl HopTransport {
         }
         self.note_buffered(key);
     }
+}
+
+/// The largest block a source cuts as its flow's block `num`: with `initial_block_bytes`, a
+/// flow's first block holds at most that much and each next one twice the one before, up to
+/// `limit` (the block size). Not in the paper, whose blocks are as large as the data ready
+/// (§4.2): with many flows sharing a path a whole first block takes minutes to arrive, and
+/// every relay's turn (§3.5) lasts one block.
+fn ramped_block_bytes(cfg: &HopConfig, limit: usize, num: u32) -> usize {
+    if cfg.initial_block_bytes == 0 {
+        return limit;
+    }
+    cfg.initial_block_bytes
+        .saturating_mul(1usize << num.min(24))
+        .min(limit)
 }

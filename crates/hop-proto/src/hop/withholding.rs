@@ -51,6 +51,16 @@ pub(super) struct Admitted {
 }
 
 impl HopTransport {
+    /// Complete blocks this node holds as a relay for next hop `next_hop` and has not moved
+    /// there, over all flows (`next_hop_backpressure`).
+    pub(super) fn relayed_unmoved_via(&self, next_hop: NodeId, routing: &dyn Routing) -> usize {
+        self.flows
+            .values()
+            .filter(|f| f.is_relay() && routing.next_hop(f.dst) == Some(next_hop))
+            .map(Flow::held_unmoved)
+            .sum()
+    }
+
     /// Admission of a BSYN's block (backpressure, custody room, ack withholding).
     pub(super) fn may_admit(
         &self,
@@ -59,6 +69,7 @@ impl HopTransport {
         from: NodeId,
         geom: BlockGeom,
         flags: u8,
+        routing: &dyn Routing,
     ) -> Result<(), Withhold> {
         let micro = flags & FLAG_MICRO != 0;
         // A block older than every block held here repairs a block the destination is
@@ -94,6 +105,20 @@ impl HopTransport {
             && f.held_unmoved() >= self.cfg.backpressure_limit.max(1)
         {
             return Err(Withhold::Backpressure);
+        }
+        // Backpressure per next hop: a relay takes no more blocks for a next hop than H over
+        // all flows. (A flow that holds no complete block here repairs nothing.)
+        if self.cfg.backpressure
+            && self.cfg.next_hop_backpressure
+            && f.is_relay()
+            && !(repair && f.held_unmoved() > 0)
+        {
+            if let Some(next_hop) = routing.next_hop(f.dst) {
+                let held = self.relayed_unmoved_via(next_hop, routing);
+                if held >= self.cfg.backpressure_limit.max(1) {
+                    return Err(Withhold::Backpressure);
+                }
+            }
         }
         let have = f
             .blocks
@@ -141,7 +166,14 @@ impl HopTransport {
             // Evaluate against the remaining waiters only.
             self.withholding.waiting = keep.clone();
             if self
-                .may_admit(w.key, w.block, w.from, w.geom, w.flags & !FLAG_MICRO)
+                .may_admit(
+                    w.key,
+                    w.block,
+                    w.from,
+                    w.geom,
+                    w.flags & !FLAG_MICRO,
+                    ctx.routing,
+                )
                 .is_ok()
             {
                 let bsyn = BsynIn {

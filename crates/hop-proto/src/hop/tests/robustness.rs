@@ -156,6 +156,8 @@ proptest! {
             virtual_retransmission: on(9),
             cache_limit_bytes: if on(10) { 2500 } else { 1 << 20 },
             link_window_packets: if on(11) { 4 } else { 32 },
+            next_hop_backpressure: on(12),
+            initial_block_bytes: if on(13) { 300 } else { 0 },
             txop_bytes: 300,
             ..small_cfg()
         };
