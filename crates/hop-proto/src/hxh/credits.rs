@@ -7,7 +7,7 @@ use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
 
 use super::per_hop::Fwd;
-use super::{secs, HxhConfig, HxhTransport, Role};
+use super::{secs, Flow, HxhConfig, HxhTransport, Role};
 use crate::time::Instant;
 use crate::FlowKey;
 
@@ -32,6 +32,40 @@ impl Fwd {
 
     pub(super) fn stall_after(&self, cfg: &HxhConfig) -> Duration {
         secs(self.hop_delay * f64::from(cfg.stall_multiplier)).max(cfg.hop_rto_min)
+    }
+    /// A data packet left for the next hop: it uses a credit, and if it was a probe or used
+    /// the last credit, the stall timer starts now.
+    pub(super) fn note_sent(&mut self, probe: bool, now: Instant) {
+        if probe {
+            self.probe_ready = false;
+        }
+        let pool_before = self.pool();
+        self.sent_since_sync = self.sent_since_sync.saturating_add(1);
+        if probe || pool_before <= 1 {
+            // This send exhausts the credits (or is a probe): the stall timer starts now.
+            self.stall_clock = now;
+        }
+    }
+}
+
+impl Flow {
+    /// The credits a data packet carries. A relay advertises its free buffer (§3.2), counting
+    /// the packet being sent as still its own (in flight) until the next hop has it; a source
+    /// has no upstream node and advertises its whole buffer.
+    pub(super) fn credits_to_advertise(&mut self, cfg: &HxhConfig) -> u16 {
+        match &mut self.role {
+            Role::Relay(rl) => {
+                let c = cfg
+                    .buffer_packets
+                    .saturating_sub(self.fwd.held() as u16 + 1);
+                if cfg.passive_feedback {
+                    // The upstream node overhears this advertisement (§3.2).
+                    rl.last_adv_sent = c;
+                }
+                c
+            }
+            _ => cfg.buffer_packets,
+        }
     }
 }
 
@@ -87,5 +121,19 @@ impl HxhTransport {
         if !Self::is_last_hop(flow) {
             self.learn_rev_ack(now, key, c.rev_ack);
         }
+    }
+    /// §3.2: a flow with packets waiting and no credits is probed once the stall timer
+    /// (5x the EWMA of previous delays) runs out. Returns whether the probe was armed now.
+    pub(super) fn stall_probe_due(cfg: &HxhConfig, now: Instant, flow: &mut Flow) -> bool {
+        let waiting = Self::has_packet(flow);
+        if waiting
+            && flow.fwd.pool() <= 0
+            && !flow.fwd.probe_ready
+            && flow.fwd.last_feedback.max(flow.fwd.stall_clock) + flow.fwd.stall_after(cfg) <= now
+        {
+            flow.fwd.probe_ready = true;
+            return true;
+        }
+        false
     }
 }

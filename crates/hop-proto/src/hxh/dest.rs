@@ -10,7 +10,7 @@ use hop_wire::NodeId;
 
 use super::per_hop::{Fwd, HOP_DELAY_VAR_GAIN};
 use super::reassembly::{self, Reassembly};
-use super::{secs, Flow, HxhConfig, HxhTransport, Role};
+use super::{secs, Expired, Flow, HxhConfig, HxhTransport, Role};
 use crate::time::Instant;
 use crate::transport::Ctx;
 use crate::{Event, FlowKey};
@@ -127,6 +127,53 @@ impl Dst {
                     (1.0 - HOP_DELAY_VAR_GAIN) * self.reorder_var + HOP_DELAY_VAR_GAIN * dev;
                 self.reorder_delay = (1.0 - g) * self.reorder_delay + g * sample;
             }
+        }
+    }
+    /// The destination's timers: it gives up after `give_up` without a packet; otherwise it
+    /// NACKs the gaps past their hold-off, and the NACK timer repeats the NACK of packets
+    /// still missing, backing off (§3.3.1).
+    pub(super) fn on_timeout(
+        &mut self,
+        cfg: &HxhConfig,
+        now: Instant,
+        key: FlowKey,
+        due: &mut Expired,
+    ) {
+        if self.last_activity + cfg.give_up <= now {
+            due.remove.push((key, None));
+            return;
+        }
+        if let Some(ranges) = self.due_nack(cfg, now) {
+            due.control.push((
+                self.upstream,
+                Message::Nack(wire::Nack {
+                    src: key.src,
+                    id: key.id,
+                    cum: self.reasm.cum(),
+                    ranges,
+                }),
+            ));
+        }
+        let renack = self.nack_at.is_some_and(|t| t <= now);
+        let ranges = if renack {
+            self.missing_within(self.reasm.cum(), self.nacked_upto)
+        } else {
+            Vec::new()
+        };
+        if renack && ranges.is_empty() {
+            self.nack_at = None;
+        } else if renack {
+            self.nack_backoff = (self.nack_backoff * 2).clamp(1, NACK_BACKOFF_MAX);
+            self.nack_at = Some(now + cfg.nack_timeout.saturating_mul(self.nack_backoff));
+            due.control.push((
+                self.upstream,
+                Message::Nack(wire::Nack {
+                    src: key.src,
+                    id: key.id,
+                    cum: self.reasm.cum(),
+                    ranges,
+                }),
+            ));
         }
     }
 }
@@ -280,6 +327,18 @@ impl HxhTransport {
         }
         for m in out {
             self.push_control(from, m);
+        }
+    }
+    /// The destination gave up on an incomplete flow: report it, and remember it so that its
+    /// late packets are ignored and it is never opened (and delivered from) twice.
+    pub(super) fn abandon(&mut self, key: FlowKey) {
+        self.events.push_back(Event::FlowAbandoned { flow: key });
+        self.abandoned.push_back(key);
+        self.abandoned_set.insert(key);
+        while self.abandoned.len() > self.cfg.finished_memory {
+            if let Some(k) = self.abandoned.pop_front() {
+                self.abandoned_set.remove(&k);
+            }
         }
     }
 }

@@ -5,12 +5,12 @@
 use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
 
-use super::per_hop::Pkt;
+use super::per_hop::{Fwd, Pkt};
 use super::sendbuf::SendBuffer;
-use super::{Flow, HxhTransport, Role};
+use super::{Flow, HxhConfig, HxhTransport, Role};
 use crate::time::Instant;
 use crate::transport::Ctx;
-use crate::{Event, FlowKey};
+use crate::{Event, FailReason, FlowKey};
 
 /// Upper bound on the source retransmission timer backoff (`source_rto` x 2^n).
 pub(super) const SOURCE_BACKOFF_MAX_EXP: u32 = 4;
@@ -28,6 +28,74 @@ impl Src {
     /// Data the application handed over that is not yet acknowledged end to end.
     pub(super) fn owes(&self) -> bool {
         self.buf.unacked_sent().next().is_some() || self.buf.has_pending_new()
+    }
+    /// The source gives up on a flow that owes data and made no progress for `give_up`.
+    pub(super) fn gives_up(
+        &self,
+        cfg: &HxhConfig,
+        ctx: &Ctx<'_>,
+        dst: NodeId,
+    ) -> Option<FailReason> {
+        if !(self.owes() && self.last_progress + cfg.give_up <= ctx.now) {
+            return None;
+        }
+        Some(if ctx.routing.next_hop(dst).is_none() {
+            FailReason::NoRoute
+        } else {
+            FailReason::Timeout
+        })
+    }
+
+    /// Source retransmission timer: when nothing of the flow is queued or in flight here and
+    /// the first unacknowledged packet waited `source_rto` (doubled per expiry), resend it
+    /// asking for an explicit ACK (§3.3.2).
+    pub(super) fn retransmit_tail(&mut self, cfg: &HxhConfig, now: Instant, fwd: &mut Fwd) {
+        let Some(first) = self.buf.unacked_sent().next() else {
+            return;
+        };
+        let idle = fwd.queue.is_empty() && fwd.inflight.is_empty();
+        let tail = self.last_tail + cfg.source_rto.saturating_mul(1u32 << self.backoff.min(30));
+        if !(idle && tail <= now) {
+            return;
+        }
+        if let Some((payload, fin)) = self.buf.get(first) {
+            let mut flags = wire::DATA_RETX | wire::DATA_ACK_REQ;
+            if fin {
+                flags |= wire::DATA_FIN;
+            }
+            fwd.queue.insert(
+                first,
+                Pkt {
+                    seq: first,
+                    flags,
+                    payload,
+                    tries: 0,
+                },
+            );
+        }
+        self.last_tail = now;
+        self.backoff = (self.backoff + 1).min(SOURCE_BACKOFF_MAX_EXP);
+    }
+}
+impl Flow {
+    /// The flags of a data packet about to leave. The last packet to leave the source's
+    /// buffer asks for an explicit ACK (§3.3.2; the packet keeps the flag for its retries),
+    /// and the last hop sets the sync bit while it is out of sync with the destination
+    /// (§3.3.1).
+    pub(super) fn data_flags(&mut self, pkt: &mut Pkt, next_hop: NodeId) -> u8 {
+        if let Role::Source(s) = &mut self.role {
+            if self.fwd.queue.is_empty() && !s.buf.has_new() {
+                pkt.flags |= wire::DATA_ACK_REQ;
+            }
+        }
+        let mut flags = pkt.flags;
+        if next_hop == self.dst {
+            self.fwd.highest_tx = Some(self.fwd.highest_tx.map_or(pkt.seq, |h| h.max(pkt.seq)));
+            if !self.fwd.in_sync {
+                flags |= wire::DATA_SYNC;
+            }
+        }
+        flags
     }
 }
 

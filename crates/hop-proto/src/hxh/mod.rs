@@ -29,7 +29,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use hop_wire::hxh::{self as wire, Message};
 use hop_wire::{NodeId, TransportId};
-use rand::Rng;
 
 pub use config::HxhConfig;
 use sendbuf::SendBuffer;
@@ -37,9 +36,9 @@ use sendbuf::SendBuffer;
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
 use crate::{AppError, Event, FailReason, FlowKey};
-use dest::{Dst, NACK_BACKOFF_MAX};
-use e2e::{Src, SOURCE_BACKOFF_MAX_EXP};
-use per_hop::{Fwd, Inflight, Pkt, HOP_BACKOFF_MAX_EXP};
+use dest::Dst;
+use e2e::Src;
+use per_hop::Fwd;
 use relay::Relay;
 
 /// Seconds as a duration; NaN, negative or huge values saturate instead of panicking.
@@ -82,6 +81,21 @@ pub struct HxhTransport {
     abandoned_set: HashSet<FlowKey>,
     vclock: u64,
     stats: TransportStats,
+}
+
+/// What one pass over the timers found; applied once the pass is over.
+#[derive(Default)]
+struct Expired {
+    /// Flows to forget, with the event to report (none: the flow expired quietly).
+    remove: Vec<(FlowKey, Option<Event>)>,
+    /// Control messages to queue (NACKs), with their next hop.
+    control: Vec<(NodeId, Message<'static>)>,
+    /// Packets put back in their queue after a per-hop timeout.
+    hop_retx: u64,
+    /// Packets dropped after `hop_retry_limit` tries.
+    hop_drops: u64,
+    /// Stalled flows allowed one probe packet.
+    probes: u64,
 }
 
 impl HxhTransport {
@@ -215,6 +229,30 @@ impl HxhTransport {
         }
         t
     }
+
+    /// Forget the flows a pass over the timers found expired, queue the NACKs it produced and
+    /// count what it did.
+    fn apply_expired(&mut self, due: Expired) {
+        for (key, ev) in due.remove {
+            if let Some(Flow {
+                role: Role::Dest(_),
+                ..
+            }) = self.flows.remove(&key)
+            {
+                self.abandon(key);
+            }
+            match ev {
+                Some(e) => self.events.push_back(e),
+                None => self.bump("flows_expired"),
+            }
+        }
+        for (to, m) in due.control {
+            self.push_control(to, m);
+        }
+        *self.stats.extra.entry("hop_retx_timeouts").or_insert(0) += due.hop_retx;
+        *self.stats.extra.entry("hop_drops").or_insert(0) += due.hop_drops;
+        *self.stats.extra.entry("stall_probes").or_insert(0) += due.probes;
+    }
 }
 
 impl Transport for HxhTransport {
@@ -328,155 +366,33 @@ impl Transport for HxhTransport {
     }
 
     fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        let now = ctx.now;
         let cfg = self.cfg.clone();
-        let mut remove: Vec<(FlowKey, Option<Event>)> = Vec::new();
-        let mut control: Vec<(NodeId, Message<'static>)> = Vec::new();
-        let mut hop_retx = 0u64;
-        let mut hop_drops = 0u64;
-        let mut probes = 0u64;
+        let mut due = Expired::default();
         for (&key, flow) in self.flows.iter_mut() {
-            // Per-hop retransmission: a missing hop ack puts the packet back in the queue
-            // (§3.1: "places a copy of the packet back into the flow's queue").
-            let expired: Vec<u32> = flow
-                .fwd
-                .inflight
-                .iter()
-                .filter(|(_, i)| i.deadline <= now)
-                .map(|(&s, _)| s)
-                .collect();
-            for seq in expired {
-                if let Some(mut inf) = flow.fwd.inflight.remove(&seq) {
-                    inf.pkt.tries += 1;
-                    if inf.pkt.tries > cfg.hop_retry_limit {
-                        hop_drops += 1;
-                    } else if seq >= flow.rev_ack {
-                        hop_retx += 1;
-                        flow.fwd.requeue(seq, inf.pkt);
-                    }
-                }
-            }
+            let (retx, drops) = flow.fwd.expire_inflight(&cfg, ctx.now, flow.rev_ack);
+            due.hop_retx += retx;
+            due.hop_drops += drops;
             match &mut flow.role {
                 Role::Relay(rl) => {
-                    if rl.last_activity + cfg.flow_timeout <= now {
-                        remove.push((key, None));
+                    if rl.idle_past_timeout(&cfg, ctx.now) {
+                        due.remove.push((key, None));
                     }
                 }
-                Role::Dest(d) => {
-                    if d.last_activity + cfg.give_up <= now {
-                        remove.push((key, None));
-                    } else {
-                        if let Some(ranges) = d.due_nack(&cfg, now) {
-                            control.push((
-                                d.upstream,
-                                Message::Nack(wire::Nack {
-                                    src: key.src,
-                                    id: key.id,
-                                    cum: d.reasm.cum(),
-                                    ranges,
-                                }),
-                            ));
-                        }
-                        let renack = d.nack_at.is_some_and(|t| t <= now);
-                        let ranges = if renack {
-                            d.missing_within(d.reasm.cum(), d.nacked_upto)
-                        } else {
-                            Vec::new()
-                        };
-                        if renack && ranges.is_empty() {
-                            d.nack_at = None;
-                        } else if renack {
-                            d.nack_backoff = (d.nack_backoff * 2).clamp(1, NACK_BACKOFF_MAX);
-                            d.nack_at = Some(now + cfg.nack_timeout.saturating_mul(d.nack_backoff));
-                            control.push((
-                                d.upstream,
-                                Message::Nack(wire::Nack {
-                                    src: key.src,
-                                    id: key.id,
-                                    cum: d.reasm.cum(),
-                                    ranges,
-                                }),
-                            ));
-                        }
-                    }
-                }
+                Role::Dest(d) => d.on_timeout(&cfg, ctx.now, key, &mut due),
                 Role::Source(s) => {
-                    if s.owes() && s.last_progress + cfg.give_up <= now {
-                        let reason = if ctx.routing.next_hop(flow.dst).is_none() {
-                            FailReason::NoRoute
-                        } else {
-                            FailReason::Timeout
-                        };
-                        remove.push((key, Some(Event::SendFailed { flow: key, reason })));
+                    if let Some(reason) = s.gives_up(&cfg, ctx, flow.dst) {
+                        due.remove
+                            .push((key, Some(Event::SendFailed { flow: key, reason })));
                         continue;
                     }
-                    let outstanding = s.buf.unacked_sent().next();
-                    if let Some(first) = outstanding {
-                        let idle = flow.fwd.queue.is_empty() && flow.fwd.inflight.is_empty();
-                        let tail =
-                            s.last_tail + cfg.source_rto.saturating_mul(1u32 << s.backoff.min(30));
-                        if idle && tail <= now {
-                            // Source retransmission timer: resend the first unacknowledged
-                            // packet asking for an explicit ACK (§3.3.2).
-                            if let Some((payload, fin)) = s.buf.get(first) {
-                                let mut flags = wire::DATA_RETX | wire::DATA_ACK_REQ;
-                                if fin {
-                                    flags |= wire::DATA_FIN;
-                                }
-                                flow.fwd.queue.insert(
-                                    first,
-                                    Pkt {
-                                        seq: first,
-                                        flags,
-                                        payload,
-                                        tries: 0,
-                                    },
-                                );
-                            }
-                            s.last_tail = now;
-                            s.backoff = (s.backoff + 1).min(SOURCE_BACKOFF_MAX_EXP);
-                        }
-                    }
+                    s.retransmit_tail(&cfg, ctx.now, &mut flow.fwd);
                 }
             }
-            // §3.2: probe a stalled flow after 5x the EWMA of previous delays.
-            let waiting = Self::has_packet(flow);
-            if waiting
-                && flow.fwd.pool() <= 0
-                && !flow.fwd.probe_ready
-                && flow.fwd.last_feedback.max(flow.fwd.stall_clock) + flow.fwd.stall_after(&cfg)
-                    <= now
-            {
-                flow.fwd.probe_ready = true;
-                probes += 1;
+            if Self::stall_probe_due(&cfg, ctx.now, flow) {
+                due.probes += 1;
             }
         }
-        for (key, ev) in remove {
-            if let Some(Flow {
-                role: Role::Dest(_),
-                ..
-            }) = self.flows.remove(&key)
-            {
-                self.events.push_back(Event::FlowAbandoned { flow: key });
-                self.abandoned.push_back(key);
-                self.abandoned_set.insert(key);
-                while self.abandoned.len() > self.cfg.finished_memory {
-                    if let Some(k) = self.abandoned.pop_front() {
-                        self.abandoned_set.remove(&k);
-                    }
-                }
-            }
-            match ev {
-                Some(e) => self.events.push_back(e),
-                None => self.bump("flows_expired"),
-            }
-        }
-        for (to, m) in control {
-            self.push_control(to, m);
-        }
-        *self.stats.extra.entry("hop_retx_timeouts").or_insert(0) += hop_retx;
-        *self.stats.extra.entry("hop_drops").or_insert(0) += hop_drops;
-        *self.stats.extra.entry("stall_probes").or_insert(0) += probes;
+        self.apply_expired(due);
         self.note_usage();
     }
 
@@ -488,102 +404,8 @@ impl Transport for HxhTransport {
         if let Some(o) = self.pop_control() {
             return Some(o);
         }
-        // Per-flow fair queueing (§3.1): serve the eligible flow with the smallest start tag.
-        let cfg = &self.cfg;
-        let vclock = self.vclock;
-        let mut best: Option<(u64, FlowKey)> = None;
-        for (&key, flow) in self.flows.iter_mut() {
-            if Self::eligible(cfg, ctx, flow) {
-                let start = flow.fwd.vtime.max(vclock);
-                if best.map_or(true, |(b, _)| start < b) {
-                    best = Some((start, key));
-                }
-            }
-        }
-        let (start, key) = best?;
-        let flow = self.flows.get_mut(&key)?;
-        let probe = flow.fwd.pool() <= 0;
-        let mut pkt = Self::take_packet(flow)?;
-        let next_hop = flow.fwd.next_hop?;
-        if let Role::Source(s) = &mut flow.role {
-            // §3.3.2: the last packet to leave the source's buffer asks for an explicit ACK.
-            if flow.fwd.queue.is_empty() && !s.buf.has_new() {
-                pkt.flags |= wire::DATA_ACK_REQ;
-            }
-        }
-        let mut flags = pkt.flags;
-        if next_hop == flow.dst {
-            flow.fwd.highest_tx = Some(flow.fwd.highest_tx.map_or(pkt.seq, |h| h.max(pkt.seq)));
-            if !flow.fwd.in_sync {
-                flags |= wire::DATA_SYNC;
-            }
-        }
-        let credits = match &mut flow.role {
-            Role::Relay(rl) => {
-                // The packet being sent stays ours (in flight) until the next hop has it.
-                let c = cfg
-                    .buffer_packets
-                    .saturating_sub(flow.fwd.held() as u16 + 1);
-                if cfg.passive_feedback {
-                    // The upstream node overhears this advertisement (§3.2).
-                    rl.last_adv_sent = c;
-                }
-                c
-            }
-            _ => cfg.buffer_packets,
-        };
-        let body = Message::Data(wire::Data {
-            flags,
-            credits,
-            src: key.src,
-            id: key.id,
-            dst: flow.dst,
-            seq: pkt.seq,
-            rev_ack: flow.rev_ack,
-            payload: &pkt.payload,
-        })
-        .to_vec();
-        let len = pkt.payload.len().max(1) as u64;
-        flow.fwd.vtime = start + len;
-        self.vclock = start;
-        if probe {
-            flow.fwd.probe_ready = false;
-        }
-        let retx = pkt.tries > 0;
-        let pool_before = flow.fwd.pool();
-        flow.fwd.sent_since_sync = flow.fwd.sent_since_sync.saturating_add(1);
-        if probe || pool_before <= 1 {
-            // This send exhausts the credits (or is a probe): the stall timer starts now.
-            flow.fwd.stall_clock = ctx.now;
-        }
-        // Per-hop timeout: doubled for each earlier try and stretched by a random 0-50 %, so
-        // that neighbours that lost frames together (hidden terminals) do not retry together.
-        let rto = flow
-            .fwd
-            .hop_rto(cfg)
-            .saturating_mul(1u32 << pkt.tries.min(HOP_BACKOFF_MAX_EXP))
-            .min(cfg.hop_rto_max)
-            .mul_f64(1.0 + 0.5 * ctx.rng.gen::<f64>());
-        flow.fwd.inflight.insert(
-            pkt.seq,
-            Inflight {
-                pkt,
-                sent_at: ctx.now,
-                deadline: ctx.now + rto,
-            },
-        );
-        if retx {
-            self.stats.data_retransmissions += 1;
-        }
-        *self.stats.sent_by_type.entry("data").or_insert(0) += 1;
-        if probe {
-            self.bump("probe_packets");
-        }
-        Some(Outgoing {
-            next_hop,
-            class: Class::Data,
-            body,
-        })
+        let (start, key) = self.next_flow(ctx)?;
+        self.send_data(ctx, key, start)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hop_wire::hxh as wire;
+use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
+use rand::Rng;
 
 use super::{secs, HxhConfig, HxhTransport, Role};
 use crate::time::Instant;
-use crate::transport::Ctx;
+use crate::transport::{Class, Ctx, Outgoing};
 use crate::FlowKey;
 
 /// Weight of a new sample in the per-hop delay deviation (RFC 6298's beta).
@@ -131,6 +132,55 @@ impl Fwd {
     pub(super) fn requeue(&mut self, seq: u32, pkt: Pkt) {
         self.queue.entry(seq).or_insert(pkt);
     }
+    /// Per-hop retransmission: a missing hop ack puts the packet back in the queue (§3.1:
+    /// "places a copy of the packet back into the flow's queue"), unless it was tried too
+    /// often or the destination has it already. Returns (requeued, dropped).
+    pub(super) fn expire_inflight(
+        &mut self,
+        cfg: &HxhConfig,
+        now: Instant,
+        rev_ack: u32,
+    ) -> (u64, u64) {
+        let mut hop_retx = 0u64;
+        let mut hop_drops = 0u64;
+        let expired: Vec<u32> = self
+            .inflight
+            .iter()
+            .filter(|(_, i)| i.deadline <= now)
+            .map(|(&s, _)| s)
+            .collect();
+        for seq in expired {
+            if let Some(mut inf) = self.inflight.remove(&seq) {
+                inf.pkt.tries += 1;
+                if inf.pkt.tries > cfg.hop_retry_limit {
+                    hop_drops += 1;
+                } else if seq >= rev_ack {
+                    hop_retx += 1;
+                    self.requeue(seq, inf.pkt);
+                }
+            }
+        }
+        (hop_retx, hop_drops)
+    }
+
+    /// Keep a packet just sent in flight until the next hop has it. Per-hop timeout: doubled
+    /// for each earlier try and stretched by a random 0-50 %, so that neighbours that lost
+    /// frames together (hidden terminals) do not retry together.
+    pub(super) fn keep_in_flight(&mut self, cfg: &HxhConfig, ctx: &mut Ctx<'_>, pkt: Pkt) {
+        let rto = self
+            .hop_rto(cfg)
+            .saturating_mul(1u32 << pkt.tries.min(HOP_BACKOFF_MAX_EXP))
+            .min(cfg.hop_rto_max)
+            .mul_f64(1.0 + 0.5 * ctx.rng.gen::<f64>());
+        self.inflight.insert(
+            pkt.seq,
+            Inflight {
+                pkt,
+                sent_at: ctx.now,
+                deadline: ctx.now + rto,
+            },
+        );
+    }
 }
 
 impl HxhTransport {
@@ -197,5 +247,51 @@ impl HxhTransport {
         if freed {
             self.maybe_credit_update(key);
         }
+    }
+    /// Send the next packet of flow `key` to its next hop, as the scheduler chose it at
+    /// virtual time `start`, and keep it in flight until the next hop has it (§3.1).
+    pub(super) fn send_data(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: FlowKey,
+        start: u64,
+    ) -> Option<Outgoing> {
+        let cfg = &self.cfg;
+        let flow = self.flows.get_mut(&key)?;
+        let probe = flow.fwd.pool() <= 0;
+        let mut pkt = Self::take_packet(flow)?;
+        let next_hop = flow.fwd.next_hop?;
+        let flags = flow.data_flags(&mut pkt, next_hop);
+        let credits = flow.credits_to_advertise(cfg);
+        let body = Message::Data(wire::Data {
+            flags,
+            credits,
+            src: key.src,
+            id: key.id,
+            dst: flow.dst,
+            seq: pkt.seq,
+            rev_ack: flow.rev_ack,
+            payload: &pkt.payload,
+        })
+        .to_vec();
+        // Fair queueing (§3.1): the flow's finish tag moves on by the bytes it sent.
+        let len = pkt.payload.len().max(1) as u64;
+        flow.fwd.vtime = start + len;
+        self.vclock = start;
+        flow.fwd.note_sent(probe, ctx.now);
+        let retx = pkt.tries > 0;
+        flow.fwd.keep_in_flight(cfg, ctx, pkt);
+        if retx {
+            self.stats.data_retransmissions += 1;
+        }
+        *self.stats.sent_by_type.entry("data").or_insert(0) += 1;
+        if probe {
+            self.bump("probe_packets");
+        }
+        Some(Outgoing {
+            next_hop,
+            class: Class::Data,
+            body,
+        })
     }
 }

@@ -7,7 +7,7 @@ use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
 
 use super::per_hop::{Fwd, Pkt};
-use super::{Flow, HxhTransport, Role};
+use super::{Flow, HxhConfig, HxhTransport, Role};
 use crate::time::Instant;
 use crate::transport::Ctx;
 use crate::FlowKey;
@@ -21,6 +21,12 @@ pub(super) struct Relay {
     pub(super) seen: BTreeSet<u32>,
     pub(super) last_adv_sent: u16,
     pub(super) last_activity: Instant,
+}
+impl Relay {
+    /// A relay forgets a flow that saw no activity for `flow_timeout`.
+    pub(super) fn idle_past_timeout(&self, cfg: &HxhConfig, now: Instant) -> bool {
+        self.last_activity + cfg.flow_timeout <= now
+    }
 }
 
 impl HxhTransport {

@@ -5,8 +5,25 @@ use hop_wire::hxh as wire;
 use super::per_hop::Pkt;
 use super::{Flow, HxhConfig, HxhTransport, Role};
 use crate::transport::Ctx;
+use crate::FlowKey;
 
 impl HxhTransport {
+    /// Per-flow fair queueing (§3.1): the eligible flow with the smallest start tag, with
+    /// that tag.
+    pub(super) fn next_flow(&mut self, ctx: &Ctx<'_>) -> Option<(u64, FlowKey)> {
+        let cfg = &self.cfg;
+        let vclock = self.vclock;
+        let mut best: Option<(u64, FlowKey)> = None;
+        for (&key, flow) in self.flows.iter_mut() {
+            if Self::eligible(cfg, ctx, flow) {
+                let start = flow.fwd.vtime.max(vclock);
+                if best.map_or(true, |(b, _)| start < b) {
+                    best = Some((start, key));
+                }
+            }
+        }
+        best
+    }
     /// Does this flow have a packet it could send now?
     pub(super) fn has_packet(flow: &mut Flow) -> bool {
         if !flow.fwd.queue.is_empty() {
