@@ -10,6 +10,7 @@ pub mod hop;
 pub mod hxh;
 pub mod node;
 pub mod routing;
+mod stream;
 #[cfg(test)]
 mod test_support;
 pub mod time;

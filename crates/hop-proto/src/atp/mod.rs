@@ -31,8 +31,8 @@ use rand::Rng;
 
 pub use config::{AtpConfig, AtpVariant};
 
-use crate::hxh::reassembly::Reassembly;
-use crate::hxh::sendbuf::SendBuffer;
+use crate::stream::reassembly::Reassembly;
+use crate::stream::sendbuf::SendBuffer;
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
 use crate::{AppError, Event, FailReason, FlowKey};

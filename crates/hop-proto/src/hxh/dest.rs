@@ -9,8 +9,8 @@ use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
 
 use super::per_hop::{Fwd, HOP_DELAY_VAR_GAIN};
-use super::reassembly::{self, Reassembly};
 use super::{secs, Expired, Flow, HxhConfig, HxhTransport, Role};
+use crate::stream::reassembly::{self, Reassembly};
 use crate::time::Instant;
 use crate::transport::Ctx;
 use crate::{Event, FlowKey};

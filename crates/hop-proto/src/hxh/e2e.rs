@@ -6,8 +6,8 @@ use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
 
 use super::per_hop::{Fwd, Pkt};
-use super::sendbuf::SendBuffer;
 use super::{Flow, HxhConfig, HxhTransport, Role};
+use crate::stream::sendbuf::SendBuffer;
 use crate::time::Instant;
 use crate::transport::Ctx;
 use crate::{Event, FailReason, FlowKey};

@@ -16,10 +16,8 @@ mod dest;
 mod e2e;
 mod passive;
 mod per_hop;
-pub(crate) mod reassembly;
 mod relay;
 mod scheduler;
-pub(crate) mod sendbuf;
 #[cfg(test)]
 mod tests;
 
@@ -31,8 +29,8 @@ use hop_wire::hxh::{self as wire, Message};
 use hop_wire::{NodeId, TransportId};
 
 pub use config::HxhConfig;
-use sendbuf::SendBuffer;
 
+use crate::stream::sendbuf::SendBuffer;
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
 use crate::{AppError, Event, FailReason, FlowKey};

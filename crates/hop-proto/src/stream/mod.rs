@@ -1,0 +1,6 @@
+//! Stream buffers shared by the packet-sequenced transports (HxH and ATP): the source's
+//! segmentation and unacknowledged data ([`sendbuf`]), and the destination's in-order,
+//! exactly-once delivery ([`reassembly`]).
+
+pub(crate) mod reassembly;
+pub(crate) mod sendbuf;
