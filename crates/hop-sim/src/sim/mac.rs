@@ -1,0 +1,454 @@
+//! The 802.11-like MAC: DCF backoff and its freeze while the medium is busy, txop bursts,
+//! link-layer ACK and retries, collisions and half duplex on the shared medium, and the
+//! point-to-point variant.
+
+use std::rc::Rc;
+
+use hop_proto::Class;
+use hop_wire::BROADCAST_NODE;
+use rand::Rng;
+
+use super::{us, Ev, Simulation};
+use crate::scenario::QueueMode;
+
+/// 802.11 ACK frame: 14 bytes.
+pub(super) const ACK_BYTES: f64 = 14.0;
+
+#[derive(Debug, Clone)]
+pub(super) struct Pending {
+    pub(super) next_hop: u32,
+    pub(super) class: Class,
+    pub(super) payload: Rc<Vec<u8>>,
+    pub(super) retries: u32,
+    pub(super) cw: u32,
+    pub(super) seq: u64,
+    /// When the frame entered the interface queue (push model: queue delay limit).
+    pub(super) enqueued: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MacState {
+    Idle,
+    Contend,
+    Tx,
+    WaitAck,
+    /// Between two frames of a txop burst.
+    Burst,
+}
+
+#[derive(Debug)]
+pub(super) struct Frame {
+    pub(super) sender: usize,
+    /// Link destination (may be BROADCAST_NODE).
+    pub(super) dst: u32,
+    /// None for an ACK.
+    pub(super) payload: Option<Rc<Vec<u8>>>,
+    pub(super) seq: u64,
+    pub(super) need_ack: bool,
+    /// Outstanding events that refer to this frame.
+    pub(super) refs: u32,
+}
+
+impl Simulation {
+    pub(super) fn medium_idle(&self, n: usize) -> bool {
+        let sn = &self.nodes[n];
+        if self.shared {
+            sn.busy == 0 && !sn.transmitting
+        } else {
+            !sn.transmitting
+        }
+    }
+
+    pub(super) fn start_next(&mut self, n: usize) {
+        self.expire_queued(n);
+        let sn = &mut self.nodes[n];
+        let data_first = !self.sc.medium.control_priority
+            && match (sn.data_q.front(), sn.ctrl_q.front()) {
+                (Some(d), Some(c)) => d.seq < c.seq,
+                _ => false,
+            };
+        let popped = if data_first {
+            sn.data_q.pop_front()
+        } else {
+            sn.ctrl_q.pop_front().or_else(|| sn.data_q.pop_front())
+        };
+        let Some(mut p) = popped else {
+            return;
+        };
+        p.cw = match p.class {
+            Class::Control => self.sc.medium.control_cw_min,
+            Class::Data => self.sc.medium.cw_min,
+        };
+        sn.cur = Some(p);
+        self.contend(n);
+    }
+
+    /// Push model: drop frames at the head of the class queues that waited longer than
+    /// `mac_queue_max_delay_ms` (ns-3 `WifiMacQueue` `MaxDelay`).
+    pub(super) fn expire_queued(&mut self, n: usize) {
+        let m = &self.sc.medium;
+        if m.queue_mode != QueueMode::Push || m.mac_queue_max_delay_ms <= 0.0 {
+            return;
+        }
+        let limit = us(m.mac_queue_max_delay_ms * 1000.0);
+        let now = self.now;
+        let sn = &mut self.nodes[n];
+        let mut expired = 0u64;
+        for q in [&mut sn.ctrl_q, &mut sn.data_q] {
+            while q
+                .front()
+                .is_some_and(|p| now.saturating_sub(p.enqueued) > limit)
+            {
+                q.pop_front();
+                expired += 1;
+            }
+        }
+        sn.mac.queue_expired += expired;
+        self.medium.queue_expired += expired;
+    }
+
+    /// Draw a backoff for the current frame and start counting down when the medium is idle.
+    pub(super) fn contend(&mut self, n: usize) {
+        let cw = self.nodes[n].cur.as_ref().map(|p| p.cw).unwrap_or(0);
+        let slots = if self.shared {
+            self.rng.gen_range(0..=cw)
+        } else {
+            0
+        };
+        let sn = &mut self.nodes[n];
+        sn.state = MacState::Contend;
+        sn.backoff_left = u64::from(slots) * self.slot;
+        sn.countdown_start = None;
+        sn.gen += 1;
+        self.resume(n);
+    }
+
+    pub(super) fn resume(&mut self, n: usize) {
+        if self.nodes[n].state != MacState::Contend
+            || self.nodes[n].countdown_start.is_some()
+            || !self.medium_idle(n)
+        {
+            return;
+        }
+        let start = self.now + self.difs;
+        let sn = &mut self.nodes[n];
+        sn.countdown_start = Some(start);
+        sn.gen += 1;
+        let (gen, t) = (sn.gen, start + sn.backoff_left);
+        self.push(t, Ev::ContendDone { n, gen });
+    }
+
+    pub(super) fn freeze(&mut self, n: usize) {
+        let slot = self.slot.max(1);
+        let now = self.now;
+        let sn = &mut self.nodes[n];
+        if sn.state != MacState::Contend {
+            return;
+        }
+        if let Some(start) = sn.countdown_start.take() {
+            let elapsed = now.saturating_sub(start) / slot * slot;
+            sn.backoff_left = sn.backoff_left.saturating_sub(elapsed);
+            sn.gen += 1;
+        }
+    }
+
+    pub(super) fn airtime(&self, n: usize, dst: u32, len: usize) -> u64 {
+        let rate = self
+            .edge_ix
+            .get(&(n as u32, dst))
+            .map(|&i| self.edges[i].rate_mbps)
+            .unwrap_or(self.sc.topology.rate_mbps);
+        let bits = (len as f64 + f64::from(self.sc.medium.header_bytes)) * 8.0;
+        self.preamble + us(bits / rate)
+    }
+
+    pub(super) fn new_frame(&mut self, f: Frame) -> u64 {
+        self.next_frame += 1;
+        self.frames.insert(self.next_frame, f);
+        self.next_frame
+    }
+
+    /// Put a frame on the air from `n` to every neighbour that can hear it.
+    pub(super) fn emit(&mut self, n: usize, frame: u64, dst: u32, air: u64) {
+        let mut refs = 1;
+        let outs = self.out[n].clone();
+        for ei in outs {
+            let e = &self.edges[ei];
+            if !e.up || (!self.shared && dst != BROADCAST_NODE && e.to != dst) {
+                continue;
+            }
+            let (to, delay) = (e.to as usize, e.delay_ns);
+            if self.nodes[to].node.is_none() {
+                continue;
+            }
+            self.push(self.now + delay, Ev::RxStart { n: to, frame });
+            self.push(self.now + air + delay, Ev::RxEnd { n: to, frame });
+            refs += 1;
+        }
+        if let Some(f) = self.frames.get_mut(&frame) {
+            f.refs = refs;
+        }
+        self.push(self.now + air, Ev::TxEnd { n, frame });
+        if self.shared {
+            // Half duplex: whatever this node was receiving is lost.
+            for r in &mut self.nodes[n].rx {
+                r.1 = true;
+            }
+        }
+    }
+
+    pub(super) fn transmit(&mut self, n: usize) {
+        let Some(p) = self.nodes[n].cur.clone() else {
+            self.nodes[n].state = MacState::Idle;
+            return;
+        };
+        let air = self.airtime(n, p.next_hop, p.payload.len());
+        let need_ack =
+            (p.class == Class::Control || self.sc.medium.data_arq) && p.next_hop != BROADCAST_NODE;
+        let frame = self.new_frame(Frame {
+            sender: n,
+            dst: p.next_hop,
+            payload: Some(p.payload.clone()),
+            seq: p.seq,
+            need_ack,
+            refs: 0,
+        });
+        let sn = &mut self.nodes[n];
+        sn.state = MacState::Tx;
+        sn.transmitting = true;
+        sn.mac.frames_sent += 1;
+        match p.class {
+            Class::Control => sn.mac.control_frames += 1,
+            Class::Data => sn.mac.data_frames += 1,
+        }
+        sn.mac.airtime_ns += air;
+        self.medium.frames_sent += 1;
+        self.medium.airtime_ns += air;
+        self.emit(n, frame, p.next_hop, air);
+    }
+
+    pub(super) fn release(&mut self, frame: u64) {
+        if let Some(f) = self.frames.get_mut(&frame) {
+            f.refs = f.refs.saturating_sub(1);
+            if f.refs == 0 {
+                self.frames.remove(&frame);
+            }
+        }
+    }
+
+    pub(super) fn tx_end(&mut self, n: usize, frame: u64) {
+        let (is_ack, need_ack) = match self.frames.get(&frame) {
+            Some(f) => (f.payload.is_none(), f.need_ack),
+            None => (true, false),
+        };
+        self.release(frame);
+        if is_ack && !self.shared {
+            // A point-to-point ACK travels on the reverse link and never occupied the
+            // node's transmitter.
+            return;
+        }
+        self.nodes[n].transmitting = false;
+        if self.nodes[n].node.is_none() {
+            return;
+        }
+        if is_ack {
+            self.resume(n);
+            return;
+        }
+        if need_ack {
+            let sn = &mut self.nodes[n];
+            sn.state = MacState::WaitAck;
+            sn.gen += 1;
+            let gen = sn.gen;
+            let t = self.now + self.sifs + self.ack_air + 2 * self.max_delay + self.slot.max(1000);
+            self.push(t, Ev::AckTimeout { n, gen });
+            return;
+        }
+        // Data: no link-layer acknowledgement.
+        let was_data = self.nodes[n].cur.as_ref().map(|p| p.class) == Some(Class::Data);
+        self.nodes[n].cur = None;
+        self.nodes[n].state = MacState::Idle;
+        if was_data && self.txop > 0 {
+            // Refill, then continue the burst if the next data frame fits in the txop.
+            self.nodes[n].state = MacState::Burst;
+            self.kick(n);
+            let sn = &self.nodes[n];
+            let control_waits = match (sn.ctrl_q.front(), sn.data_q.front()) {
+                (None, _) => false,
+                (Some(c), Some(d)) => self.sc.medium.control_priority || c.seq < d.seq,
+                (Some(_), None) => true,
+            };
+            let fits = !control_waits
+                && sn.data_q.front().is_some_and(|p| {
+                    let air = self.airtime(n, p.next_hop, p.payload.len());
+                    self.now + self.sifs + air <= sn.burst_start + self.txop
+                });
+            if fits {
+                let sn = &mut self.nodes[n];
+                sn.gen += 1;
+                let gen = sn.gen;
+                self.push(self.now + self.sifs, Ev::BurstNext { n, gen });
+                return;
+            }
+            self.nodes[n].state = MacState::Idle;
+        }
+        self.kick(n);
+    }
+
+    pub(super) fn ack_timeout(&mut self, n: usize, gen: u64) {
+        let limit = self.sc.medium.retry_limit;
+        let (cw_max, control_cw_max) = (self.sc.medium.cw_max, self.sc.medium.control_cw_max);
+        let sn = &mut self.nodes[n];
+        if sn.gen != gen || sn.state != MacState::WaitAck {
+            return;
+        }
+        let Some(p) = sn.cur.as_mut() else {
+            sn.state = MacState::Idle;
+            return;
+        };
+        p.retries += 1;
+        if p.retries > limit {
+            sn.mac.link_drops += 1;
+            self.medium.link_drops += 1;
+            sn.cur = None;
+            sn.state = MacState::Idle;
+            self.kick(n);
+            return;
+        }
+        let ceiling = match p.class {
+            Class::Control => control_cw_max,
+            Class::Data => cw_max,
+        };
+        p.cw = ((p.cw + 1) * 2 - 1).min(ceiling);
+        sn.mac.link_retries += 1;
+        self.medium.link_retries += 1;
+        self.contend(n);
+    }
+
+    pub(super) fn send_ack(&mut self, n: usize, to: usize, seq: u64) {
+        if self.nodes[n].node.is_none() || (self.shared && self.nodes[n].transmitting) {
+            return;
+        }
+        let frame = self.new_frame(Frame {
+            sender: n,
+            dst: to as u32,
+            payload: None,
+            seq,
+            need_ack: false,
+            refs: 0,
+        });
+        self.medium.acks_sent += 1;
+        self.nodes[n].mac.acks_sent += 1;
+        if self.shared {
+            self.freeze(n);
+            self.nodes[n].transmitting = true;
+        }
+        let air = self.ack_air;
+        self.medium.airtime_ns += air;
+        self.emit(n, frame, to as u32, air);
+    }
+
+    pub(super) fn rx_start(&mut self, n: usize, frame: u64) {
+        let Some(f) = self.frames.get(&frame) else {
+            return;
+        };
+        let sender = f.sender;
+        let up = self
+            .edge_ix
+            .get(&(sender as u32, n as u32))
+            .is_some_and(|&i| self.edges[i].up);
+        if self.nodes[n].node.is_none() || !up {
+            return;
+        }
+        let shared = self.shared;
+        let sn = &mut self.nodes[n];
+        if shared {
+            let corrupted = sn.transmitting || !sn.rx.is_empty();
+            for r in &mut sn.rx {
+                r.1 = true;
+            }
+            sn.rx.push((frame, corrupted));
+            sn.busy += 1;
+            if sn.busy == 1 {
+                self.freeze(n);
+            }
+        } else {
+            sn.rx.push((frame, false));
+        }
+    }
+
+    pub(super) fn rx_end(&mut self, n: usize, frame: u64) {
+        let pos = self.nodes[n].rx.iter().position(|r| r.0 == frame);
+        let Some(pos) = pos else {
+            self.release(frame);
+            return;
+        };
+        let (_, corrupted) = self.nodes[n].rx.swap_remove(pos);
+        if self.shared {
+            let sn = &mut self.nodes[n];
+            sn.busy = sn.busy.saturating_sub(1);
+            if sn.busy == 0 {
+                self.resume(n);
+            }
+        }
+        let Some(f) = self.frames.get(&frame) else {
+            return;
+        };
+        let (sender, dst, seq, need_ack) = (f.sender, f.dst, f.seq, f.need_ack);
+        let payload = f.payload.clone();
+        self.release(frame);
+        let intended = dst == n as u32 || dst == BROADCAST_NODE;
+        let edge = self.edge_ix.get(&(sender as u32, n as u32)).copied();
+        let Some(ei) = edge else { return };
+        if !self.edges[ei].up || self.nodes[n].node.is_none() {
+            return;
+        }
+        if corrupted {
+            self.nodes[n].mac.rx_collisions += 1;
+            if intended {
+                self.medium.collisions += 1;
+            }
+            return;
+        }
+        let loss = if payload.is_none() && self.sc.medium.lossless_acks {
+            0.0
+        } else {
+            self.edges[ei].loss
+        };
+        if loss > 0.0 && self.rng.gen::<f64>() < loss {
+            if intended {
+                self.medium.random_losses += 1;
+            }
+            return;
+        }
+        let Some(payload) = payload else {
+            // An ACK.
+            let sn = &mut self.nodes[n];
+            if dst == n as u32
+                && sn.state == MacState::WaitAck
+                && sn.cur.as_ref().is_some_and(|p| p.seq == seq)
+            {
+                sn.cur = None;
+                sn.state = MacState::Idle;
+                sn.gen += 1;
+                self.kick(n);
+            }
+            return;
+        };
+        if need_ack && dst == n as u32 {
+            let t = self.now + self.sifs;
+            self.push(t, Ev::SendAck { n, to: sender, seq });
+            let last = self.nodes[n].last_seq.insert(sender, seq);
+            if last == Some(seq) {
+                // A retry of a frame we already passed up (our ACK was lost).
+                self.nodes[n].mac.duplicates_filtered += 1;
+                return;
+            }
+        }
+        let now = self.inst();
+        if let Some(node) = self.nodes[n].node.as_mut() {
+            let _ = node.handle_datagram(now, &payload);
+        }
+        self.kick(n);
+    }
+}

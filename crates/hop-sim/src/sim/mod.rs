@@ -1,0 +1,363 @@
+//! The discrete-event engine: virtual time, the medium (shared 802.11-like or point-to-point),
+//! per-node interface queues, the real [`hop_proto::Node`]s and the applications.
+
+mod apps;
+mod mac;
+mod node;
+mod report;
+mod topology;
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+use bytes::Bytes;
+use hop_proto::{FlowKey, Instant, TransportId};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::error::ScenarioError;
+use crate::result::{MacCounters, MediumCounters, SimResult};
+use crate::scenario::{MediumKind, Scenario, DEFAULT_DURATION_S};
+use crate::transports::Registry;
+
+pub use apps::pattern;
+use apps::AppFlow;
+use mac::{Frame, MacState, ACK_BYTES};
+use node::{SimNode, STALE_TIMER_NS};
+use topology::Edge;
+
+fn us(x: f64) -> u64 {
+    (x * 1000.0).round() as u64
+}
+fn secs(x: f64) -> u64 {
+    (x * 1e9).round() as u64
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ev {
+    Stop,
+    Scenario { idx: usize, rep: u32 },
+    FlowStart(usize),
+    Timer { n: usize },
+    ContendDone { n: usize, gen: u64 },
+    BurstNext { n: usize, gen: u64 },
+    AckTimeout { n: usize, gen: u64 },
+    SendAck { n: usize, to: usize, seq: u64 },
+    TxEnd { n: usize, frame: u64 },
+    RxStart { n: usize, frame: u64 },
+    RxEnd { n: usize, frame: u64 },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Sched {
+    t: u64,
+    seq: u64,
+    ev: Ev,
+}
+impl PartialOrd for Sched {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Sched {
+    fn cmp(&self, o: &Self) -> Ordering {
+        (self.t, self.seq).cmp(&(o.t, o.seq))
+    }
+}
+
+/// A runnable simulation built from a [`Scenario`].
+pub struct Simulation {
+    sc: Scenario,
+    registry: Registry,
+    seed: u64,
+    now: u64,
+    end: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Sched>>,
+    nodes: Vec<SimNode>,
+    edges: Vec<Edge>,
+    out: Vec<Vec<usize>>,
+    edge_ix: HashMap<(u32, u32), usize>,
+    frames: HashMap<u64, Frame>,
+    next_frame: u64,
+    rng: SmallRng,
+    flows: Vec<AppFlow>,
+    flow_by_key: HashMap<FlowKey, usize>,
+    flows_done: usize,
+    tables: Vec<HashMap<u32, u32>>,
+    /// Transports each node hosts, by scenario name.
+    hosted: Vec<String>,
+    medium: MediumCounters,
+    stopped: bool,
+    stop_reason: &'static str,
+    shared: bool,
+    // Medium timing, ns.
+    preamble: u64,
+    difs: u64,
+    sifs: u64,
+    slot: u64,
+    txop: u64,
+    ack_air: u64,
+    max_delay: u64,
+}
+
+impl Simulation {
+    /// Build a simulation; checks transports and overrides against `registry`.
+    pub fn new(sc: Scenario, registry: Registry) -> Result<Self, ScenarioError> {
+        Self::with_seed(sc, registry, None)
+    }
+
+    /// Like [`Simulation::new`] with the scenario's seed replaced by `seed`.
+    pub fn with_seed(
+        sc: Scenario,
+        registry: Registry,
+        seed: Option<u64>,
+    ) -> Result<Self, ScenarioError> {
+        sc.validate()?;
+        let seed = seed.unwrap_or(sc.seed);
+        let n = sc.node_count()?;
+        // Transports: every name used by a flow, each instantiable with its overrides.
+        let mut hosted: Vec<String> = Vec::new();
+        for f in &sc.flows {
+            if !hosted.contains(&f.transport) {
+                hosted.push(f.transport.clone());
+            }
+        }
+        for name in sc.transports.keys() {
+            if registry.id_of(name).is_none() {
+                return Err(ScenarioError::Transport {
+                    name: name.clone(),
+                    reason: format!(
+                        "[transports.{name}] names an unknown transport; known: {}",
+                        registry.names().join(", ")
+                    ),
+                });
+            }
+        }
+        let empty = toml::Table::new();
+        let mut ids: BTreeMap<TransportId, String> = BTreeMap::new();
+        for name in &hosted {
+            let id = registry
+                .id_of(name)
+                .ok_or_else(|| ScenarioError::Transport {
+                    name: name.clone(),
+                    reason: format!("unknown transport; known: {}", registry.names().join(", ")),
+                })?;
+            if let Some(other) = ids.insert(id, name.clone()) {
+                return Err(ScenarioError::Transport {
+                    name: name.clone(),
+                    reason: format!(
+                        "shares its wire id with {other:?}; a scenario can use only one of them"
+                    ),
+                });
+            }
+            let o = sc.transports.get(name).unwrap_or(&empty);
+            registry
+                .build(name, o)
+                .map_err(|reason| ScenarioError::Transport {
+                    name: name.clone(),
+                    reason,
+                })?;
+        }
+
+        let m = &sc.medium;
+        let shared = m.kind == MediumKind::Shared;
+        let end = secs(sc.duration.unwrap_or(DEFAULT_DURATION_S));
+        let mut sim = Simulation {
+            seed,
+            now: 0,
+            end,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes: Vec::new(),
+            edges: Vec::new(),
+            out: vec![Vec::new(); n as usize],
+            edge_ix: HashMap::new(),
+            frames: HashMap::new(),
+            next_frame: 0,
+            rng: SmallRng::seed_from_u64(seed ^ 0x6d65_6469_756d),
+            flows: Vec::new(),
+            flow_by_key: HashMap::new(),
+            flows_done: 0,
+            tables: Vec::new(),
+            hosted,
+            medium: MediumCounters::default(),
+            stopped: false,
+            stop_reason: "duration",
+            shared,
+            preamble: us(m.preamble_us),
+            difs: if shared { us(m.difs_us) } else { 0 },
+            sifs: us(m.sifs_us),
+            slot: if shared { us(m.slot_us) } else { 0 },
+            txop: us(m.txop_us),
+            ack_air: us(m.preamble_us) + us(ACK_BYTES * 8.0 / m.ack_rate_mbps),
+            max_delay: 0,
+            registry,
+            sc,
+        };
+        sim.build_topology(n)?;
+        sim.tables = sim.compute_tables(false, None);
+        for id in 0..n as usize {
+            let node = sim.fresh_node(id, 0)?;
+            sim.nodes.push(SimNode {
+                node: Some(node),
+                incarnation: 0,
+                crashes: 0,
+                timer_at: None,
+                ctrl_q: VecDeque::new(),
+                data_q: VecDeque::new(),
+                cur: None,
+                state: MacState::Idle,
+                gen: 0,
+                backoff_left: 0,
+                countdown_start: None,
+                burst_start: 0,
+                busy: 0,
+                transmitting: false,
+                rx: Vec::new(),
+                last_seq: HashMap::new(),
+                tx_seq: 0,
+                mac: MacCounters::default(),
+                past: Vec::new(),
+            });
+        }
+        // Applications.
+        for (i, f) in sim.sc.flows.clone().iter().enumerate() {
+            let size = f
+                .size
+                .bytes()
+                .map_err(|e| ScenarioError::Invalid(format!("flows[{i}]: {e}")))?;
+            let tid = sim.registry.id_of(&f.transport).unwrap_or(TransportId::Hop);
+            sim.flows.push(AppFlow {
+                src: f.src as usize,
+                dst: f.dst as usize,
+                transport: f.transport.clone(),
+                tid,
+                start: secs(f.start),
+                size,
+                pattern_seed: seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                pending: Bytes::new(),
+                key: None,
+                offered: 0,
+                finish_called: false,
+                delivered: 0,
+                duplicate_bytes: 0,
+                identical: true,
+                last_delivery_at: None,
+                completed_at: None,
+                dst_finished_at: None,
+                send_complete_at: None,
+                failed: None,
+                done: false,
+            });
+            sim.push(secs(f.start), Ev::FlowStart(i));
+        }
+        for (idx, e) in sim.sc.events.iter().enumerate() {
+            let t = secs(e.at);
+            sim.seq += 1;
+            let s = sim.seq;
+            sim.queue.push(Reverse(Sched {
+                t,
+                seq: s,
+                ev: Ev::Scenario { idx, rep: 0 },
+            }));
+        }
+        sim.push(end, Ev::Stop);
+        Ok(sim)
+    }
+
+    fn push(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse(Sched {
+            t,
+            seq: self.seq,
+            ev,
+        }));
+    }
+
+    fn inst(&self) -> Instant {
+        Instant::from_nanos(self.now)
+    }
+
+    /// Run to completion (every flow done, or the time limit) and report.
+    pub fn run(mut self) -> SimResult {
+        let wall = std::time::Instant::now();
+        while let Some(Reverse(s)) = self.queue.pop() {
+            if s.t > self.end {
+                self.now = self.end;
+                break;
+            }
+            self.now = s.t;
+            self.dispatch(s.ev);
+            if self.stopped {
+                break;
+            }
+        }
+        if !self.stopped && self.queue.is_empty() {
+            self.stop_reason = "idle";
+        }
+        let wall_s = wall.elapsed().as_secs_f64();
+        self.report(wall_s)
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Stop => {
+                self.stopped = true;
+                self.stop_reason = "duration";
+            }
+            Ev::Scenario { idx, rep } => self.scenario_event(idx, rep),
+            Ev::FlowStart(i) => self.flow_start(i),
+            Ev::Timer { n } => {
+                if self.nodes[n].timer_at != Some(self.now) {
+                    return;
+                }
+                self.nodes[n].timer_at = None;
+                let now = self.inst();
+                if let Some(node) = self.nodes[n].node.as_mut() {
+                    node.handle_timeout(now);
+                }
+                self.kick(n);
+                if self.nodes[n].timer_at == Some(self.now) {
+                    // The transport still reports the deadline it was just called for: re-arm
+                    // a little later instead of spinning at this instant.
+                    self.medium.stale_timeouts += 1;
+                    self.nodes[n].timer_at = None;
+                    self.arm_timer(n, self.now + STALE_TIMER_NS);
+                }
+            }
+            Ev::ContendDone { n, gen } => {
+                let sn = &self.nodes[n];
+                if sn.gen == gen && sn.state == MacState::Contend && sn.node.is_some() {
+                    self.nodes[n].countdown_start = None;
+                    self.nodes[n].burst_start = self.now;
+                    self.transmit(n);
+                }
+            }
+            Ev::BurstNext { n, gen } => {
+                let sn = &self.nodes[n];
+                if sn.gen == gen && sn.state == MacState::Burst && sn.node.is_some() {
+                    if sn.transmitting {
+                        // An ACK went out in the gap: the burst is over, contend again.
+                        self.nodes[n].state = MacState::Idle;
+                        self.kick(n);
+                    } else {
+                        self.expire_queued(n);
+                        if let Some(p) = self.nodes[n].data_q.pop_front() {
+                            self.nodes[n].cur = Some(p);
+                            self.transmit(n);
+                        } else {
+                            self.nodes[n].state = MacState::Idle;
+                            self.kick(n);
+                        }
+                    }
+                }
+            }
+            Ev::AckTimeout { n, gen } => self.ack_timeout(n, gen),
+            Ev::SendAck { n, to, seq } => self.send_ack(n, to, seq),
+            Ev::TxEnd { n, frame } => self.tx_end(n, frame),
+            Ev::RxStart { n, frame } => self.rx_start(n, frame),
+            Ev::RxEnd { n, frame } => self.rx_end(n, frame),
+        }
+    }
+}
