@@ -8,7 +8,7 @@ use hop_proto::Class;
 use hop_wire::BROADCAST_NODE;
 use rand::Rng;
 
-use super::{us, Ev, Simulation};
+use super::{ns_from_us, Ev, Simulation};
 use crate::scenario::QueueMode;
 
 /// 802.11 ACK frame: 14 bytes.
@@ -90,7 +90,7 @@ impl Simulation {
         if m.queue_mode != QueueMode::Push || m.mac_queue_max_delay_ms <= 0.0 {
             return;
         }
-        let limit = us(m.mac_queue_max_delay_ms * 1000.0);
+        let limit = ns_from_us(m.mac_queue_max_delay_ms * 1000.0);
         let now = self.now;
         let sn = &mut self.nodes[n];
         let mut expired = 0u64;
@@ -138,6 +138,37 @@ impl Simulation {
         self.push(t, Ev::ContendDone { n, gen });
     }
 
+    /// The backoff counted down to zero: the current frame goes on the air and opens a txop.
+    pub(super) fn contend_done(&mut self, n: usize, gen: u64) {
+        let sn = &self.nodes[n];
+        if sn.gen == gen && sn.state == MacState::Contend && sn.node.is_some() {
+            self.nodes[n].countdown_start = None;
+            self.nodes[n].burst_start = self.now;
+            self.transmit(n);
+        }
+    }
+
+    /// A SIFS after a data frame of a txop burst: send the next data frame without contending.
+    pub(super) fn burst_next(&mut self, n: usize, gen: u64) {
+        let sn = &self.nodes[n];
+        if sn.gen == gen && sn.state == MacState::Burst && sn.node.is_some() {
+            if sn.transmitting {
+                // An ACK went out in the gap: the burst is over, contend again.
+                self.nodes[n].state = MacState::Idle;
+                self.kick(n);
+            } else {
+                self.expire_queued(n);
+                if let Some(p) = self.nodes[n].data_q.pop_front() {
+                    self.nodes[n].cur = Some(p);
+                    self.transmit(n);
+                } else {
+                    self.nodes[n].state = MacState::Idle;
+                    self.kick(n);
+                }
+            }
+        }
+    }
+
     pub(super) fn freeze(&mut self, n: usize) {
         let slot = self.slot.max(1);
         let now = self.now;
@@ -159,7 +190,7 @@ impl Simulation {
             .map(|&i| self.edges[i].rate_mbps)
             .unwrap_or(self.sc.topology.rate_mbps);
         let bits = (len as f64 + f64::from(self.sc.medium.header_bytes)) * 8.0;
-        self.preamble + us(bits / rate)
+        self.preamble + ns_from_us(bits / rate)
     }
 
     pub(super) fn new_frame(&mut self, f: Frame) -> u64 {

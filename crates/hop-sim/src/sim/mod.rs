@@ -8,7 +8,7 @@ mod report;
 mod topology;
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use bytes::Bytes;
 use hop_proto::{FlowKey, Instant, TransportId};
@@ -16,20 +16,22 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::error::ScenarioError;
-use crate::result::{MacCounters, MediumCounters, SimResult};
+use crate::result::{MediumCounters, SimResult};
 use crate::scenario::{MediumKind, Scenario, DEFAULT_DURATION_S};
 use crate::transports::Registry;
 
 pub use apps::pattern;
 use apps::AppFlow;
-use mac::{Frame, MacState, ACK_BYTES};
-use node::{SimNode, STALE_TIMER_NS};
+use mac::{Frame, ACK_BYTES};
+use node::SimNode;
 use topology::Edge;
 
-fn us(x: f64) -> u64 {
+/// Microseconds (a scenario's medium timings and link delays) as virtual-time nanoseconds.
+fn ns_from_us(x: f64) -> u64 {
     (x * 1000.0).round() as u64
 }
-fn secs(x: f64) -> u64 {
+/// Seconds (a scenario's times and durations) as virtual-time nanoseconds.
+fn ns_from_secs(x: f64) -> u64 {
     (x * 1e9).round() as u64
 }
 
@@ -162,7 +164,7 @@ impl Simulation {
 
         let m = &sc.medium;
         let shared = m.kind == MediumKind::Shared;
-        let end = secs(sc.duration.unwrap_or(DEFAULT_DURATION_S));
+        let end = ns_from_secs(sc.duration.unwrap_or(DEFAULT_DURATION_S));
         let mut sim = Simulation {
             seed,
             now: 0,
@@ -185,12 +187,12 @@ impl Simulation {
             stopped: false,
             stop_reason: "duration",
             shared,
-            preamble: us(m.preamble_us),
-            difs: if shared { us(m.difs_us) } else { 0 },
-            sifs: us(m.sifs_us),
-            slot: if shared { us(m.slot_us) } else { 0 },
-            txop: us(m.txop_us),
-            ack_air: us(m.preamble_us) + us(ACK_BYTES * 8.0 / m.ack_rate_mbps),
+            preamble: ns_from_us(m.preamble_us),
+            difs: if shared { ns_from_us(m.difs_us) } else { 0 },
+            sifs: ns_from_us(m.sifs_us),
+            slot: if shared { ns_from_us(m.slot_us) } else { 0 },
+            txop: ns_from_us(m.txop_us),
+            ack_air: ns_from_us(m.preamble_us) + ns_from_us(ACK_BYTES * 8.0 / m.ack_rate_mbps),
             max_delay: 0,
             registry,
             sc,
@@ -199,27 +201,7 @@ impl Simulation {
         sim.tables = sim.compute_tables(false, None);
         for id in 0..n as usize {
             let node = sim.fresh_node(id, 0)?;
-            sim.nodes.push(SimNode {
-                node: Some(node),
-                incarnation: 0,
-                crashes: 0,
-                timer_at: None,
-                ctrl_q: VecDeque::new(),
-                data_q: VecDeque::new(),
-                cur: None,
-                state: MacState::Idle,
-                gen: 0,
-                backoff_left: 0,
-                countdown_start: None,
-                burst_start: 0,
-                busy: 0,
-                transmitting: false,
-                rx: Vec::new(),
-                last_seq: HashMap::new(),
-                tx_seq: 0,
-                mac: MacCounters::default(),
-                past: Vec::new(),
-            });
+            sim.nodes.push(SimNode::new(node));
         }
         // Applications.
         for (i, f) in sim.sc.flows.clone().iter().enumerate() {
@@ -233,7 +215,7 @@ impl Simulation {
                 dst: f.dst as usize,
                 transport: f.transport.clone(),
                 tid,
-                start: secs(f.start),
+                start: ns_from_secs(f.start),
                 size,
                 pattern_seed: seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
                 pending: Bytes::new(),
@@ -250,10 +232,10 @@ impl Simulation {
                 failed: None,
                 done: false,
             });
-            sim.push(secs(f.start), Ev::FlowStart(i));
+            sim.push(ns_from_secs(f.start), Ev::FlowStart(i));
         }
         for (idx, e) in sim.sc.events.iter().enumerate() {
-            let t = secs(e.at);
+            let t = ns_from_secs(e.at);
             sim.seq += 1;
             let s = sim.seq;
             sim.queue.push(Reverse(Sched {
@@ -308,51 +290,9 @@ impl Simulation {
             }
             Ev::Scenario { idx, rep } => self.scenario_event(idx, rep),
             Ev::FlowStart(i) => self.flow_start(i),
-            Ev::Timer { n } => {
-                if self.nodes[n].timer_at != Some(self.now) {
-                    return;
-                }
-                self.nodes[n].timer_at = None;
-                let now = self.inst();
-                if let Some(node) = self.nodes[n].node.as_mut() {
-                    node.handle_timeout(now);
-                }
-                self.kick(n);
-                if self.nodes[n].timer_at == Some(self.now) {
-                    // The transport still reports the deadline it was just called for: re-arm
-                    // a little later instead of spinning at this instant.
-                    self.medium.stale_timeouts += 1;
-                    self.nodes[n].timer_at = None;
-                    self.arm_timer(n, self.now + STALE_TIMER_NS);
-                }
-            }
-            Ev::ContendDone { n, gen } => {
-                let sn = &self.nodes[n];
-                if sn.gen == gen && sn.state == MacState::Contend && sn.node.is_some() {
-                    self.nodes[n].countdown_start = None;
-                    self.nodes[n].burst_start = self.now;
-                    self.transmit(n);
-                }
-            }
-            Ev::BurstNext { n, gen } => {
-                let sn = &self.nodes[n];
-                if sn.gen == gen && sn.state == MacState::Burst && sn.node.is_some() {
-                    if sn.transmitting {
-                        // An ACK went out in the gap: the burst is over, contend again.
-                        self.nodes[n].state = MacState::Idle;
-                        self.kick(n);
-                    } else {
-                        self.expire_queued(n);
-                        if let Some(p) = self.nodes[n].data_q.pop_front() {
-                            self.nodes[n].cur = Some(p);
-                            self.transmit(n);
-                        } else {
-                            self.nodes[n].state = MacState::Idle;
-                            self.kick(n);
-                        }
-                    }
-                }
-            }
+            Ev::Timer { n } => self.timer_fired(n),
+            Ev::ContendDone { n, gen } => self.contend_done(n, gen),
+            Ev::BurstNext { n, gen } => self.burst_next(n, gen),
             Ev::AckTimeout { n, gen } => self.ack_timeout(n, gen),
             Ev::SendAck { n, to, seq } => self.send_ack(n, to, seq),
             Ev::TxEnd { n, frame } => self.tx_end(n, frame),

@@ -14,7 +14,7 @@ use crate::result::MacCounters;
 use crate::scenario::QueueMode;
 
 /// Minimum re-arm delay when a transport reports a deadline it did not clear.
-pub(super) const STALE_TIMER_NS: u64 = 1_000_000;
+const STALE_TIMER_NS: u64 = 1_000_000;
 
 pub(super) struct SimNode {
     pub(super) node: Option<Node>,
@@ -40,6 +40,31 @@ pub(super) struct SimNode {
 }
 
 impl SimNode {
+    /// A node just built, with empty queues and an idle MAC.
+    pub(super) fn new(node: Node) -> Self {
+        SimNode {
+            node: Some(node),
+            incarnation: 0,
+            crashes: 0,
+            timer_at: None,
+            ctrl_q: VecDeque::new(),
+            data_q: VecDeque::new(),
+            cur: None,
+            state: MacState::Idle,
+            gen: 0,
+            backoff_left: 0,
+            countdown_start: None,
+            burst_start: 0,
+            busy: 0,
+            transmitting: false,
+            rx: Vec::new(),
+            last_seq: HashMap::new(),
+            tx_seq: 0,
+            mac: MacCounters::default(),
+            past: Vec::new(),
+        }
+    }
+
     pub(super) fn queued(&self) -> usize {
         self.ctrl_q.len() + self.data_q.len() + usize::from(self.cur.is_some())
     }
@@ -140,6 +165,26 @@ impl Simulation {
         self.arm_timer(n, self.now);
     }
 
+    /// The node's timer event: hand the timeout to the node, then serve what it produced.
+    pub(super) fn timer_fired(&mut self, n: usize) {
+        if self.nodes[n].timer_at != Some(self.now) {
+            return;
+        }
+        self.nodes[n].timer_at = None;
+        let now = self.inst();
+        if let Some(node) = self.nodes[n].node.as_mut() {
+            node.handle_timeout(now);
+        }
+        self.kick(n);
+        if self.nodes[n].timer_at == Some(self.now) {
+            // The transport still reports the deadline it was just called for: re-arm
+            // a little later instead of spinning at this instant.
+            self.medium.stale_timeouts += 1;
+            self.nodes[n].timer_at = None;
+            self.arm_timer(n, self.now + STALE_TIMER_NS);
+        }
+    }
+
     pub(super) fn arm_timer(&mut self, n: usize, min_t: u64) {
         let Some(node) = self.nodes[n].node.as_ref() else {
             return;
@@ -188,16 +233,13 @@ impl Simulation {
             return;
         }
         let inc = self.nodes[n].incarnation + 1;
-        match self.fresh_node(n, inc) {
-            Ok(node) => {
-                let sn = &mut self.nodes[n];
-                sn.node = Some(node);
-                sn.incarnation = inc;
-                self.kick(n);
-            }
-            Err(_) => {
-                // Unreachable: the same constructors succeeded when the simulation was built.
-            }
-        }
+        let node = self.fresh_node(n, inc).expect(
+            "the node's transports, with the same names and overrides, were built when the \
+             simulation was",
+        );
+        let sn = &mut self.nodes[n];
+        sn.node = Some(node);
+        sn.incarnation = inc;
+        self.kick(n);
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use hop_proto::StaticRoutes;
 
-use super::{secs, us, Ev, Simulation};
+use super::{ns_from_secs, ns_from_us, Ev, Simulation};
 use crate::error::ScenarioError;
 use crate::routes::{shortest_paths, EdgeView};
 use crate::scenario::{EventKind, EventSpec, Generator, RouteMetric};
@@ -48,7 +48,7 @@ impl Simulation {
             to: b,
             loss,
             rate_mbps: rate,
-            delay_ns: us(delay),
+            delay_ns: ns_from_us(delay),
             up,
         };
         let add = |sim: &mut Self, e: Edge| {
@@ -155,7 +155,7 @@ impl Simulation {
         let e: EventSpec = self.sc.events[idx].clone();
         if let Some(every) = e.every {
             if e.count.map_or(true, |c| rep + 1 < c) {
-                let t = self.now.saturating_add(secs(every));
+                let t = self.now.saturating_add(ns_from_secs(every));
                 self.push(t, Ev::Scenario { idx, rep: rep + 1 });
             }
         }
