@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod overhear;
 pub mod server;
+mod socket;
 
 pub mod custody;
 pub mod transport;

@@ -1,7 +1,7 @@
 //! Transmit status from the link: how many frames the interface still holds.
 //!
 //! hopd polls its transport only while the link can take more (the pull model of
-//! `daemon.rs`): on a real wireless interface a datagram stays charged to its socket until
+//! `daemon/datapath.rs`): on a real wireless interface a datagram stays charged to its socket until
 //! the driver has sent it, so a small send buffer fills when the driver's queue does. A tap
 //! device frees every frame as it takes it, so behind one (the lab's emulated medium) the
 //! socket never fills while the emulated MAC queue does. With `link_status_socket` set, the

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::Config;
-use crate::daemon::Cmd;
+use crate::daemon::cmd::Cmd;
 
 /// Re-read the table at least this often, in case a notification was lost.
 const REFRESH: Duration = Duration::from_secs(5);

@@ -181,7 +181,7 @@ impl Overhear {
         // Filter first, so nothing unfiltered queues before the bind.
         sock.attach_filter(&filter(port))?;
         // A neighbour's burst must not overflow it (the datagrams would just be unheard).
-        crate::daemon::force_buffers(&sock);
+        crate::socket::force_buffers(&sock);
         let r = crate::io::set_int_option(sock.as_raw_fd(), libc::SOL_PACKET, PACKET_VNET_HDR, 1);
         os_result(r, "PACKET_VNET_HDR")?;
         let ifindex = match interface {

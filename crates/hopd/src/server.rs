@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::api::{self, ErrorCode, Reply, Request, API_VERSION, DATA_CHUNK};
-use crate::daemon::{Cmd, FlowUpdate, InboxEntry, Opened};
+use crate::daemon::cmd::{Cmd, FlowUpdate, InboxEntry, Opened};
 use crate::flowfmt::{sanitize_name, FlowHeader};
 
 /// Chunks a sending client may have queued in the core before it waits.

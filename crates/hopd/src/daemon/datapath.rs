@@ -1,0 +1,192 @@
+//! The datapath: batched receive, overheard datagrams, authentication, and transmission with
+//! the link queue's status.
+
+use std::net::SocketAddr;
+
+use hop_proto::{Class, Instant, NodeId};
+use tracing::{debug, warn};
+
+use super::Daemon;
+use crate::auth::{AuthError, Stream};
+use crate::config::LinkMode;
+use crate::socket::TokioSender;
+
+/// Datagrams read per wake-up before other work is served.
+pub(super) const RX_BATCH: usize = 256;
+/// Datagrams sent per loop iteration before receiving again (the daemon's link queue).
+pub(super) const TX_BATCH: usize = 128;
+
+impl Daemon {
+    pub(super) fn receive_batch(&mut self) {
+        use std::os::fd::AsRawFd;
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let fd = self.ctrl.as_raw_fd();
+        let mut budget = RX_BATCH;
+        while budget > 0 {
+            let n = match self
+                .ctrl
+                .try_io(tokio::io::Interest::READABLE, || rx.recv(fd))
+            {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    warn!(error = %e, "receive failed");
+                    break;
+                }
+            };
+            for i in 0..n {
+                let (from, segments) = rx.datagrams(i);
+                if rx.truncated(i) {
+                    self.counters.auth_malformed += 1;
+                    debug!(?from, "datagram larger than the receive buffer; dropped");
+                    continue;
+                }
+                for dg in segments {
+                    budget = budget.saturating_sub(1);
+                    self.receive_one(from, dg, false);
+                }
+            }
+        }
+        self.rx = Some(rx);
+    }
+
+    /// Datagrams the packet socket holds (neighbours' unicast to each other), up to
+    /// [`RX_BATCH`] at a time.
+    pub(super) fn receive_overheard(&mut self) {
+        let Some(mut ov) = self.overhear.take() else {
+            return;
+        };
+        let r = ov.drain(RX_BATCH, |from, dg| {
+            self.counters.rx_overheard += 1;
+            self.receive_one(Some(from), dg, true);
+        });
+        if let Err(e) = r {
+            warn!(error = %e, "overhearing failed");
+        }
+        self.overhear = Some(ov);
+    }
+
+    pub(super) fn receive_one(&mut self, from: Option<SocketAddr>, dg: &[u8], overheard: bool) {
+        let n = dg.len();
+        if !overheard {
+            self.counters.rx_datagrams += 1;
+            self.counters.rx_bytes += n as u64;
+        }
+        // Our own broadcasts come back to us: drop them before authentication.
+        if n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
+            return;
+        }
+        match self.auth.open(dg) {
+            Ok(src) => {
+                self.last_heard.insert(src, std::time::Instant::now());
+                let now = Instant::from_nanos(self.clock.elapsed().as_nanos() as u64);
+                if let Err(e) = self.node.handle_datagram(now, dg) {
+                    self.counters.rx_rejected += 1;
+                    debug!(?from, error = %e, "datagram rejected by the core");
+                }
+            }
+            Err(e) => {
+                match e {
+                    AuthError::Replay(_) => self.counters.auth_replays += 1,
+                    AuthError::TooManyPeers(_) => self.counters.auth_peer_limit += 1,
+                    AuthError::Malformed(_) => self.counters.auth_malformed += 1,
+                    _ => self.counters.auth_failures += 1,
+                }
+                debug!(?from, error = %e, "datagram dropped");
+            }
+        }
+    }
+
+    pub(super) fn dest_addr(&self, next_hop: NodeId, class: Class) -> Option<SocketAddr> {
+        if class == Class::Data && self.cfg.link_mode == LinkMode::Broadcast {
+            return self.cfg.broadcast_address;
+        }
+        self.addrs.get(&next_hop).copied()
+    }
+
+    /// Move up to [`TX_BATCH`] datagrams from the core to the sockets. The core is polled only
+    /// while the previous ones have all been taken by the kernel (the pull model: a full
+    /// socket is a full link queue).
+    pub(super) fn flush_tx(&mut self) {
+        self.counters.tx_budget_exhausted = false;
+        if !self.send_queued() {
+            return;
+        }
+        let mut polled = 0;
+        while polled < TX_BATCH {
+            // A full link takes no data; with `link_control_when_full` it still takes the
+            // control the transport has queued.
+            let mut control_only = false;
+            if let Some(l) = self.link.as_mut() {
+                if !l.backlog.room(std::time::Instant::now()) {
+                    if !self.cfg.link_control_when_full {
+                        break;
+                    }
+                    control_only = true;
+                }
+            }
+            let now = self.now();
+            let polled_out = if control_only {
+                self.node.poll_control(now)
+            } else {
+                self.node.poll_transmit(now)
+            };
+            let Some(t) = polled_out else {
+                tracing::trace!(stats = ?self.node.stats(), timeout = ?self.node.poll_timeout(), now = ?now, "nothing to transmit");
+                break;
+            };
+            polled += 1;
+            tracing::trace!(next_hop = t.next_hop, class = ?t.class, len = t.payload.len(), "transmit");
+            let Some(addr) = self.dest_addr(t.next_hop, t.class) else {
+                self.counters.tx_no_address += 1;
+                debug!(next_hop = t.next_hop, "no address for next hop; dropped");
+                continue;
+            };
+            let mut payload = t.payload;
+            let stream = match t.class {
+                Class::Data => Stream::Data,
+                Class::Control => Stream::Control,
+            };
+            if self.auth.seal(&mut payload, stream).is_err() {
+                self.counters.tx_errors += 1;
+                continue;
+            }
+            self.txq.push(crate::io::Datagram {
+                dest: addr,
+                data: t.class == Class::Data,
+                payload,
+            });
+            if let Some(l) = self.link.as_mut() {
+                l.backlog.sent();
+            }
+        }
+        if self.send_queued() && polled == TX_BATCH {
+            self.counters.tx_budget_exhausted = true;
+        }
+    }
+
+    /// Send the queued datagrams in batches; false if a socket is full (the rest stays
+    /// queued until it is writable).
+    pub(super) fn send_queued(&mut self) -> bool {
+        use std::os::fd::AsRawFd;
+        if self.txq.is_empty() {
+            return true;
+        }
+        let mut sender = TokioSender {
+            ctrl: &self.ctrl,
+            data: &self.data,
+            inner: crate::io::MmsgSender {
+                ctrl: self.ctrl.as_raw_fd(),
+                data: self.data.as_raw_fd(),
+            },
+        };
+        let mut st = crate::io::TxStats::default();
+        let r = self.txq.flush(&mut sender, &mut st);
+        self.counters.tx_datagrams += st.datagrams;
+        self.counters.tx_bytes += st.bytes;
+        self.counters.tx_errors += st.errors;
+        r == crate::io::Flush::Done
+    }
+}

@@ -1,0 +1,441 @@
+//! The daemon: one task owns the node core and drives it from UDP sockets, timers, the local
+//! API and route updates.
+
+pub mod cmd;
+mod datapath;
+mod inbox;
+mod outgoing;
+mod status;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hop_proto::{AppError, Event, FlowKey, Instant, Node, NodeId, StaticRoutes, TransportId};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use crate::api::ErrorCode;
+use crate::auth::Authenticator;
+use crate::config::{Config, LinkMode};
+use crate::metrics::Counters;
+use crate::socket::{io_err, make_socket, tos};
+use cmd::{Cmd, FlowUpdate, InboxEntry, Opened};
+use inbox::InFlow;
+use outgoing::OutFlow;
+
+/// The daemon's state; owned by one task.
+pub struct Daemon {
+    cfg: Config,
+    custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
+    /// Custody writes finished on the store's writer thread.
+    custody_done: Arc<crate::custody::CustodyDone>,
+    transport_id: TransportId,
+    /// See [`Opened::first_bytes`]: `[hop] first_block_bytes` (a block by default) for Hop, 0 for
+    /// the other transports.
+    first_bytes: usize,
+    node: Node,
+    clock: std::time::Instant,
+    auth: Authenticator,
+    ctrl: Arc<UdpSocket>,
+    data: Arc<UdpSocket>,
+    addrs: HashMap<NodeId, SocketAddr>,
+    counters: Counters,
+    out: HashMap<FlowKey, OutFlow>,
+    inflows: HashMap<FlowKey, InFlow>,
+    /// Writes delivered bytes for transports whose store does not (HxH, ATP); Hop's custody
+    /// store writes and fsyncs them itself before the end-to-end BACK.
+    spool: crate::custody::Spool,
+    inbox: BTreeMap<String, InboxEntry>,
+    subscribers: Vec<mpsc::UnboundedSender<InboxEntry>>,
+    /// Inbox files offered to a client and not yet acknowledged or returned by it: each
+    /// file is offered to one client at a time.
+    offered: BTreeSet<String>,
+    kernel_routes: BTreeMap<NodeId, NodeId>,
+    last_heard: HashMap<NodeId, std::time::Instant>,
+    /// Receive buffers; taken out while their datagrams are handled.
+    rx: Option<Box<crate::io::RxBatch>>,
+    /// Sealed datagrams not yet taken by the kernel (the socket was full).
+    txq: crate::io::TxQueue,
+    /// The packet socket of `overhear = true`.
+    overhear: Option<crate::overhear::Overhear>,
+    /// The link's transmit backlog (`link_status_socket`).
+    link: Option<crate::linkstatus::LinkStatus>,
+}
+
+/// A link status report waiting; never, without the socket.
+async fn link_report(l: &Option<crate::linkstatus::LinkStatus>) -> std::io::Result<()> {
+    match l {
+        Some(l) => l.readable().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Readiness of the overhearing socket; never, without one.
+async fn overheard(o: &Option<crate::overhear::Overhear>) -> std::io::Result<()> {
+    match o {
+        Some(o) => o.readable().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Wall-clock nanoseconds, the first authentication counter after a start.
+fn first_counter() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+impl Daemon {
+    /// Bind sockets and build the node; `transport` is the transport the node hosts.
+    pub fn new(cfg: Config, built: crate::transport::Built) -> std::io::Result<Daemon> {
+        let transport = built.transport;
+        for sub in ["incoming", "inbox", "rejected"] {
+            std::fs::create_dir_all(cfg.storage_dir.join(sub))
+                .map_err(|e| io_err(&format!("creating {}", cfg.storage_dir.display()), e))?;
+        }
+        let recv_bind = match cfg.link_mode {
+            LinkMode::Unicast => cfg.listen,
+            // Broadcasts only reach sockets bound to the wildcard address.
+            LinkMode::Broadcast => {
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.listen.port())
+            }
+        };
+        let ctrl = make_socket(&cfg, recv_bind, tos(cfg.control_dscp))?;
+        let gro = {
+            use std::os::fd::AsRawFd;
+            crate::io::enable_gro(ctrl.as_raw_fd())
+        };
+        debug!(gro, "receive socket ready");
+        let data = make_socket(
+            &cfg,
+            SocketAddr::new(cfg.listen.ip(), 0),
+            tos(cfg.data_dscp),
+        )?;
+        let overhear = if cfg.overhear {
+            let o = crate::overhear::Overhear::open(cfg.interface.as_deref(), cfg.listen.port())?;
+            debug!("overhearing the neighbours' datagrams");
+            Some(o)
+        } else {
+            None
+        };
+        let link = match &cfg.link_status_socket {
+            Some(p) => {
+                let l =
+                    crate::linkstatus::LinkStatus::bind(p, cfg.link_queue_frames).map_err(|e| {
+                        io_err(&format!("binding link_status_socket {}", p.display()), e)
+                    })?;
+                debug!(path = %p.display(), limit = cfg.link_queue_frames, "link status socket ready");
+                Some(l)
+            }
+            None => None,
+        };
+        let routes = merged_routes(&cfg, &BTreeMap::new());
+        let transport_id = transport.id();
+        let first_bytes = if transport_id == TransportId::Hop {
+            crate::transport::first_block_bytes(&cfg)
+        } else {
+            0
+        };
+        let mut node = Node::new(cfg.node_id, Box::new(routes), first_counter());
+        node.add_transport(transport);
+        let auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first_counter(), cfg.max_peers);
+        let spool = crate::custody::Spool::new(&cfg.storage_dir.join("incoming"))
+            .map_err(|e| io_err("opening the spool", e))?;
+        let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
+        let mut d = Daemon {
+            custody: built.custody,
+            custody_done: built.custody_done.unwrap_or_default(),
+            transport_id,
+            first_bytes,
+            node,
+            clock: std::time::Instant::now(),
+            auth,
+            ctrl: Arc::new(UdpSocket::from_std(ctrl)?),
+            data: Arc::new(UdpSocket::from_std(data)?),
+            addrs,
+            counters: Counters::default(),
+            out: HashMap::new(),
+            inflows: HashMap::new(),
+            spool,
+            inbox: BTreeMap::new(),
+            subscribers: Vec::new(),
+            offered: BTreeSet::new(),
+            kernel_routes: BTreeMap::new(),
+            last_heard: HashMap::new(),
+            rx: Some(Box::new(crate::io::RxBatch::new())),
+            txq: crate::io::TxQueue::new(true),
+            overhear,
+            link,
+            cfg,
+        };
+        d.scan_inbox();
+        d.resume_incoming();
+        d.publish_inbox();
+        Ok(d)
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.ctrl.local_addr()
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.clock.elapsed().as_nanos() as u64)
+    }
+
+    fn to_instant(&self, t: Instant) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.clock + Duration::from_nanos(t.as_nanos()))
+    }
+
+    /// Run until `shutdown` fires.
+    pub async fn run(
+        mut self,
+        mut cmds: mpsc::Receiver<Cmd>,
+        mut shutdown: oneshot::Receiver<()>,
+    ) -> std::io::Result<()> {
+        info!(node = self.cfg.node_id, listen = %self.cfg.listen, "hopd running");
+        loop {
+            self.flush_tx();
+            self.drain_events();
+            let deadline = self.node.poll_timeout().map(|t| self.to_instant(t));
+            let blocked = self.txq.blocked();
+            let link_full = self.link.as_ref().is_some_and(|l| l.backlog.full());
+            let stale = self
+                .link
+                .as_ref()
+                .and_then(|l| l.backlog.stale_at())
+                .map(tokio::time::Instant::from_std);
+            let more_tx = blocked.is_none() && self.counters.tx_budget_exhausted && !link_full;
+            let ctrl = self.ctrl.clone();
+            let done = self.custody_done.clone();
+            let wsock = match blocked {
+                Some(true) => self.data.clone(),
+                _ => self.ctrl.clone(),
+            };
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                r = ctrl.readable() => {
+                    r?;
+                    self.receive_batch();
+                }
+                r = overheard(&self.overhear) => {
+                    r?;
+                    self.receive_overheard();
+                }
+                r = link_report(&self.link) => {
+                    r?;
+                    if let Some(l) = self.link.as_mut() {
+                        l.drain();
+                    }
+                }
+                _ = sleep_opt(stale), if stale.is_some() => {
+                    if let Some(l) = self.link.as_mut() {
+                        l.backlog.expire(std::time::Instant::now());
+                    }
+                }
+                Some(cmd) = cmds.recv() => self.handle_cmd(cmd),
+                _ = done.notify.notified() => self.custody_written(),
+                r = wsock.writable(), if blocked.is_some() => {
+                    r?;
+                    self.send_queued();
+                }
+                _ = async {}, if more_tx => {}
+                _ = sleep_opt(deadline) => {
+                    let now = self.now();
+                    self.node.handle_timeout(now);
+                }
+            }
+        }
+        info!("hopd stopping");
+        self.spool.sync_all();
+        Ok(())
+    }
+
+    /// Hand the custody writes the store's writer finished to the transport (it sends the
+    /// completing BACKs).
+    fn custody_written(&mut self) {
+        let now = self.now();
+        for (flow, block, ok) in self.custody_done.take() {
+            let _ = self
+                .node
+                .custody_persisted(now, self.transport_id, flow, block, ok);
+        }
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.node.poll_event() {
+            match ev.event {
+                Event::Writable { flow } => self.feed(flow),
+                Event::SendComplete { flow, bytes } => {
+                    info!(%flow, bytes, "send complete");
+                    self.counters.flows_completed += 1;
+                    if let Some(f) = self.out.remove(&flow) {
+                        let _ = f.updates.send(FlowUpdate::Complete { bytes });
+                    }
+                }
+                Event::SendFailed { flow, reason } => {
+                    warn!(%flow, ?reason, "send failed");
+                    self.counters.flows_failed += 1;
+                    if let Some(f) = self.out.remove(&flow) {
+                        let _ = f.updates.send(FlowUpdate::Failed {
+                            reason: format!("{reason:?}"),
+                        });
+                    }
+                }
+                Event::FlowOpened { flow } => {
+                    debug!(%flow, "incoming flow");
+                }
+                Event::Delivered { flow, offset, data } => self.deliver(flow, offset, &data),
+                Event::FlowFinished { flow, bytes } => self.finish_incoming(flow, bytes),
+                Event::FlowAbandoned { flow } => {
+                    // Hop's store deleted the flow's spool files itself (and returned its
+                    // bytes to the disk budget); the other transports' are the daemon's.
+                    if self.transport_id != TransportId::Hop {
+                        self.spool.abandon(flow);
+                    }
+                    if self.inflows.remove(&flow).is_some() {
+                        info!(%flow, "incoming flow abandoned by its source or idle");
+                        self.counters.flows_abandoned += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_cmd(&mut self, cmd: Cmd) {
+        let now = self.now();
+        match cmd {
+            Cmd::Open { to, reply, updates } => {
+                let known = self.addrs.contains_key(&to)
+                    || self.cfg.routes.contains_key(&to)
+                    || self.kernel_routes.contains_key(&to);
+                if !known {
+                    let _ = reply.send(Err((
+                        ErrorCode::UnknownNode,
+                        format!("node {to} is neither a neighbour nor reachable by a route"),
+                    )));
+                    return;
+                }
+                match self.node.open(now, self.transport_id, to) {
+                    Ok(flow) => {
+                        info!(%flow, to, "flow opened");
+                        self.out.insert(
+                            flow,
+                            OutFlow {
+                                updates,
+                                pending: VecDeque::new(),
+                                bytes_accepted: 0,
+                                to,
+                                finish: false,
+                            },
+                        );
+                        let _ = reply.send(Ok(Opened {
+                            flow,
+                            first_bytes: self.first_bytes,
+                        }));
+                    }
+                    Err(e) => {
+                        let code = match e {
+                            AppError::TooManyFlows(_) => ErrorCode::NoSpace,
+                            AppError::SelfDestination => ErrorCode::BadRequest,
+                            _ => ErrorCode::Internal,
+                        };
+                        let _ = reply.send(Err((code, e.to_string())));
+                    }
+                }
+            }
+            Cmd::Data {
+                flow,
+                data,
+                done,
+                last,
+            } => {
+                if let Some(f) = self.out.get_mut(&flow) {
+                    f.pending.push_back((data, Some(done)));
+                    f.finish |= last;
+                    self.feed(flow);
+                }
+            }
+            Cmd::Abort { flow } => {
+                if self.out.remove(&flow).is_some() {
+                    let _ = self.node.abort(now, flow);
+                    info!(%flow, "flow aborted by the application");
+                }
+            }
+            Cmd::Subscribe { tx } => {
+                // The new client gets every file no other client holds; what it does not
+                // take comes back (`Return`) for the others.
+                self.subscribers.insert(0, tx);
+                let waiting: Vec<InboxEntry> = self.inbox.values().cloned().collect();
+                for e in waiting {
+                    self.offer(e);
+                }
+            }
+            Cmd::Ack { flow } => {
+                self.offered.remove(&flow);
+                if let Some(e) = self.inbox.remove(&flow) {
+                    let _ = std::fs::remove_file(&e.path);
+                    self.counters.files_handed_over += 1;
+                    self.publish_inbox();
+                }
+            }
+            Cmd::Return { entries } => {
+                for e in entries {
+                    self.offered.remove(&e.flow);
+                    if let Some(e) = self.inbox.get(&e.flow).cloned() {
+                        if !e.path.exists() {
+                            // Deleted behind the daemon's back: nothing left to hand over.
+                            warn!(flow = %e.flow, path = %e.path.display(), "inbox file vanished");
+                            self.inbox.remove(&e.flow);
+                            self.counters.storage_errors += 1;
+                            self.publish_inbox();
+                            continue;
+                        }
+                        self.offer(e);
+                    }
+                }
+            }
+            Cmd::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Cmd::Metrics { reply } => {
+                let _ = reply.send(self.metrics_text());
+            }
+            Cmd::Routes { kernel } => {
+                if kernel != self.kernel_routes {
+                    info!(routes = kernel.len(), "kernel routes changed");
+                    self.kernel_routes = kernel;
+                    let merged = merged_routes(&self.cfg, &self.kernel_routes);
+                    self.node.set_routing(Box::new(merged));
+                }
+            }
+        }
+    }
+}
+
+/// Routing table: every neighbour is its own next hop, kernel routes override that, and static
+/// routes from the configuration override both.
+pub fn merged_routes(cfg: &Config, kernel: &BTreeMap<NodeId, NodeId>) -> StaticRoutes {
+    let mut r = StaticRoutes::new();
+    for n in &cfg.neighbours {
+        r.insert(n.id, n.id);
+    }
+    for (d, n) in kernel {
+        r.insert(*d, *n);
+    }
+    for (d, n) in &cfg.routes {
+        r.insert(*d, *n);
+    }
+    r
+}
+
+async fn sleep_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,109 @@
+//! The status JSON and the metrics text.
+
+use std::collections::HashMap;
+
+use hop_proto::FlowKey;
+
+use super::Daemon;
+use crate::flowfmt::HASH_LEN;
+
+impl Daemon {
+    pub(super) fn storage_bytes(&self) -> u64 {
+        let inflight: u64 = self.inflows.values().map(|f| f.bytes).sum();
+        let inbox: u64 = self
+            .inbox
+            .values()
+            .map(|e| e.size + e.content_offset + HASH_LEN as u64)
+            .sum();
+        inflight + inbox
+    }
+
+    pub(super) fn status(&self) -> serde_json::Value {
+        let stats = self.node.stats();
+        let now = std::time::Instant::now();
+        let neighbours: Vec<_> = self
+            .cfg
+            .neighbours
+            .iter()
+            .map(|n| {
+                serde_json::json!({
+                    "id": n.id,
+                    "address": n.addr.to_string(),
+                    "last_heard_ms": self.last_heard.get(&n.id).map(|t| now.duration_since(*t).as_millis() as u64),
+                })
+            })
+            .collect();
+        let outgoing: Vec<_> = self
+            .out
+            .iter()
+            .map(|(k, f)| serde_json::json!({"flow": k.to_string(), "to": f.to, "bytes_accepted": f.bytes_accepted}))
+            .collect();
+        // `bytes`: delivered in order and spooled; `received_bytes`: unique payload bytes
+        // the transport holds for the flow, including packets of blocks not complete yet
+        // (what a transfer cut off before its end has achieved).
+        let mut received: HashMap<FlowKey, u64> = self.node.received().into_iter().collect();
+        let mut incoming: Vec<_> = self
+            .inflows
+            .iter()
+            .map(|(k, f)| {
+                let got = received.remove(k).unwrap_or(0).max(f.bytes);
+                serde_json::json!({"flow": k.to_string(), "bytes": f.bytes, "received_bytes": got})
+            })
+            .collect();
+        incoming.extend(received.into_iter().map(|(k, got)| {
+            serde_json::json!({"flow": k.to_string(), "bytes": 0, "received_bytes": got})
+        }));
+        serde_json::json!({
+            "node_id": self.cfg.node_id,
+            "listen": self.cfg.listen.to_string(),
+            "uptime_s": self.clock.elapsed().as_secs(),
+            "neighbours": neighbours,
+            "outgoing": outgoing,
+            "incoming": incoming,
+            "inbox": self.inbox.len(),
+            "storage_bytes": self.storage_bytes(),
+            "storage_limit_bytes": self.cfg.max_disk_bytes,
+            "kernel_routes": self.kernel_routes.len(),
+            "kernel_next_hops": self
+                .kernel_routes
+                .iter()
+                .map(|(d, n)| (d.to_string(), serde_json::json!(n)))
+                .collect::<serde_json::Map<_, _>>(),
+            "custody": self.custody_json(),
+            "spool": self.spool_json(),
+            "counters": self.counters,
+            "link_status": self.link.as_ref().map(|l| l.backlog.counters),
+            "node": stats,
+        })
+    }
+
+    pub(super) fn custody_json(&self) -> serde_json::Value {
+        let u = self.custody.lock().map(|u| *u).unwrap_or_default();
+        serde_json::json!({"blocks": u.blocks, "bytes": u.bytes, "limit_bytes": u.limit,
+            "stored_total": u.stored_total, "full_total": u.full_events,
+            "writes_timed": u.writes_timed, "write_wait_us": u.write_wait_us,
+            "write_wait_max_us": u.write_wait_max_us})
+    }
+
+    pub(super) fn spool_json(&self) -> serde_json::Value {
+        let u = self.custody.lock().map(|u| *u).unwrap_or_default();
+        serde_json::json!({"full": u.spool_full, "full_total": u.spool_full_events,
+            "incoming_bytes": u.incoming_bytes, "inbox_bytes": u.inbox_bytes,
+            "disk_bytes": u.disk_bytes(), "limit_bytes": self.cfg.max_disk_bytes,
+            "deliveries_timed": u.deliveries_timed, "deliver_us": u.deliver_us,
+            "deliver_max_us": u.deliver_max_us})
+    }
+
+    pub(super) fn metrics_text(&self) -> String {
+        let u = self.custody.lock().map(|u| *u).unwrap_or_default();
+        crate::metrics::render(
+            &u,
+            &self.node.stats(),
+            &self.counters,
+            self.out.len() as u64,
+            self.inflows.len() as u64,
+            self.storage_bytes(),
+            self.auth.peers() as u64,
+        )
+    }
+}
