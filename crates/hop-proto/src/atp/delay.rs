@@ -4,7 +4,7 @@
 use hop_wire::atp as wire;
 use hop_wire::NodeId;
 
-use super::{us, AtpTransport};
+use super::{us_from_secs, AtpTransport};
 use crate::time::Instant;
 
 /// A data packet waiting in this node's output FIFO.
@@ -41,7 +41,7 @@ impl AtpTransport {
     }
 
     pub(super) fn stamp(&mut self, now: Instant, body: &mut [u8], ready_at: Instant) {
-        let d = us(self.measure(now, ready_at));
+        let d = us_from_secs(self.measure(now, ready_at));
         if body.len() >= wire::DATA_HEADER_LEN {
             let o = wire::D_MAX_OFFSET;
             let cur = u32::from_be_bytes([body[o], body[o + 1], body[o + 2], body[o + 3]]);

@@ -44,7 +44,8 @@ use delay::Queued;
 use receiver::Receiver;
 use sender::{Phase, Sender};
 
-fn us(d: f64) -> u32 {
+/// Seconds as whole microseconds (the wire's delay fields), saturating.
+fn us_from_secs(d: f64) -> u32 {
     (d * 1e6).round().clamp(0.0, f64::from(u32::MAX)) as u32
 }
 

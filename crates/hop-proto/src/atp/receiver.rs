@@ -5,7 +5,7 @@ use bytes::Bytes;
 use hop_wire::atp::{self as wire, Message};
 
 use super::delay::Queued;
-use super::{us, AtpTransport};
+use super::{us_from_secs, AtpTransport};
 use crate::stream::reassembly::Reassembly;
 use crate::time::Instant;
 use crate::transport::{Ctx, Received};
@@ -79,7 +79,7 @@ impl AtpTransport {
         r.new_drops = 0;
         r.above_run = 0;
         r.below_run = 0;
-        let d = us(r.d_avg.unwrap_or(0.0));
+        let d = us_from_secs(r.d_avg.unwrap_or(0.0));
         let r = self.receivers.get(&key);
         let msg = self.feedback(key, flags, r, d);
         self.send_control(ctx, key.src, msg);

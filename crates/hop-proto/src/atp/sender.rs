@@ -7,7 +7,7 @@ use std::time::Duration;
 use hop_wire::atp::{self as wire, Message};
 use hop_wire::NodeId;
 
-use super::{instant_minus, us, AtpTransport};
+use super::{instant_minus, us_from_secs, AtpTransport};
 use crate::stream::sendbuf::SendBuffer;
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing};
@@ -184,7 +184,7 @@ impl AtpTransport {
         jitter: f64,
     ) -> Option<Outgoing> {
         let s = self.senders.get_mut(&key)?;
-        let d_s = us(1.0 / s.rate);
+        let d_s = us_from_secs(1.0 / s.rate);
         if let Phase::QuickStart { .. } = s.phase {
             s.phase = Phase::QuickStart {
                 // Retry after 1.1 E plus a random 0-50 %: probes lost together (e.g. to

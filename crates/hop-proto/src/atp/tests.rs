@@ -267,7 +267,7 @@ fn relay_stamps_the_larger_delay_and_idle_uses_eta() {
     };
     let q_after = t.q_t;
     assert!(t.node_delay() <= before);
-    assert_eq!(d.d_max_us, us(3.0 * (q_after + t.t_t)));
+    assert_eq!(d.d_max_us, us_from_secs(3.0 * (q_after + t.t_t)));
 }
 
 #[test]

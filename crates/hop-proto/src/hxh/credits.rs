@@ -7,7 +7,7 @@ use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
 
 use super::per_hop::Fwd;
-use super::{secs, Flow, HxhConfig, HxhTransport, Role};
+use super::{duration_from_secs, Flow, HxhConfig, HxhTransport, Role};
 use crate::time::Instant;
 use crate::FlowKey;
 
@@ -31,7 +31,7 @@ impl Fwd {
     }
 
     pub(super) fn stall_after(&self, cfg: &HxhConfig) -> Duration {
-        secs(self.hop_delay * f64::from(cfg.stall_multiplier)).max(cfg.hop_rto_min)
+        duration_from_secs(self.hop_delay * f64::from(cfg.stall_multiplier)).max(cfg.hop_rto_min)
     }
     /// A data packet left for the next hop: it uses a credit, and if it was a probe or used
     /// the last credit, the stall timer starts now.

@@ -9,7 +9,7 @@ use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
 
 use super::per_hop::{Fwd, HOP_DELAY_VAR_GAIN};
-use super::{secs, Expired, Flow, HxhConfig, HxhTransport, Role};
+use super::{duration_from_secs, Expired, Flow, HxhConfig, HxhTransport, Role};
 use crate::stream::reassembly::{self, Reassembly};
 use crate::time::Instant;
 use crate::transport::Ctx;
@@ -47,8 +47,10 @@ impl Dst {
         if !cfg.nack_holdoff {
             return Duration::ZERO;
         }
-        secs(self.reorder_delay + self.reorder_var * f64::from(cfg.hop_rto_multiplier))
-            .clamp(cfg.hop_rto_min, cfg.hop_rto_max)
+        duration_from_secs(
+            self.reorder_delay + self.reorder_var * f64::from(cfg.hop_rto_multiplier),
+        )
+        .clamp(cfg.hop_rto_min, cfg.hop_rto_max)
     }
 
     /// When the oldest gap not yet NACKed is due.

@@ -40,7 +40,7 @@ use per_hop::Fwd;
 use relay::Relay;
 
 /// Seconds as a duration; NaN, negative or huge values saturate instead of panicking.
-fn secs(x: f64) -> Duration {
+fn duration_from_secs(x: f64) -> Duration {
     if x.is_nan() || x <= 0.0 {
         Duration::ZERO
     } else {

@@ -9,7 +9,7 @@ use hop_wire::hxh::{self as wire, Message};
 use hop_wire::NodeId;
 use rand::Rng;
 
-use super::{secs, HxhConfig, HxhTransport, Role};
+use super::{duration_from_secs, HxhConfig, HxhTransport, Role};
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing};
 use crate::FlowKey;
@@ -113,7 +113,9 @@ impl Fwd {
     }
 
     pub(super) fn hop_rto(&self, cfg: &HxhConfig) -> Duration {
-        let rto = secs(self.hop_delay + self.hop_delay_var * f64::from(cfg.hop_rto_multiplier));
+        let rto = duration_from_secs(
+            self.hop_delay + self.hop_delay_var * f64::from(cfg.hop_rto_multiplier),
+        );
         // With passive feedback a missing acknowledgement is mostly a transmission of the
         // next hop we did not overhear, not a lost packet (the link retries the data): send
         // again only when §3.2 would probe a stopped flow, after five EWMAs of the delay.
