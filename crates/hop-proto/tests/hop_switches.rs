@@ -30,6 +30,11 @@ fn config(switches: u32) -> HopConfig {
         cache_overheard: on(10),
         link_window_packets: if on(11) { 0 } else { 32 },
         next_hop_backpressure: on(12),
+        neighbour_silence: if on(13) {
+            Duration::from_secs(6)
+        } else {
+            Duration::ZERO
+        },
         ..HopConfig::default()
     }
 }

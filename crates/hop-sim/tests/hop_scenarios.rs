@@ -637,3 +637,48 @@ fn ten_flows_sharing_a_chain_move_as_much_as_one() {
     assert!(total(&per_next_hop) > 10 * total(&per_flow));
     assert!(per_next_hop.flows.iter().all(|f| f.bytes_delivered > 0));
 }
+
+/// A 30 MB flow over the chain 0-1-2-3 with H = 100; relay 2 is down from 20 s to 110 s
+/// while node 1 holds blocks for it. `silence` is `neighbour_silence`.
+fn relay_down_for_90_s(silence: &str) -> String {
+    format!(
+        "seed = 1\nduration = 600.0\n[topology]\nnodes = 4\ngenerator = \"chain\"\n\
+         [transports.hop]\nbackpressure_limit = 100\nneighbour_silence = \"{silence}\"\n\
+         [[flows]]\nsrc = 0\ndst = 3\nsize = \"30MB\"\n\
+         [[events]]\nat = 20.0\nkind = \"node_down\"\nnode = 2\n\
+         [[events]]\nat = 110.0\nkind = \"node_up\"\nnode = 2\n"
+    )
+}
+
+/// A node next to a relay that is down probes it once per probe interval (at most one BSYN
+/// a second), not once per block and transfer it holds for it; the flow goes on within a
+/// probe interval of the relay's return.
+#[test]
+fn a_dead_next_hop_is_probed_per_neighbour_not_per_block() {
+    let probed = run(&relay_down_for_90_s("6s"));
+    let per_transfer = run(&relay_down_for_90_s("0s"));
+    assert_complete(&probed);
+    assert_complete(&per_transfer);
+    let control = |r: &SimResult| r.nodes[1].mac.control_frames;
+    println!(
+        "node 1 control frames: probed {}, per transfer {}; completion {:?} / {:?}",
+        control(&probed),
+        control(&per_transfer),
+        probed.flows[0].completion_time,
+        per_transfer.flows[0].completion_time
+    );
+    let extra = |k: &str| probed.nodes[1].extra.get(k).copied().unwrap_or(0);
+    assert!(extra("neighbour_silent") >= 1 && extra("neighbour_returned") >= 1);
+    // 90 s down: at most one probe a second.
+    assert!(
+        extra("neighbour_probes") <= 90,
+        "{}",
+        extra("neighbour_probes")
+    );
+    assert!(control(&probed) * 2 < control(&per_transfer));
+    let (a, b) = (
+        probed.flows[0].completion_time.unwrap(),
+        per_transfer.flows[0].completion_time.unwrap(),
+    );
+    assert!(a < b + 3.0, "probed {a} s, per transfer {b} s");
+}

@@ -11,15 +11,21 @@ impl HopTransport {
         let Some(why) = self.bsyn_due(now, key, n) else {
             return;
         };
-        let Some(f) = self.flows.get_mut(&key) else {
-            return;
-        };
-        let dst = f.dst;
-        let (Some(x), Some(b)) = (f.outs.get_mut(&n), f.blocks.get(&n)) else {
+        let Some(dst) = self.flows.get(&key).map(|f| f.dst) else {
             return;
         };
         // Follow route changes (§3.4): the next hop is looked up whenever a BSYN is sent.
         let Some(next_hop) = ctx.routing.next_hop(dst) else {
+            return;
+        };
+        // A silent next hop is asked by its probe only (neighbours.rs).
+        if !self.may_ask(next_hop, now) {
+            return;
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let (Some(x), Some(b)) = (f.outs.get_mut(&n), f.blocks.get(&n)) else {
             return;
         };
         if next_hop != x.next_hop {

@@ -112,6 +112,16 @@ pub(crate) const TAIL_EXT_RESET_AFTER: u32 = 16;
 /// from it (§3.5 leaves it open; the sender "goes silent"): five BSYN timeouts.
 pub const DEFAULT_WITHHOLD_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// A next hop silent this long is deemed unreachable and probed (`neighbour_silence`): three
+/// times `bsyn_max_backoff`, so a next hop that answers a BSYN in three is never probed, and
+/// one that is down costs its neighbours one BSYN per probe interval instead of one per
+/// transfer per `bsyn_max_backoff`. Not in the paper.
+pub const DEFAULT_NEIGHBOUR_SILENCE: Duration = Duration::from_secs(6);
+
+/// First interval between probes of a silent next hop (`probe_interval`): at most one probe
+/// per second, doubling up to `bsyn_max_backoff`. Not in the paper.
+pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Bytes of blocks a node keeps (custody, in-progress and cache). §4.2 keeps every block in
 /// memory; this bounds it. Cached (non-custody) blocks are evicted least recently used first.
 pub const DEFAULT_CACHE_LIMIT_BYTES: u64 = 64 << 20;
@@ -245,6 +255,16 @@ pub struct HopConfig {
     /// carries a few packets (docs/design/hop.md#rounds-per-next-hop). Off: the paper's
     /// scheduler.
     pub round_per_next_hop: bool,
+    /// A next hop that has answered nothing for this long since it was first asked is probed
+    /// by one BSYN per `probe_interval` instead of one per transfer
+    /// (docs/design/hop.md#dead-neighbours); zero: every transfer repeats its own BSYN (the
+    /// paper). Not in the paper.
+    #[serde(with = "humantime_serde")]
+    pub neighbour_silence: Duration,
+    /// The first interval between probes of a silent next hop; it doubles up to
+    /// `bsyn_max_backoff`, so traffic resumes at most that long after the next hop returns.
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
     /// Bytes of blocks kept on a node.
     pub cache_limit_bytes: u64,
     /// Flows with state on a node.
@@ -293,6 +313,8 @@ impl Default for HopConfig {
             link_window_max_packets: DEFAULT_LINK_WINDOW_MAX_PACKETS,
             link_queue_target: DEFAULT_LINK_QUEUE_TARGET,
             round_per_next_hop: true,
+            neighbour_silence: DEFAULT_NEIGHBOUR_SILENCE,
+            probe_interval: DEFAULT_PROBE_INTERVAL,
             cache_limit_bytes: DEFAULT_CACHE_LIMIT_BYTES,
             max_flows: DEFAULT_MAX_FLOWS,
             flow_idle_timeout: DEFAULT_FLOW_IDLE_TIMEOUT,
@@ -314,6 +336,7 @@ impl HopConfig {
     pub fn paper() -> Self {
         HopConfig {
             next_hop_backpressure: false,
+            neighbour_silence: Duration::ZERO,
             adaptive_bsyn_timeout: false,
             queue_aware: false,
             duplicate_feedback: false,

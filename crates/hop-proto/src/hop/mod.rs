@@ -25,6 +25,7 @@ mod flow;
 mod link_window;
 mod loss;
 mod micro;
+mod neighbours;
 mod receiver;
 mod scheduler;
 mod source;
@@ -56,6 +57,7 @@ use flow::*;
 use link_window::*;
 use loss::*;
 use micro::*;
+use neighbours::*;
 use receiver::*;
 use transfer::*;
 use withholding::*;
@@ -87,6 +89,8 @@ pub struct HopTransport {
     /// Upstream blocks being received, and BSYNs withheld (§3.3, §3.5).
     withholding: Withholding,
     closed: ClosedFlows,
+    /// Next hops' liveness: silent ones are probed, not asked per transfer.
+    neighbours: Neighbours,
     store: Box<dyn CustodyStore>,
     stats: TransportStats,
     cache_bytes: u64,
@@ -125,6 +129,7 @@ impl HopTransport {
             events: VecDeque::new(),
             withholding: Withholding::default(),
             closed: ClosedFlows::default(),
+            neighbours: Neighbours::default(),
             store,
             stats: TransportStats::default(),
             cache_bytes: 0,
@@ -277,6 +282,7 @@ impl Transport for HopTransport {
         self.tick(ctx.now);
         let msg = HopMessage::parse(rx.body)?;
         let h = msg.header;
+        self.heard_from(ctx, rx.link_src);
         if !rx.overheard {
             bump(
                 &mut self.stats.received_by_type,

@@ -101,7 +101,10 @@ impl HopTransport {
             for x in f.outs.values() {
                 match x.state {
                     TransferState::AwaitBack { deadline } => min(deadline),
-                    TransferState::NeedBsyn => min(now + self.cfg.bsyn_timeout),
+                    TransferState::NeedBsyn => match self.neighbours.probe_at(x.next_hop) {
+                        Some(at) => min(at.max(now)),
+                        None => min(now + self.cfg.bsyn_timeout),
+                    },
                     TransferState::Sending => {
                         if let Some(t) = x.not_before.filter(|t| *t > now) {
                             min(t);
