@@ -255,6 +255,7 @@ impl ClosedFlows {
 
 impl HopTransport {
     pub(super) fn drop_block(&mut self, key: FlowKey, num: u32) {
+        self.deadlines.dirty.insert(key);
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -271,6 +272,7 @@ impl HopTransport {
     }
 
     pub(super) fn remove_flow(&mut self, key: FlowKey, now: Instant) {
+        self.deadlines.dirty.insert(key);
         let nums: Vec<u32> = match self.flows.get(&key) {
             Some(f) => f.blocks.keys().copied().collect(),
             None => return,

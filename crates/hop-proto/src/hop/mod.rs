@@ -34,7 +34,7 @@ mod transfer;
 mod vtx;
 mod withholding;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -59,6 +59,7 @@ use loss::*;
 use micro::*;
 use neighbours::*;
 use receiver::*;
+use timers::*;
 use transfer::*;
 use withholding::*;
 
@@ -95,6 +96,9 @@ pub struct HopTransport {
     stats: TransportStats,
     cache_bytes: u64,
     timer: Option<Instant>,
+    /// Each flow's next deadline, indexed by time, and the flows whose deadline may have
+    /// changed since it was last computed (timers.rs).
+    deadlines: Deadlines,
     housekeeping_at: Option<Instant>,
     /// Source flows with new application bytes or a finish to cut into blocks when polled.
     to_form: Vec<FlowKey>,
@@ -134,6 +138,7 @@ impl HopTransport {
             stats: TransportStats::default(),
             cache_bytes: 0,
             timer: None,
+            deadlines: Deadlines::default(),
             housekeeping_at: None,
             to_form: Vec::new(),
             link_queue: LinkQueue::default(),
@@ -340,7 +345,13 @@ impl Transport for HopTransport {
         // BSYN is repeated: the data it followed is not judged lost for want of an answer
         // (the BSYN or its BACK may be what was lost); the next BACK's bitmap says what is
         // missing (§3), and the BACK's loss rules decide what is sent again.
-        for f in self.flows.values_mut() {
+        // Only the flows whose deadline passed are visited, so a timeout costs what is due,
+        // not what is held; housekeeping visits every flow a few times a second.
+        let due = self.deadlines.take_due(now);
+        for k in &due {
+            let Some(f) = self.flows.get_mut(k) else {
+                continue;
+            };
             for x in f.outs.values_mut() {
                 if let TransferState::AwaitBack { deadline } = x.state {
                     if deadline <= now {
@@ -349,21 +360,26 @@ impl Transport for HopTransport {
                 }
             }
         }
-        if self.housekeeping_at.is_some_and(|h| h <= now) {
+        let all = self.housekeeping_at.is_some_and(|h| h <= now);
+        if all {
             self.housekeeping_at = None;
             self.housekeeping(ctx);
+            // Deliveries the store refused are retried (room may have been freed).
+            let blocked: Vec<FlowKey> = self
+                .flows
+                .iter()
+                .filter(|(_, f)| f.dest().is_some_and(|d| d.blocked))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in blocked {
+                self.deliver(ctx, k);
+            }
         }
-        // Deliveries the store refused are retried (room may have been freed).
-        let blocked: Vec<FlowKey> = self
-            .flows
-            .iter()
-            .filter(|(_, f)| f.dest().is_some_and(|d| d.blocked))
-            .map(|(k, _)| *k)
-            .collect();
-        for k in blocked {
-            self.deliver(ctx, k);
-        }
-        let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
+        let keys: Vec<FlowKey> = if all {
+            self.flows.keys().copied().collect()
+        } else {
+            due
+        };
         for k in keys {
             self.pump_flow(ctx, k);
         }

@@ -92,39 +92,17 @@ impl HopTransport {
         self.stats.flows = self.flows.len() as u64;
     }
 
+    /// The transport's next deadline: the earliest of the flows' deadlines (recomputed for
+    /// the flows touched since the last call) and housekeeping's.
     pub(super) fn refresh_timer(&mut self, now: Instant) {
-        let mut t: Option<Instant> = None;
-        let mut min = |x: Instant| {
-            t = Some(t.map_or(x, |y: Instant| y.min(x)));
-        };
-        for f in self.flows.values() {
-            for x in f.outs.values() {
-                match x.state {
-                    TransferState::AwaitBack { deadline } => min(deadline),
-                    TransferState::NeedBsyn => match self.neighbours.probe_at(x.next_hop) {
-                        Some(at) => min(at.max(now)),
-                        None => min(now + self.cfg.bsyn_timeout),
-                    },
-                    TransferState::Sending => {
-                        if let Some(t) = x.not_before.filter(|t| *t > now) {
-                            min(t);
-                        }
-                    }
-                }
-            }
-            for (_, due, _) in f.deferred.values() {
-                min(*due);
-            }
-            if f.source().is_some() {
-                for b in f.blocks.values() {
-                    if let Some(d) = b.vtx_deadline {
-                        if self.cfg.virtual_retransmission {
-                            min(d);
-                        }
-                    }
-                }
-            }
+        for key in std::mem::take(&mut self.deadlines.dirty) {
+            let due = self
+                .flows
+                .get(&key)
+                .and_then(|f| self.flow_deadline(f, now));
+            self.deadlines.set(key, due);
         }
+        let mut t = self.deadlines.first();
         if self.flows.is_empty()
             && self.withholding.waiting.is_empty()
             && self.withholding.admitted.is_empty()
@@ -136,8 +114,83 @@ impl HopTransport {
                 _ => now + HOUSEKEEPING_INTERVAL,
             };
             self.housekeeping_at = Some(h);
-            min(h);
+            t = Some(t.map_or(h, |x| x.min(h)));
         }
         self.timer = t;
+    }
+
+    /// The earliest moment flow `f` needs a visit: a BACK overdue, a BSYN to send, a
+    /// deferred BACK, a virtual retransmission.
+    fn flow_deadline(&self, f: &Flow, now: Instant) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut min = |x: Instant| {
+            t = Some(t.map_or(x, |y: Instant| y.min(x)));
+        };
+        for x in f.outs.values() {
+            match x.state {
+                TransferState::AwaitBack { deadline } => min(deadline),
+                TransferState::NeedBsyn => match self.neighbours.probe_at(x.next_hop) {
+                    Some(at) => min(at.max(now)),
+                    None => min(now + self.cfg.bsyn_timeout),
+                },
+                TransferState::Sending => {
+                    if let Some(t) = x.not_before.filter(|t| *t > now) {
+                        min(t);
+                    }
+                }
+            }
+        }
+        for (_, due, _) in f.deferred.values() {
+            min(*due);
+        }
+        if f.source().is_some() && self.cfg.virtual_retransmission {
+            for b in f.blocks.values() {
+                if let Some(d) = b.vtx_deadline {
+                    min(d);
+                }
+            }
+        }
+        t
+    }
+}
+
+/// Flows' deadlines indexed by time.
+#[derive(Debug, Default)]
+pub(super) struct Deadlines {
+    by_time: BTreeSet<(Instant, FlowKey)>,
+    of: BTreeMap<FlowKey, Instant>,
+    /// Flows whose deadline may have changed.
+    pub(super) dirty: BTreeSet<FlowKey>,
+}
+
+impl Deadlines {
+    fn set(&mut self, key: FlowKey, due: Option<Instant>) {
+        if let Some(old) = self.of.remove(&key) {
+            self.by_time.remove(&(old, key));
+        }
+        if let Some(t) = due {
+            self.of.insert(key, t);
+            self.by_time.insert((t, key));
+        }
+    }
+
+    fn first(&self) -> Option<Instant> {
+        self.by_time.first().map(|(t, _)| *t)
+    }
+
+    /// The flows whose deadline is `now` or earlier, taken out of the index (they are
+    /// visited, and so recomputed).
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<FlowKey> {
+        let mut due = Vec::new();
+        while let Some(&(t, k)) = self.by_time.first() {
+            if t > now {
+                break;
+            }
+            self.by_time.pop_first();
+            self.of.remove(&k);
+            self.dirty.insert(k);
+            due.push(k);
+        }
+        due
     }
 }

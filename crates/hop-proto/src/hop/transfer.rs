@@ -91,6 +91,7 @@ impl HopTransport {
 
     pub(super) fn pump_flow(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
         let now = ctx.now;
+        self.deadlines.dirty.insert(key);
         let Some(f) = self.flows.get(&key) else {
             return;
         };

@@ -56,8 +56,10 @@ impl HopTransport {
     pub(super) fn relayed_unmoved_via(&self, next_hop: NodeId, routing: &dyn Routing) -> usize {
         self.flows
             .values()
-            .filter(|f| f.is_relay() && routing.next_hop(f.dst) == Some(next_hop))
-            .map(Flow::held_unmoved)
+            .filter(|f| f.is_relay())
+            .map(|f| (f, f.held_unmoved()))
+            .filter(|&(f, held)| held > 0 && routing.next_hop(f.dst) == Some(next_hop))
+            .map(|(_, held)| held)
             .sum()
     }
 
