@@ -47,9 +47,12 @@ impl HopTransport {
             || self.withholding.admitted.contains_key(&(k, n))
     }
 
-    /// Bytes that cannot be evicted.
-    pub(super) fn protected_bytes(&self) -> u64 {
-        self.pinned_bytes(true)
+    /// Whether the bytes that cannot be evicted, plus `add` less `minus`, fit the cache.
+    /// Every such byte is a cached one, so a cache with room for `add` needs no count.
+    pub(super) fn protected_fit(&self, add: u64, minus: u64) -> bool {
+        let limit = self.cfg.cache_limit_bytes;
+        (self.cache_bytes + add).saturating_sub(minus) <= limit
+            || (self.pinned_bytes(true) + add).saturating_sub(minus) <= limit
     }
 
     /// Bytes of pinned blocks, plus application bytes waiting at sources if `pending`.

@@ -28,6 +28,9 @@ pub(super) enum SendState {
     Held,
 }
 
+/// How often the time-in-state counters look the sending state up (diagnostics only).
+pub(super) const STATE_SAMPLE: Duration = Duration::from_millis(10);
+
 /// Names of the counters, in [`SendState`] order, and how long the node was in none of them.
 pub(super) const SEND_STATE_NAMES: [&str; 5] = [
     "time_ready_ms",
@@ -51,6 +54,8 @@ pub(super) struct StateClock {
     pub(super) spent: [Duration; 5],
     pub(super) idle: Duration,
     pub(super) withholding: [Duration; 2],
+    /// When the sending state was last looked up, and what it was.
+    pub(super) sampled: Option<(Instant, Option<SendState>)>,
 }
 
 pub(super) fn bump(map: &mut BTreeMap<&'static str, u64>, k: &'static str) {
@@ -126,7 +131,14 @@ impl HopTransport {
         if d.is_zero() {
             return;
         }
-        match self.send_state() {
+        // The state is looked up at most once per `STATE_SAMPLE` (it walks every flow): the
+        // time in between is credited to the state seen last.
+        if self.state_clock.sampled.map_or(true, |(t, _)| {
+            now.saturating_duration_since(t) >= STATE_SAMPLE
+        }) {
+            self.state_clock.sampled = Some((at, self.send_state()));
+        }
+        match self.state_clock.sampled.and_then(|(_, st)| st) {
             Some(st) => self.state_clock.spent[st as usize] += d,
             None => self.state_clock.idle += d,
         }

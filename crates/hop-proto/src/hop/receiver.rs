@@ -350,7 +350,7 @@ impl HopTransport {
         }
         if !self.flows.contains_key(&key) && (rx.overheard || h.dst != ctx.local) {
             // Only cache what fits without displacing custody.
-            if self.protected_bytes() + u64::from(geom.block_len) > self.cfg.cache_limit_bytes {
+            if !self.protected_fit(u64::from(geom.block_len), 0) {
                 return;
             }
         }

@@ -25,9 +25,13 @@ impl HopTransport {
         // Custody at the source is bounded by the cache: with the cache full of blocks not
         // yet acknowledged end to end, wait for end-to-end BACKs.
         if s.pending_bytes > 0 {
-            let held = self.pinned_bytes(false);
             let next = s.pending_bytes.min(limit) as u64;
-            if held > 0 && held + next > self.cfg.cache_limit_bytes {
+            // (Every pinned byte is a cached one: a cache with room needs no count.)
+            let full = self.cache_bytes + next > self.cfg.cache_limit_bytes && {
+                let held = self.pinned_bytes(false);
+                held > 0 && held + next > self.cfg.cache_limit_bytes
+            };
+            if full {
                 return;
             }
         }

@@ -129,8 +129,7 @@ impl HopTransport {
             .unwrap_or(0);
         // A block held under another geometry (a waiting BSYN from before the source
         // restarted) is replaced, so it may hold more than the BSYN asks for.
-        let need = (self.protected_bytes() + u64::from(geom.block_len)).saturating_sub(have);
-        if need > self.cfg.cache_limit_bytes {
+        if !self.protected_fit(u64::from(geom.block_len), have) {
             return Err(Withhold::Backpressure);
         }
         if self.cfg.ack_withholding && !micro {
@@ -163,10 +162,8 @@ impl HopTransport {
         let mut list = std::mem::take(&mut self.withholding.waiting);
         let last = self.withholding.last_holder;
         list.sort_by_key(|w| (w.geom.block_len, Some(w.from) == last, w.since));
-        let mut keep = Vec::new();
+        // Each is evaluated against the waiters kept so far, which are put back as it goes.
         for w in list {
-            // Evaluate against the remaining waiters only.
-            self.withholding.waiting = keep.clone();
             if self
                 .may_admit(
                     w.key,
@@ -193,9 +190,8 @@ impl HopTransport {
                 let k = w.key;
                 self.pump_flow(ctx, k);
             } else {
-                keep.push(w);
+                self.withholding.waiting.push(w);
             }
         }
-        self.withholding.waiting = keep;
     }
 }
