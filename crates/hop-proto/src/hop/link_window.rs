@@ -52,12 +52,23 @@ impl HopTransport {
     /// Data packets handed to the link and not yet known to have left it, over all
     /// transfers (the quantity `link_window_packets` bounds).
     pub(super) fn in_flight_total(&self) -> usize {
-        self.flows
-            .values()
-            .flat_map(|f| f.outs.values())
+        self.in_flight
+            .iter()
+            .filter_map(|(k, n)| self.flows.get(k)?.outs.get(n))
             .filter(|x| !x.micro)
             .map(|x| self.queued(x) as usize)
             .sum()
+    }
+
+    /// Forget the transfers that no longer have packets of theirs in flight.
+    pub(super) fn prune_in_flight(&mut self) {
+        let flows = &self.flows;
+        self.in_flight.retain(|(k, n)| {
+            flows
+                .get(k)
+                .and_then(|f| f.outs.get(n))
+                .is_some_and(|x| x.sent_round.count_in_not(&x.peer, &Bitmap::new(0)) > 0)
+        });
     }
 
     pub(super) fn window_full(&self) -> bool {

@@ -106,6 +106,9 @@ pub struct HopTransport {
     link_queue: LinkQueue,
     /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
     bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
+    /// Transfers that may have packets in flight (handed to the link and not reported): the
+    /// ones the link window counts, so that counting visits no idle flow.
+    in_flight: BTreeSet<(FlowKey, u32)>,
     /// The link window and the delivery rate that sizes it.
     window: LinkWindow,
     /// Time in each sending state (the `time_*_ms` counters).
@@ -139,6 +142,7 @@ impl HopTransport {
             cache_bytes: 0,
             timer: None,
             deadlines: Deadlines::default(),
+            in_flight: BTreeSet::new(),
             housekeeping_at: None,
             to_form: Vec::new(),
             link_queue: LinkQueue::default(),

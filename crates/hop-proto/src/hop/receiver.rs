@@ -92,7 +92,8 @@ impl HopTransport {
             }
         }
         if !complete_here {
-            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags, ctx.routing) {
+            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags, ctx.routing, None)
+            {
                 if !bsyn.retry {
                     self.withhold(now, bsyn, reason);
                 }

@@ -131,6 +131,7 @@ impl HopTransport {
             };
             x.cursor = p + 1;
             x.sent_round.set(p);
+            self.in_flight.insert((key, *n));
             x.sent_since_bsyn = x.sent_since_bsyn.saturating_add(1);
             if x.stamp(p, self.link_queue.stamp(), now) {
                 self.stats.data_retransmissions += 1;

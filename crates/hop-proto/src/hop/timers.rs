@@ -95,6 +95,7 @@ impl HopTransport {
     /// The transport's next deadline: the earliest of the flows' deadlines (recomputed for
     /// the flows touched since the last call) and housekeeping's.
     pub(super) fn refresh_timer(&mut self, now: Instant) {
+        self.prune_in_flight();
         for key in std::mem::take(&mut self.deadlines.dirty) {
             let due = self
                 .flows

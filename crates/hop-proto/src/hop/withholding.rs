@@ -51,16 +51,19 @@ pub(super) struct Admitted {
 }
 
 impl HopTransport {
-    /// Complete blocks this node holds as a relay for next hop `next_hop` and has not moved
-    /// there, over all flows (`next_hop_backpressure`).
-    pub(super) fn relayed_unmoved_via(&self, next_hop: NodeId, routing: &dyn Routing) -> usize {
-        self.flows
-            .values()
-            .filter(|f| f.is_relay())
-            .map(|f| (f, f.held_unmoved()))
-            .filter(|&(f, held)| held > 0 && routing.next_hop(f.dst) == Some(next_hop))
-            .map(|(_, held)| held)
-            .sum()
+    /// Complete blocks this node holds as a relay and has not moved downstream, per next
+    /// hop, over all flows (`next_hop_backpressure`).
+    pub(super) fn relayed_unmoved(&self, routing: &dyn Routing) -> BTreeMap<NodeId, usize> {
+        let mut held = BTreeMap::new();
+        for f in self.flows.values().filter(|f| f.is_relay()) {
+            let n = f.held_unmoved();
+            if n > 0 {
+                if let Some(next_hop) = routing.next_hop(f.dst) {
+                    *held.entry(next_hop).or_insert(0) += n;
+                }
+            }
+        }
+        held
     }
 
     /// Admission of a BSYN's block (backpressure, custody room, ack withholding).
@@ -72,6 +75,7 @@ impl HopTransport {
         geom: BlockGeom,
         flags: u8,
         routing: &dyn Routing,
+        relayed: Option<&BTreeMap<NodeId, usize>>,
     ) -> Result<(), Withhold> {
         let micro = flags & FLAG_MICRO != 0;
         // A block older than every block held here repairs a block the destination is
@@ -116,7 +120,14 @@ impl HopTransport {
             && !(repair && f.held_unmoved() > 0)
         {
             if let Some(next_hop) = routing.next_hop(f.dst) {
-                let held = self.relayed_unmoved_via(next_hop, routing);
+                let held = match relayed {
+                    Some(by_next_hop) => by_next_hop.get(&next_hop).copied().unwrap_or(0),
+                    None => self
+                        .relayed_unmoved(routing)
+                        .get(&next_hop)
+                        .copied()
+                        .unwrap_or(0),
+                };
                 if held >= self.cfg.backpressure_limit.max(1) {
                     return Err(Withhold::Backpressure);
                 }
@@ -163,6 +174,8 @@ impl HopTransport {
         let last = self.withholding.last_holder;
         list.sort_by_key(|w| (w.geom.block_len, Some(w.from) == last, w.since));
         // Each is evaluated against the waiters kept so far, which are put back as it goes.
+        // What relays hold per next hop is counted once, and again after each admission.
+        let mut relayed = self.relayed_unmoved(ctx.routing);
         for w in list {
             if self
                 .may_admit(
@@ -172,6 +185,7 @@ impl HopTransport {
                     w.geom,
                     w.flags & !FLAG_MICRO,
                     ctx.routing,
+                    Some(&relayed),
                 )
                 .is_ok()
             {
@@ -189,6 +203,7 @@ impl HopTransport {
                 self.on_bsyn(ctx, &bsyn);
                 let k = w.key;
                 self.pump_flow(ctx, k);
+                relayed = self.relayed_unmoved(ctx.routing);
             } else {
                 self.withholding.waiting.push(w);
             }
