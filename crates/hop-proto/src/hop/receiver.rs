@@ -92,8 +92,9 @@ impl HopTransport {
             }
         }
         if !complete_here {
-            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags, ctx.routing, None)
-            {
+            let routing = ctx.routing;
+            let held_toward = |dst| Self::held_toward(&self.relayed_unmoved(routing), routing, dst);
+            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags, &held_toward) {
                 if !bsyn.retry {
                     self.withhold(now, bsyn, reason);
                 }

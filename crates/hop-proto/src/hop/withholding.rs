@@ -66,7 +66,21 @@ impl HopTransport {
         held
     }
 
-    /// Admission of a BSYN's block (backpressure, custody room, ack withholding).
+    /// Complete blocks held as a relay toward `dst`'s next hop, from a count per next hop.
+    pub(super) fn held_toward(
+        relayed: &BTreeMap<NodeId, usize>,
+        routing: &dyn Routing,
+        dst: NodeId,
+    ) -> usize {
+        routing
+            .next_hop(dst)
+            .and_then(|nh| relayed.get(&nh).copied())
+            .unwrap_or(0)
+    }
+
+    /// Admission of a BSYN's block (backpressure, custody room, ack withholding);
+    /// `held_toward(dst)`: complete blocks this node holds as a relay toward `dst`'s next
+    /// hop (see `relayed_unmoved`), looked up only when backpressure per next hop applies.
     pub(super) fn may_admit(
         &self,
         key: FlowKey,
@@ -74,8 +88,7 @@ impl HopTransport {
         from: NodeId,
         geom: BlockGeom,
         flags: u8,
-        routing: &dyn Routing,
-        relayed: Option<&BTreeMap<NodeId, usize>>,
+        held_toward: &dyn Fn(NodeId) -> usize,
     ) -> Result<(), Withhold> {
         let micro = flags & FLAG_MICRO != 0;
         // A block older than every block held here repairs a block the destination is
@@ -118,20 +131,9 @@ impl HopTransport {
             && self.cfg.next_hop_backpressure
             && f.is_relay()
             && !(repair && f.held_unmoved() > 0)
+            && held_toward(f.dst) >= self.cfg.backpressure_limit.max(1)
         {
-            if let Some(next_hop) = routing.next_hop(f.dst) {
-                let held = match relayed {
-                    Some(by_next_hop) => by_next_hop.get(&next_hop).copied().unwrap_or(0),
-                    None => self
-                        .relayed_unmoved(routing)
-                        .get(&next_hop)
-                        .copied()
-                        .unwrap_or(0),
-                };
-                if held >= self.cfg.backpressure_limit.max(1) {
-                    return Err(Withhold::Backpressure);
-                }
-            }
+            return Err(Withhold::Backpressure);
         }
         let have = f
             .blocks
@@ -184,8 +186,7 @@ impl HopTransport {
                     w.from,
                     w.geom,
                     w.flags & !FLAG_MICRO,
-                    ctx.routing,
-                    Some(&relayed),
+                    &|dst| Self::held_toward(&relayed, ctx.routing, dst),
                 )
                 .is_ok()
             {
