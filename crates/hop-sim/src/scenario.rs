@@ -47,6 +47,16 @@ pub const DEFAULT_MAC_QUEUE_FRAMES: usize = 500;
 pub const DEFAULT_MAC_QUEUE_MAX_DELAY_MS: f64 = 500.0;
 /// Default virtual-time limit of a run, seconds.
 pub const DEFAULT_DURATION_S: f64 = 600.0;
+/// Radio model: links shorter than this fraction of `range_m` lose nothing beyond
+/// `topology.loss`; from there the loss rises linearly to `loss_at_range` at the range.
+pub const DEFAULT_LOSS_FREE_FRACTION: f64 = 0.5;
+/// Radio model: the loss of a link exactly `range_m` long.
+pub const DEFAULT_LOSS_AT_RANGE: f64 = 0.5;
+/// Random placements drawn before giving up on a connected one.
+pub const DEFAULT_PLACEMENT_TRIES: u32 = 1000;
+/// Node positions make the link set quadratic in the node count: a bound that keeps building
+/// it (and redrawing it) well under a second.
+pub const MAX_PLACED_NODES: u32 = 5000;
 
 fn default_rate() -> f64 {
     DEFAULT_RATE_MBPS
@@ -75,6 +85,9 @@ pub struct Scenario {
     pub routing: RoutingSpec,
     #[serde(default)]
     pub flows: Vec<FlowSpec>,
+    /// Flows drawn at random (seeded), expanded into `flows` when the simulation is built.
+    #[serde(default)]
+    pub flow_sets: Vec<FlowSetSpec>,
     #[serde(default)]
     pub events: Vec<EventSpec>,
     /// Per-transport configuration overrides, keyed by transport name.
@@ -271,14 +284,52 @@ pub enum Generator {
     Grid,
     /// Node 0 is the hub, every other node a leaf.
     Star,
+    /// `nodes` placed uniformly at random in `width_m` x `height_m` (redrawn until the
+    /// radio links connect them); links from the radio model.
+    Random,
+}
+
+/// `topology.nodes`: a count, or one `[[topology.nodes]]` table (`id`, `x`, `y`) per node.
+#[derive(Debug, Clone)]
+pub enum NodesSpec {
+    Count(u32),
+    Placed(Vec<NodePos>),
+}
+
+/// A node's position in metres.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodePos {
+    pub id: u32,
+    pub x: f64,
+    pub y: f64,
+}
+
+impl<'de> Deserialize<'de> for NodesSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match toml::Value::deserialize(d)? {
+            toml::Value::Integer(i) => u32::try_from(i)
+                .map(NodesSpec::Count)
+                .map_err(|_| D::Error::custom(format!("nodes = {i}: not a node count"))),
+            v @ toml::Value::Array(_) => v
+                .try_into::<Vec<NodePos>>()
+                .map(NodesSpec::Placed)
+                .map_err(|e| D::Error::custom(format!("[[topology.nodes]]: {e}"))),
+            other => Err(D::Error::custom(format!(
+                "nodes must be a node count or [[topology.nodes]] tables with id, x, y; not {other}"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopologySpec {
-    /// Number of nodes; ids are 0..nodes. For a grid, defaults to rows * cols.
+    /// Number of nodes (ids are 0..nodes; for a grid, defaults to rows * cols), or their
+    /// positions.
     #[serde(default)]
-    pub nodes: Option<u32>,
+    pub nodes: Option<NodesSpec>,
     #[serde(default = "d_gen")]
     pub generator: Generator,
     #[serde(default)]
@@ -294,6 +345,57 @@ pub struct TopologySpec {
     pub delay_us: f64,
     #[serde(default)]
     pub links: Vec<LinkSpec>,
+    /// Random placement: the area, metres.
+    #[serde(default)]
+    pub width_m: Option<f64>,
+    #[serde(default)]
+    pub height_m: Option<f64>,
+    /// Radio model: nodes at most this far apart share a link (they decode each other).
+    #[serde(default)]
+    pub range_m: Option<f64>,
+    /// Radio model: nodes farther apart than `range_m` but at most this far sense each
+    /// other's transmissions (defer, and collide at a receiver) without decoding them.
+    /// Default: `range_m` (carrier sense range = decode range).
+    #[serde(default)]
+    pub carrier_sense_range_m: Option<f64>,
+    #[serde(default = "d_loss_free")]
+    pub loss_free_fraction: f64,
+    #[serde(default = "d_loss_at_range")]
+    pub loss_at_range: f64,
+    /// Seed of the random placement; default: the run's seed.
+    #[serde(default)]
+    pub layout_seed: Option<u64>,
+    #[serde(default = "d_tries")]
+    pub placement_tries: u32,
+}
+
+fn d_loss_free() -> f64 {
+    DEFAULT_LOSS_FREE_FRACTION
+}
+fn d_loss_at_range() -> f64 {
+    DEFAULT_LOSS_AT_RANGE
+}
+fn d_tries() -> u32 {
+    DEFAULT_PLACEMENT_TRIES
+}
+
+impl TopologySpec {
+    /// Whether links come from node positions and the radio model.
+    pub fn has_radio(&self) -> bool {
+        self.generator == Generator::Random || matches!(self.nodes, Some(NodesSpec::Placed(_)))
+    }
+
+    /// The loss of a link `d` metres long under the radio model: `loss` up to
+    /// `loss_free_fraction * range_m`, then rising linearly to `loss_at_range` at the range.
+    pub fn loss_at(&self, d: f64) -> f64 {
+        let range = self.range_m.unwrap_or(0.0);
+        let free = self.loss_free_fraction * range;
+        if d <= free || range <= free {
+            return self.loss;
+        }
+        let f = ((d - free) / (range - free)).clamp(0.0, 1.0);
+        self.loss + (self.loss_at_range - self.loss).max(0.0) * f
+    }
 }
 
 fn d_gen() -> Generator {
@@ -445,6 +547,105 @@ fn d_transport() -> String {
     "hop".to_string()
 }
 
+/// A flow's end in a flow set: a node id, or "random".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Endpoint {
+    #[default]
+    Random,
+    Node(u32),
+}
+
+impl<'de> Deserialize<'de> for Endpoint {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match toml::Value::deserialize(d)? {
+            toml::Value::Integer(i) => u32::try_from(i)
+                .map(Endpoint::Node)
+                .map_err(|_| D::Error::custom(format!("{i} is not a node id"))),
+            toml::Value::String(s) if s == "random" => Ok(Endpoint::Random),
+            other => Err(D::Error::custom(format!(
+                "src/dst must be a node id or \"random\", not {other}"
+            ))),
+        }
+    }
+}
+
+/// A flow set's size: one size, or `[min, max]` drawn uniformly per flow.
+#[derive(Debug, Clone)]
+pub enum SizeRange {
+    Fixed(Size),
+    Range(Size, Size),
+}
+
+impl<'de> Deserialize<'de> for SizeRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match toml::Value::deserialize(d)? {
+            toml::Value::Array(a) if a.len() == 2 => {
+                let mut it = a.into_iter().map(Size::try_from);
+                match (it.next(), it.next()) {
+                    (Some(Ok(lo)), Some(Ok(hi))) => Ok(SizeRange::Range(lo, hi)),
+                    (Some(Err(e)), _) | (_, Some(Err(e))) => Err(D::Error::custom(e)),
+                    _ => unreachable!("two elements"),
+                }
+            }
+            toml::Value::Array(_) => Err(D::Error::custom(
+                "size as a range is [min, max], e.g. [\"100KB\", \"10MB\"]",
+            )),
+            v => Size::try_from(v)
+                .map(SizeRange::Fixed)
+                .map_err(D::Error::custom),
+        }
+    }
+}
+
+impl SizeRange {
+    /// (min, max) bytes.
+    pub fn bounds(&self) -> Result<(u64, u64), String> {
+        match self {
+            SizeRange::Fixed(s) => s.bytes().map(|b| (b, b)),
+            SizeRange::Range(lo, hi) => {
+                let (lo, hi) = (lo.bytes()?, hi.bytes()?);
+                if lo > hi {
+                    return Err(format!("size range [{lo}, {hi}]: min above max"));
+                }
+                Ok((lo, hi))
+            }
+        }
+    }
+}
+
+/// `count` flows drawn at random, expanded into ordinary flows when the simulation is built
+/// (after the topology and its routes, which the draw needs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowSetSpec {
+    pub count: u32,
+    #[serde(default)]
+    pub src: Endpoint,
+    #[serde(default)]
+    pub dst: Endpoint,
+    /// The route from src to dst has at least this many hops.
+    #[serde(default = "d_min_hops")]
+    pub min_hops: u32,
+    pub size: SizeRange,
+    /// Every flow starts here, unless `rate_per_s` or `start_window` is set.
+    #[serde(default)]
+    pub start: f64,
+    /// Poisson arrivals from `start` on: exponential gaps of mean 1 / rate_per_s.
+    #[serde(default)]
+    pub rate_per_s: Option<f64>,
+    /// Starts drawn uniformly in [from, to).
+    #[serde(default)]
+    pub start_window: Option<[f64; 2]>,
+    #[serde(default = "d_transport")]
+    pub transport: String,
+}
+
+fn d_min_hops() -> u32 {
+    1
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
@@ -488,6 +689,20 @@ pub struct EventSpec {
     pub count: Option<u32>,
 }
 
+impl NodesSpec {
+    /// The number of nodes.
+    pub fn len(&self) -> u32 {
+        match self {
+            NodesSpec::Count(n) => *n,
+            NodesSpec::Placed(v) => v.len() as u32,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl Scenario {
     /// Parse a scenario from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ScenarioError> {
@@ -521,7 +736,7 @@ impl Scenario {
                 let n = r.checked_mul(c).ok_or_else(|| {
                     ScenarioError::Invalid("topology: rows * cols is too large".into())
                 })?;
-                if let Some(k) = t.nodes {
+                if let Some(k) = t.nodes.as_ref().map(NodesSpec::len) {
                     if k != n {
                         return Err(ScenarioError::Invalid(format!(
                             "topology: nodes = {k} but rows * cols = {n}; drop `nodes` or fix it"
@@ -530,7 +745,7 @@ impl Scenario {
                 }
                 Ok(n)
             }
-            _ => t.nodes.ok_or_else(|| {
+            _ => t.nodes.as_ref().map(NodesSpec::len).ok_or_else(|| {
                 ScenarioError::Invalid("topology.nodes is required (node ids are 0..nodes)".into())
             }),
         }
@@ -619,6 +834,7 @@ impl Scenario {
                 check_delay(&w, d)?;
             }
         }
+        self.validate_radio(n)?;
         for (i, r) in self.routing.routes.iter().enumerate() {
             let w = format!("routing.routes[{i}]");
             node_ok(&w, r.node)?;
@@ -650,6 +866,52 @@ impl Scenario {
             }
             if !(f.start.is_finite() && f.start >= 0.0) {
                 return inv(format!("{w}: start must be >= 0 seconds"));
+            }
+        }
+        for (i, fs) in self.flow_sets.iter().enumerate() {
+            let w = format!("flow_sets[{i}]");
+            if fs.count == 0 || fs.count > 1_000_000 {
+                return inv(format!("{w}: count must be in 1..=1000000"));
+            }
+            for e in [fs.src, fs.dst] {
+                if let Endpoint::Node(x) = e {
+                    node_ok(&w, x)?;
+                }
+            }
+            if let (Endpoint::Node(a), Endpoint::Node(b)) = (fs.src, fs.dst) {
+                if a == b {
+                    return inv(format!("{w}: src and dst are both {a}"));
+                }
+            }
+            if fs.min_hops == 0 {
+                return inv(format!("{w}: min_hops must be at least 1"));
+            }
+            let (_, hi) = fs
+                .size
+                .bounds()
+                .map_err(|e| ScenarioError::Invalid(format!("{w}: {e}")))?;
+            if hi > 1 << 34 {
+                return inv(format!("{w}: size {hi} is too large (limit 16 GiB)"));
+            }
+            if !(fs.start.is_finite() && fs.start >= 0.0) {
+                return inv(format!("{w}: start must be >= 0 seconds"));
+            }
+            if let Some(r) = fs.rate_per_s {
+                if !(r.is_finite() && r > 0.0) {
+                    return inv(format!("{w}: rate_per_s must be > 0"));
+                }
+            }
+            if let Some([a, b]) = fs.start_window {
+                if !(a.is_finite() && b.is_finite() && 0.0 <= a && a <= b) {
+                    return inv(format!(
+                        "{w}: start_window = [{a}, {b}] needs 0 <= from <= to seconds"
+                    ));
+                }
+                if fs.rate_per_s.is_some() {
+                    return inv(format!(
+                        "{w}: give rate_per_s (Poisson arrivals) or start_window (uniform), not both"
+                    ));
+                }
             }
         }
         for (i, e) in self.events.iter().enumerate() {
@@ -699,6 +961,98 @@ impl Scenario {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl Scenario {
+    /// Node positions, the radio range and the placement area.
+    fn validate_radio(&self, n: u32) -> Result<(), ScenarioError> {
+        let inv = |m: String| Err(ScenarioError::Invalid(m));
+        let t = &self.topology;
+        if !t.has_radio() {
+            for (k, set) in [
+                ("width_m", t.width_m.is_some()),
+                ("height_m", t.height_m.is_some()),
+                ("range_m", t.range_m.is_some()),
+                ("carrier_sense_range_m", t.carrier_sense_range_m.is_some()),
+                ("layout_seed", t.layout_seed.is_some()),
+            ] {
+                if set {
+                    return inv(format!(
+                        "topology.{k} needs node positions: generator = \"random\" or \
+                         [[topology.nodes]] tables with id, x, y"
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        if n > MAX_PLACED_NODES {
+            return inv(format!(
+                "topology: {n} placed nodes is too many (limit {MAX_PLACED_NODES})"
+            ));
+        }
+        let Some(range) = t.range_m else {
+            return inv("topology.range_m is required with node positions".into());
+        };
+        if !(range.is_finite() && range > 0.0) {
+            return inv(format!("topology.range_m = {range}: must be > 0 metres"));
+        }
+        if let Some(cs) = t.carrier_sense_range_m {
+            if !(cs.is_finite() && cs >= range) {
+                return inv(format!(
+                    "topology.carrier_sense_range_m = {cs}: must be >= range_m ({range})"
+                ));
+            }
+        }
+        if !(0.0..=1.0).contains(&t.loss_free_fraction) {
+            return inv("topology.loss_free_fraction must be in 0..=1".into());
+        }
+        check_loss("topology.loss_at_range", t.loss_at_range)?;
+        match (&t.nodes, t.generator) {
+            (Some(NodesSpec::Placed(v)), Generator::None) => {
+                let mut seen = vec![false; v.len()];
+                for p in v {
+                    let w = format!("[[topology.nodes]] id = {}", p.id);
+                    if !(p.x.is_finite() && p.y.is_finite()) {
+                        return inv(format!("{w}: x and y must be finite metres"));
+                    }
+                    match seen.get_mut(p.id as usize) {
+                        Some(s) if !*s => *s = true,
+                        Some(_) => return inv(format!("{w}: given twice")),
+                        None => {
+                            return inv(format!(
+                                "{w}: ids must be 0..{} (one table per node)",
+                                v.len()
+                            ))
+                        }
+                    }
+                }
+            }
+            (Some(NodesSpec::Placed(_)), g) => {
+                return inv(format!(
+                    "topology: [[topology.nodes]] positions go with generator = \"none\" \
+                     (the default), not {g:?}"
+                ));
+            }
+            (_, Generator::Random) => {
+                for (k, v) in [("width_m", t.width_m), ("height_m", t.height_m)] {
+                    match v {
+                        Some(x) if x.is_finite() && x >= 0.0 => {}
+                        Some(x) => return inv(format!("topology.{k} = {x}: must be >= 0")),
+                        None => {
+                            return inv(format!(
+                                "topology.{k} is required with generator = \"random\""
+                            ))
+                        }
+                    }
+                }
+                if t.placement_tries == 0 {
+                    return inv("topology.placement_tries must be at least 1".into());
+                }
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -216,6 +216,18 @@ impl Simulation {
             self.push(self.now + air + delay, Ev::RxEnd { n: to, frame });
             refs += 1;
         }
+        if self.shared {
+            for i in 0..self.sense_out[n].len() {
+                let s = &self.sense_out[n][i];
+                let (to, delay) = (s.to as usize, s.delay_ns);
+                if !s.up || self.nodes[to].node.is_none() {
+                    continue;
+                }
+                self.push(self.now + delay, Ev::RxStart { n: to, frame });
+                self.push(self.now + air + delay, Ev::RxEnd { n: to, frame });
+                refs += 1;
+            }
+        }
         if let Some(f) = self.frames.get_mut(&frame) {
             f.refs = refs;
         }
@@ -388,13 +400,17 @@ impl Simulation {
             .edge_ix
             .get(&(sender as u32, n as u32))
             .is_some_and(|&i| self.edges[i].up);
-        if self.nodes[n].node.is_none() || !up {
+        // Within carrier sense range only: the frame keeps the medium busy and spoils what
+        // else this node receives, but is never decoded (it counts as corrupted from the
+        // start, and rx_end finds no link to deliver it over).
+        let sensed_only = !up && self.shared && self.senses(sender, n);
+        if self.nodes[n].node.is_none() || !(up || sensed_only) {
             return;
         }
         let shared = self.shared;
         let sn = &mut self.nodes[n];
         if shared {
-            let corrupted = sn.transmitting || !sn.rx.is_empty();
+            let corrupted = sn.transmitting || !sn.rx.is_empty() || sensed_only;
             for r in &mut sn.rx {
                 r.1 = true;
             }

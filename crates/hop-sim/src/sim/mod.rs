@@ -2,6 +2,7 @@
 //! per-node interface queues, the real [`hop_proto::Node`]s and the applications.
 
 mod apps;
+mod arrivals;
 mod mac;
 mod node;
 mod report;
@@ -24,7 +25,7 @@ pub use apps::pattern;
 use apps::AppFlow;
 use mac::{Frame, ACK_BYTES};
 use node::SimNode;
-use topology::Edge;
+use topology::{Edge, SenseEdge};
 
 /// Microseconds (a scenario's medium timings and link delays) as virtual-time nanoseconds.
 fn ns_from_us(x: f64) -> u64 {
@@ -80,6 +81,10 @@ pub struct Simulation {
     edges: Vec<Edge>,
     out: Vec<Vec<usize>>,
     edge_ix: HashMap<(u32, u32), usize>,
+    /// Per node, the nodes that sense its transmissions without decoding them.
+    sense_out: Vec<Vec<SenseEdge>>,
+    /// Node positions (radio model), metres.
+    positions: Option<Vec<(f64, f64)>>,
     frames: HashMap<u64, Frame>,
     next_frame: u64,
     rng: SmallRng,
@@ -87,6 +92,8 @@ pub struct Simulation {
     flow_by_key: HashMap<FlowKey, usize>,
     flows_done: usize,
     tables: Vec<HashMap<u32, u32>>,
+    /// The route tables at the start of the run (flow sets' draws and flows' hop counts).
+    start_tables: Vec<HashMap<u32, u32>>,
     /// Transports each node hosts, by scenario name.
     hosted: Vec<String>,
     medium: MediumCounters,
@@ -101,6 +108,56 @@ pub struct Simulation {
     txop: u64,
     ack_air: u64,
     max_delay: u64,
+}
+
+/// The transports every node hosts: each name a flow uses, checked against the registry
+/// (with its overrides) and for wire ids used twice.
+fn hosted_transports(sc: &Scenario, registry: &Registry) -> Result<Vec<String>, ScenarioError> {
+    // Transports: every name used by a flow, each instantiable with its overrides.
+    let mut hosted: Vec<String> = Vec::new();
+    for f in &sc.flows {
+        if !hosted.contains(&f.transport) {
+            hosted.push(f.transport.clone());
+        }
+    }
+    for name in sc.transports.keys() {
+        if registry.id_of(name).is_none() {
+            return Err(ScenarioError::Transport {
+                name: name.clone(),
+                reason: format!(
+                    "[transports.{name}] names an unknown transport; known: {}",
+                    registry.names().join(", ")
+                ),
+            });
+        }
+    }
+    let empty = toml::Table::new();
+    let mut ids: BTreeMap<TransportId, String> = BTreeMap::new();
+    for name in &hosted {
+        let id = registry
+            .id_of(name)
+            .ok_or_else(|| ScenarioError::Transport {
+                name: name.clone(),
+                reason: format!("unknown transport; known: {}", registry.names().join(", ")),
+            })?;
+        if let Some(other) = ids.insert(id, name.clone()) {
+            return Err(ScenarioError::Transport {
+                name: name.clone(),
+                reason: format!(
+                    "shares its wire id with {other:?}; a scenario can use only one of them"
+                ),
+            });
+        }
+        let o = sc.transports.get(name).unwrap_or(&empty);
+        registry
+            .build(name, o)
+            .map_err(|reason| ScenarioError::Transport {
+                name: name.clone(),
+                reason,
+            })?;
+    }
+
+    Ok(hosted)
 }
 
 impl Simulation {
@@ -118,50 +175,6 @@ impl Simulation {
         sc.validate()?;
         let seed = seed.unwrap_or(sc.seed);
         let n = sc.node_count()?;
-        // Transports: every name used by a flow, each instantiable with its overrides.
-        let mut hosted: Vec<String> = Vec::new();
-        for f in &sc.flows {
-            if !hosted.contains(&f.transport) {
-                hosted.push(f.transport.clone());
-            }
-        }
-        for name in sc.transports.keys() {
-            if registry.id_of(name).is_none() {
-                return Err(ScenarioError::Transport {
-                    name: name.clone(),
-                    reason: format!(
-                        "[transports.{name}] names an unknown transport; known: {}",
-                        registry.names().join(", ")
-                    ),
-                });
-            }
-        }
-        let empty = toml::Table::new();
-        let mut ids: BTreeMap<TransportId, String> = BTreeMap::new();
-        for name in &hosted {
-            let id = registry
-                .id_of(name)
-                .ok_or_else(|| ScenarioError::Transport {
-                    name: name.clone(),
-                    reason: format!("unknown transport; known: {}", registry.names().join(", ")),
-                })?;
-            if let Some(other) = ids.insert(id, name.clone()) {
-                return Err(ScenarioError::Transport {
-                    name: name.clone(),
-                    reason: format!(
-                        "shares its wire id with {other:?}; a scenario can use only one of them"
-                    ),
-                });
-            }
-            let o = sc.transports.get(name).unwrap_or(&empty);
-            registry
-                .build(name, o)
-                .map_err(|reason| ScenarioError::Transport {
-                    name: name.clone(),
-                    reason,
-                })?;
-        }
-
         let m = &sc.medium;
         let shared = m.kind == MediumKind::Shared;
         let end = ns_from_secs(sc.duration.unwrap_or(DEFAULT_DURATION_S));
@@ -175,6 +188,8 @@ impl Simulation {
             edges: Vec::new(),
             out: vec![Vec::new(); n as usize],
             edge_ix: HashMap::new(),
+            sense_out: vec![Vec::new(); n as usize],
+            positions: None,
             frames: HashMap::new(),
             next_frame: 0,
             rng: SmallRng::seed_from_u64(seed ^ 0x6d65_6469_756d),
@@ -182,7 +197,8 @@ impl Simulation {
             flow_by_key: HashMap::new(),
             flows_done: 0,
             tables: Vec::new(),
-            hosted,
+            start_tables: Vec::new(),
+            hosted: Vec::new(),
             medium: MediumCounters::default(),
             stopped: false,
             stop_reason: "duration",
@@ -199,6 +215,9 @@ impl Simulation {
         };
         sim.build_topology(n)?;
         sim.tables = sim.compute_tables(false, None);
+        sim.start_tables = sim.tables.clone();
+        sim.expand_flow_sets()?;
+        sim.hosted = hosted_transports(&sim.sc, &sim.registry)?;
         for id in 0..n as usize {
             let node = sim.fresh_node(id, 0)?;
             sim.nodes.push(SimNode::new(node));

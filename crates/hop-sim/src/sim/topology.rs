@@ -4,11 +4,17 @@
 use std::collections::HashMap;
 
 use hop_proto::StaticRoutes;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use super::{ns_from_secs, ns_from_us, Ev, Simulation};
 use crate::error::ScenarioError;
 use crate::routes::{shortest_paths, EdgeView};
-use crate::scenario::{EventKind, EventSpec, Generator, RouteMetric};
+use crate::scenario::{EventKind, EventSpec, Generator, NodesSpec, RouteMetric, TopologySpec};
+
+/// Mixed into the run's seed for the random placement, so that it draws from a stream of its
+/// own (the medium's draws do not move when a placement is added, and vice versa).
+const LAYOUT_SEED_MIX: u64 = 0x6c61_796f_7574;
 
 #[derive(Debug, Clone)]
 pub(super) struct Edge {
@@ -20,12 +26,99 @@ pub(super) struct Edge {
     pub(super) up: bool,
 }
 
+/// A pair within carrier sense range but beyond decode range: `to` senses `from`'s
+/// transmissions (and they interfere with its receptions) but cannot decode them.
+#[derive(Debug, Clone)]
+pub(super) struct SenseEdge {
+    pub(super) to: u32,
+    pub(super) delay_ns: u64,
+    pub(super) up: bool,
+}
+
+fn dist(a: (f64, f64), b: (f64, f64)) -> f64 {
+    ((a.0 - b.0).powi(2) + (a.1 - b.1).powi(2)).sqrt()
+}
+
+/// Whether the nodes at `pos` form one component when nodes at most `range` apart are linked.
+fn connected(pos: &[(f64, f64)], range: f64) -> bool {
+    let mut seen = vec![false; pos.len()];
+    let mut stack = vec![0usize];
+    let mut count = 0;
+    if let Some(s) = seen.first_mut() {
+        *s = true;
+    }
+    while let Some(v) = stack.pop() {
+        count += 1;
+        for (u, p) in pos.iter().enumerate() {
+            if !seen[u] && dist(pos[v], *p) <= range {
+                seen[u] = true;
+                stack.push(u);
+            }
+        }
+    }
+    count == pos.len()
+}
+
+/// Node positions: given, or drawn uniformly in the area (seeded) until the radio links
+/// connect every node, at most `placement_tries` times. None without a radio model.
+pub(super) fn place(
+    t: &TopologySpec,
+    n: u32,
+    seed: u64,
+) -> Result<Option<Vec<(f64, f64)>>, ScenarioError> {
+    if !t.has_radio() {
+        return Ok(None);
+    }
+    if let Some(NodesSpec::Placed(v)) = &t.nodes {
+        let mut pos = vec![(0.0, 0.0); v.len()];
+        for p in v {
+            pos[p.id as usize] = (p.x, p.y);
+        }
+        return Ok(Some(pos));
+    }
+    let (w, h) = (t.width_m.unwrap_or(0.0), t.height_m.unwrap_or(0.0));
+    let range = t.range_m.unwrap_or(0.0);
+    let mut rng = SmallRng::seed_from_u64(t.layout_seed.unwrap_or(seed) ^ LAYOUT_SEED_MIX);
+    for _ in 0..t.placement_tries {
+        let pos: Vec<(f64, f64)> = (0..n)
+            .map(|_| (rng.gen::<f64>() * w, rng.gen::<f64>() * h))
+            .collect();
+        if connected(&pos, range) {
+            return Ok(Some(pos));
+        }
+    }
+    Err(ScenarioError::Invalid(format!(
+        "topology: no connected placement of {n} nodes in {w} x {h} m with range_m = {range} \
+         after {} tries; enlarge range_m or shrink the area",
+        t.placement_tries
+    )))
+}
+
 impl Simulation {
     pub(super) fn build_topology(&mut self, n: u32) -> Result<(), ScenarioError> {
         let t = self.sc.topology.clone();
+        self.positions = place(&t, n, self.seed)?;
         let mut pairs: Vec<(u32, u32)> = Vec::new();
+        // Radio links carry their own loss (from their length); other generated links
+        // take `topology.loss`.
+        let mut radio: Vec<(u32, u32, f64)> = Vec::new();
+        let mut sensed: Vec<(u32, u32)> = Vec::new();
+        if let Some(pos) = &self.positions {
+            let range = t.range_m.unwrap_or(0.0);
+            let cs = t.carrier_sense_range_m.unwrap_or(range);
+            for a in 0..n {
+                for b in a + 1..n {
+                    let d = dist(pos[a as usize], pos[b as usize]);
+                    if d <= range {
+                        radio.push((a, b, t.loss_at(d)));
+                    } else if d <= cs {
+                        sensed.push((a, b));
+                    }
+                }
+            }
+        }
         match t.generator {
-            Generator::None => {}
+            Generator::None | Generator::Random => {}
             Generator::Chain => pairs.extend((1..n).map(|i| (i - 1, i))),
             Generator::Star => pairs.extend((1..n).map(|i| (0, i))),
             Generator::Grid => {
@@ -66,6 +159,10 @@ impl Simulation {
             add(self, d(a, b, t.loss, t.rate_mbps, t.delay_us, true));
             add(self, d(b, a, t.loss, t.rate_mbps, t.delay_us, true));
         }
+        for (a, b, loss) in radio {
+            add(self, d(a, b, loss, t.rate_mbps, t.delay_us, true));
+            add(self, d(b, a, loss, t.rate_mbps, t.delay_us, true));
+        }
         for l in &t.links {
             let loss = l.loss.unwrap_or(t.loss);
             let rate = l.rate_mbps.unwrap_or(t.rate_mbps);
@@ -93,8 +190,28 @@ impl Simulation {
                 ),
             );
         }
+        // An explicit link between a sensing pair makes it a link like any other.
+        for (a, b) in sensed {
+            if self.edge_ix.contains_key(&(a, b)) || self.edge_ix.contains_key(&(b, a)) {
+                continue;
+            }
+            for (from, to) in [(a, b), (b, a)] {
+                self.sense_out[from as usize].push(SenseEdge {
+                    to,
+                    delay_ns: ns_from_us(t.delay_us),
+                    up: true,
+                });
+            }
+        }
         self.max_delay = self.edges.iter().map(|e| e.delay_ns).max().unwrap_or(0);
         Ok(())
+    }
+
+    /// Whether `to` senses `from`'s transmissions without decoding them.
+    pub(super) fn senses(&self, from: usize, to: usize) -> bool {
+        self.sense_out[from]
+            .iter()
+            .any(|s| s.up && s.to as usize == to)
     }
 
     /// Route tables: shortest paths (over up links only if `only_up`), then explicit routes.
@@ -142,6 +259,24 @@ impl Simulation {
         tables
     }
 
+    /// Hops of the route from `src` to `dst` in the route tables the run starts with; None
+    /// without a route (or on a loop).
+    pub(super) fn route_hops(&self, src: u32, dst: u32) -> Option<u32> {
+        let (mut at, mut hops) = (src, 0u32);
+        while at != dst {
+            at = *self.start_tables.get(at as usize)?.get(&dst)?;
+            hops += 1;
+            if hops as usize > self.start_tables.len() {
+                return None;
+            }
+        }
+        Some(hops)
+    }
+
+    pub(super) fn nodes_len(&self) -> usize {
+        self.out.len()
+    }
+
     pub(super) fn routes_for(&self, id: usize) -> Box<StaticRoutes> {
         Box::new(
             self.tables[id]
@@ -180,6 +315,14 @@ impl Simulation {
                         topo_changed = true;
                     }
                 }
+                // A node whose links are down is out of the others' hearing altogether.
+                for (from, list) in self.sense_out.iter_mut().enumerate() {
+                    for s in list {
+                        if from == x as usize || s.to == x {
+                            s.up = up;
+                        }
+                    }
+                }
             }
             EventKind::SetLoss => {
                 let (a, b) = (e.a.unwrap_or(0), e.b.unwrap_or(0));
@@ -207,6 +350,122 @@ impl Simulation {
                 }
                 self.kick(i);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dist;
+    use crate::{Registry, Scenario, ScenarioError, Simulation};
+
+    fn build(text: &str) -> Result<Simulation, ScenarioError> {
+        Simulation::new(Scenario::from_toml(text)?, Registry::builtin())
+    }
+
+    const RANDOM: &str = "[topology]\nnodes = 25\ngenerator = \"random\"\nwidth_m = 600.0\n\
+                          height_m = 600.0\nrange_m = 200.0\ncarrier_sense_range_m = 350.0\n";
+
+    #[test]
+    fn loss_is_flat_then_rises_linearly_to_the_range() {
+        let t = Scenario::from_toml(&format!("{RANDOM}loss = 0.1\nloss_at_range = 0.5\n"))
+            .unwrap()
+            .topology;
+        assert_eq!(t.loss_at(0.0), 0.1);
+        assert_eq!(t.loss_at(100.0), 0.1);
+        assert!((t.loss_at(150.0) - 0.3).abs() < 1e-12);
+        assert!((t.loss_at(200.0) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn random_placement_is_seeded_connected_and_links_follow_the_ranges() {
+        let a = build(RANDOM).unwrap();
+        let pos = a.positions.clone().unwrap();
+        assert_eq!(pos.len(), 25);
+        assert!(pos
+            .iter()
+            .all(|p| (0.0..=600.0).contains(&p.0) && (0.0..=600.0).contains(&p.1)));
+        assert_eq!(build(RANDOM).unwrap().positions, a.positions);
+        let other = build(&format!("seed = 2\n{RANDOM}")).unwrap();
+        assert_ne!(other.positions, a.positions);
+        let fixed = build(&format!("seed = 2\n{RANDOM}layout_seed = 1\n")).unwrap();
+        assert_eq!(fixed.positions, a.positions, "layout_seed pins the layout");
+        // Every pair of nodes has a route, links are at most range_m long, sensing pairs
+        // lie between the two ranges, and some pair is hidden: two nodes with a common
+        // neighbour that do not sense each other.
+        for s in 0..25 {
+            for d in 0..25 {
+                assert!(s == d || a.route_hops(s, d).is_some(), "{s} -> {d}");
+            }
+        }
+        for e in &a.edges {
+            let d = dist(pos[e.from as usize], pos[e.to as usize]);
+            assert!(d <= 200.0);
+            assert!((a.sc.topology.loss_at(d) - e.loss).abs() < 1e-12);
+        }
+        let mut sensing = 0;
+        for (from, list) in a.sense_out.iter().enumerate() {
+            for s in list {
+                let d = dist(pos[from], pos[s.to as usize]);
+                assert!(d > 200.0 && d <= 350.0, "{d}");
+                sensing += 1;
+            }
+        }
+        assert!(sensing > 0);
+        let linked = |x: usize, y: usize| a.edge_ix.contains_key(&(x as u32, y as u32));
+        let hidden = (0..25).any(|b| {
+            (0..25).any(|x| {
+                (0..25).any(|y| {
+                    x != y && linked(b, x) && linked(b, y) && !linked(x, y) && !a.senses(x, y)
+                })
+            })
+        });
+        assert!(
+            hidden,
+            "no hidden pair in a 25-node mesh with sensing at 1.75 x range"
+        );
+    }
+
+    #[test]
+    fn a_placement_that_cannot_connect_is_an_error() {
+        let text = RANDOM
+            .replace("range_m = 200.0", "range_m = 1.0")
+            .replace("carrier_sense_range_m = 350.0", "placement_tries = 5");
+        let e = build(&text).err().expect("unconnected").to_string();
+        assert!(
+            e.contains("no connected placement") && e.contains("5 tries"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn explicit_positions_give_links_by_distance() {
+        let text = "[topology]\nrange_m = 100.0\ncarrier_sense_range_m = 150.0\n\
+                    [[topology.nodes]]\nid = 1\nx = 90.0\ny = 0.0\n\
+                    [[topology.nodes]]\nid = 0\nx = 0.0\ny = 0.0\n\
+                    [[topology.nodes]]\nid = 2\nx = 210.0\ny = 0.0\n";
+        let s = build(text).unwrap();
+        assert_eq!(s.positions.as_ref().unwrap()[1], (90.0, 0.0));
+        assert!(s.edge_ix.contains_key(&(0, 1)) && !s.edge_ix.contains_key(&(1, 2)));
+        assert!(s.senses(1, 2) && s.senses(2, 1) && !s.senses(0, 2));
+        for (bad, want) in [
+            (text.replace("id = 2", "id = 1"), "given twice"),
+            (text.replace("id = 2", "id = 7"), "ids must be 0..3"),
+            (text.replace("range_m = 100.0\n", ""), "range_m is required"),
+            (
+                text.replace(
+                    "carrier_sense_range_m = 150.0",
+                    "carrier_sense_range_m = 50.0",
+                ),
+                "must be >= range_m",
+            ),
+            (
+                "[topology]\nnodes = 3\ngenerator = \"chain\"\nrange_m = 5.0\n".to_string(),
+                "needs node positions",
+            ),
+        ] {
+            let e = build(&bad).err().expect("invalid").to_string();
+            assert!(e.contains(want), "{want}: {e}");
         }
     }
 }
