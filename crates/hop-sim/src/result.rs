@@ -6,7 +6,10 @@ use hop_proto::NodeStats;
 use serde::Serialize;
 
 /// Bumped on any incompatible change of the result layout.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: `completed` is the source's knowledge (SendComplete); flows' `hops`; nodes' state at
+/// the end and positions; data airtime; `hop_weighted_jain_fairness`, `efficiency`,
+/// `flows_at_end`, `cache_bytes_at_end`.
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SimResult {
@@ -19,9 +22,18 @@ pub struct SimResult {
     pub virtual_seconds: f64,
     /// The only field that differs between two runs of the same scenario and seed.
     pub wall_seconds: f64,
+    /// Every flow's source got its completion event.
     pub all_flows_completed: bool,
     /// Jain's index over the flows' goodputs; null without flows.
     pub jain_fairness: Option<f64>,
+    /// Jain's index over goodput x hops (Hop paper §5.3.2), over the flows with a route;
+    /// null without such flows.
+    pub hop_weighted_jain_fairness: Option<f64>,
+    pub efficiency: Efficiency,
+    /// Flows still held by the nodes' transports at the end, summed over nodes.
+    pub flows_at_end: u64,
+    /// Bytes still held in the nodes' caches and buffers at the end, summed over nodes.
+    pub cache_bytes_at_end: u64,
     pub flows: Vec<FlowResult>,
     pub nodes: Vec<NodeResult>,
     pub medium: MediumCounters,
@@ -44,6 +56,8 @@ pub struct FlowResult {
     pub size: u64,
     /// Start time, seconds.
     pub start: f64,
+    /// Hops of the route from src to dst in the tables the run starts with; null without one.
+    pub hops: Option<u32>,
     /// Bytes the source transport accepted.
     pub bytes_sent: u64,
     /// Unique in-order bytes delivered at the destination.
@@ -54,8 +68,10 @@ pub struct FlowResult {
     pub identical: bool,
     /// The bytes delivered so far (possibly not all) were in order and equal to those sent.
     pub delivered_bytes_match: bool,
+    /// The source application got its completion event (SendComplete): every byte was
+    /// acknowledged end to end. The destination's side is `bytes_delivered` / `identical`.
     pub completed: bool,
-    /// Seconds from start until the last byte was delivered; null unless completed.
+    /// Seconds from start until the destination had every byte; null unless `identical`.
     pub completion_time: Option<f64>,
     /// Seconds from start until the source saw SendComplete.
     pub send_complete_time: Option<f64>,
@@ -75,10 +91,29 @@ pub struct MacCounters {
     pub rx_collisions: u64,
     pub duplicates_filtered: u64,
     pub airtime_ns: u64,
+    /// Airtime of the `Class::Data` frames among them (link retries included).
+    pub data_airtime_ns: u64,
     /// Push model: frames dropped because their class queue was full.
     pub queue_drops: u64,
     /// Push model: frames dropped after waiting longer than the queue delay limit.
     pub queue_expired: u64,
+}
+
+/// How much of the air went to data that arrived (the issue-46 efficiency figures).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Efficiency {
+    /// Airtime of data frames on the medium (ns), link retries included.
+    pub data_airtime_ns: u64,
+    /// Σ over flows of unique bytes delivered x the flow's hops.
+    pub delivered_byte_hops: u64,
+    /// data_airtime_ns / delivered_byte_hops; null when nothing was delivered.
+    pub data_air_ns_per_byte_hop: Option<f64>,
+    /// Data packets the transports sent (every hop, resends included: `sent_by_type.data`).
+    pub data_packets_sent: u64,
+    /// Of them, resent on the same hop (`data_retransmissions`).
+    pub data_retransmissions: u64,
+    /// data_retransmissions / data_packets_sent; null without data packets.
+    pub data_resend_share: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -100,12 +135,16 @@ pub struct MediumCounters {
     /// Push model: frames dropped after waiting longer than the queue delay limit.
     pub queue_expired: u64,
     pub airtime_ns: u64,
+    /// Airtime of `Class::Data` frames (link retries included).
+    pub data_airtime_ns: u64,
     pub stale_timeouts: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeResult {
     pub id: u32,
+    /// [x, y] in metres with the radio model; null otherwise.
+    pub position: Option<[f64; 2]>,
     pub crashes: u64,
     pub alive: bool,
     pub datagrams_sent: u64,
@@ -117,23 +156,32 @@ pub struct NodeResult {
     pub data_retransmissions: u64,
     pub cache_bytes_peak: u64,
     pub buffered_blocks_peak: u64,
+    /// Flows the node's transports still hold at the end (0 for a node that is down).
+    pub flows_at_end: u64,
+    /// Bytes still in the node's caches and buffers at the end.
+    pub cache_bytes_at_end: u64,
     pub extra: BTreeMap<String, u64>,
     pub mac: MacCounters,
 }
 
 impl NodeResult {
-    /// Sum counters over incarnations and transports; peaks are maxima.
+    /// Sum counters over incarnations and transports; peaks are maxima. `now` is the
+    /// running incarnation's (None for a node that is down); it is also in `all`.
     pub fn from_stats(
         id: u32,
         crashes: u64,
-        alive: bool,
+        now: Option<&NodeStats>,
         all: &[NodeStats],
         mac: MacCounters,
     ) -> Self {
+        let held = |f: fn(&hop_proto::TransportStats) -> u64| -> u64 {
+            now.map_or(0, |s| s.transports.iter().map(|(_, t)| f(t)).sum())
+        };
         let mut r = NodeResult {
             id,
+            position: None,
             crashes,
-            alive,
+            alive: now.is_some(),
             datagrams_sent: 0,
             datagrams_received: 0,
             datagrams_overheard: 0,
@@ -143,6 +191,8 @@ impl NodeResult {
             data_retransmissions: 0,
             cache_bytes_peak: 0,
             buffered_blocks_peak: 0,
+            flows_at_end: held(|t| t.flows),
+            cache_bytes_at_end: held(|t| t.cache_bytes),
             extra: BTreeMap::new(),
             mac,
         };

@@ -494,7 +494,7 @@ fn cli_output_is_reproducible_across_processes() {
         assert!(st.success());
         let mut v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["schema_version"], hop_sim::SCHEMA_VERSION);
         assert_eq!(v["seed"], 9);
         v.as_object_mut().unwrap().remove("wall_seconds");
         outs.push(v);

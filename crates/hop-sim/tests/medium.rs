@@ -47,14 +47,19 @@ fn p2p_lossless_one_hop_delivers_identical_bytes_at_a_plausible_rate() {
 #[test]
 fn control_frames_are_retried_data_frames_are_not() {
     let ctl = run(&one_hop("shared", 0.1, true, "100KB", ""));
-    assert!(ctl.flows[0].completed, "{:?}", ctl.flows[0]);
+    assert!(
+        ctl.flows[0].completed && ctl.flows[0].identical,
+        "{:?}",
+        ctl.flows[0]
+    );
     assert!(ctl.medium.link_retries > 0);
     assert!(ctl.medium.acks_sent > 0);
     let data = run(&one_hop("shared", 0.1, false, "100KB", ""));
     assert_eq!(data.medium.link_retries, 0);
     assert_eq!(data.medium.acks_sent, 0);
-    // Without retries, ~10% of chunks are lost and the in-order probe stalls.
-    assert!(!data.flows[0].completed);
+    // Without retries, ~10% of chunks are lost and the in-order probe stalls. (Its source
+    // completes once everything is sent: the probe has no end-to-end acknowledgement.)
+    assert!(!data.flows[0].identical);
     assert!(data.medium.random_losses > 0);
 }
 
@@ -157,7 +162,11 @@ transport = "probe"
 control = true
 "#;
     let r = run(t);
-    assert!(r.flows[0].completed, "{:?}", r.flows[0]);
+    assert!(
+        r.flows[0].completed && r.flows[0].identical,
+        "{:?}",
+        r.flows[0]
+    );
     assert!(r.nodes[2].datagrams_overheard >= 20, "{:?}", r.nodes[2]);
     assert_eq!(
         r.nodes[2].extra.get("overheard").copied(),
@@ -189,7 +198,7 @@ size = "20KB"
 transport = "probe"
 "#;
     let r = run(t);
-    assert!(r.flows[0].completed);
+    assert!(r.flows[0].completed && r.flows[0].identical);
     assert_eq!(r.nodes[2].datagrams_overheard, 0);
 }
 
@@ -219,7 +228,7 @@ control = true
 #[test]
 fn crashed_node_neither_sends_nor_receives_and_restarts_empty() {
     let base = run(&chain_with_events(""));
-    assert!(base.flows[0].completed);
+    assert!(base.flows[0].completed && base.flows[0].identical);
     let r = run(&chain_with_events(
         "[[events]]\nat = 1.0\nkind = \"node_crash\"\nnode = 1\n",
     ));
@@ -240,7 +249,7 @@ fn crashed_node_neither_sends_nor_receives_and_restarts_empty() {
     ));
     assert!(rs.nodes[1].alive);
     assert!(rs.nodes[1].datagrams_sent > r.nodes[1].datagrams_sent);
-    assert!(!rs.flows[0].completed);
+    assert!(!rs.flows[0].identical);
 }
 
 #[test]
@@ -250,7 +259,7 @@ fn link_down_pauses_and_link_up_resumes() {
     ));
     // Control chunks to a dead link exhaust their retries and are dropped.
     assert!(r.medium.link_drops > 0);
-    assert!(!r.flows[0].completed);
+    assert!(!r.flows[0].identical);
 }
 
 #[test]
@@ -397,7 +406,7 @@ fn routes_recompute_around_a_failed_link_only_when_asked() {
     let s = run(&detour(false));
     assert!(got(&s) <= s.nodes[1].datagrams_sent);
     assert!(s.medium.link_drops > 0);
-    assert!(!s.flows[0].completed);
+    assert!(!s.flows[0].identical);
 }
 
 #[test]
@@ -428,7 +437,7 @@ transport = "probe"
         )
     };
     let b = run(&t(true));
-    assert!(b.flows[0].completed);
+    assert!(b.flows[0].completed && b.flows[0].identical);
     // Node 2 hears node 0's broadcasts meant for node 1 (the envelope still names node 1).
     assert!(b.nodes[2].datagrams_overheard >= 20, "{:?}", b.nodes[2]);
     assert_eq!(run(&t(false)).nodes[2].datagrams_overheard, 0);
@@ -447,6 +456,7 @@ fn lossless_acks_spare_the_acknowledgements_only() {
         "50KB",
         "retry_limit = 18\nlossless_acks = true",
     ));
+    assert!(lossy.flows[0].identical && spared.flows[0].identical);
     assert!(lossy.flows[0].completed && spared.flows[0].completed);
     assert_eq!(spared.medium.collisions, 0);
     assert!(

@@ -262,7 +262,11 @@ impl Simulation {
         sn.mac.frames_sent += 1;
         match p.class {
             Class::Control => sn.mac.control_frames += 1,
-            Class::Data => sn.mac.data_frames += 1,
+            Class::Data => {
+                sn.mac.data_frames += 1;
+                sn.mac.data_airtime_ns += air;
+                self.medium.data_airtime_ns += air;
+            }
         }
         sn.mac.airtime_ns += air;
         self.medium.frames_sent += 1;

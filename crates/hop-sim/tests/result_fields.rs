@@ -1,0 +1,131 @@
+//! What the result says about completion, the state left on the nodes, and the air spent per
+//! delivered byte and hop.
+
+use hop_sim::{Registry, Scenario, SimResult, Simulation};
+
+fn run(text: &str) -> SimResult {
+    let sc = Scenario::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    Simulation::new(sc, Registry::builtin()).unwrap().run()
+}
+
+fn one_hop(transport: &str, events: &str) -> String {
+    format!(
+        r#"
+duration = 20.0
+[topology]
+nodes = 2
+generator = "chain"
+[[flows]]
+src = 0
+dst = 1
+size = "20KB"
+transport = "{transport}"
+{events}
+"#
+    )
+}
+
+#[test]
+fn a_flow_whose_source_never_learns_of_delivery_is_not_completed() {
+    for transport in ["hop", "hxh", "atp"] {
+        let clean = run(&one_hop(transport, ""));
+        let f = &clean.flows[0];
+        assert!(f.completed && f.identical, "{transport}: {f:?}");
+        let (delivered, learned) = (f.completion_time.unwrap(), f.send_complete_time.unwrap());
+        assert!(delivered < learned, "{transport}: {f:?}");
+        assert_eq!(
+            clean.flows_at_end, clean.nodes[1].flows_at_end,
+            "the source let go"
+        );
+        // The same run, but from just after the destination had every byte on, nothing it
+        // sends reaches the source.
+        let cut = format!(
+            "[[events]]\nat = {}\nkind = \"set_loss\"\na = 0\nb = 1\nloss_ba = 1.0\n",
+            delivered + 1e-6
+        );
+        let r = run(&one_hop(transport, &cut));
+        let f = &r.flows[0];
+        assert!(
+            f.identical && f.bytes_delivered == 20_000,
+            "{transport}: {f:?}"
+        );
+        assert_eq!(f.completion_time, Some(delivered), "{transport}");
+        assert!(
+            !f.completed && f.send_complete_time.is_none(),
+            "{transport}: {f:?}"
+        );
+        assert!(!r.all_flows_completed);
+        if f.failed.is_none() {
+            // Still trying: the source holds the flow at the end.
+            assert_eq!(r.stop_reason, "duration");
+            assert!(
+                r.nodes[0].flows_at_end >= 1,
+                "{transport}: {:?}",
+                r.nodes[0]
+            );
+            assert!(r.flows_at_end >= 1);
+        }
+    }
+}
+
+#[test]
+fn completed_flows_report_hops_and_air_per_delivered_byte_hop() {
+    let r = run(r#"
+[topology]
+nodes = 4
+generator = "chain"
+[[flows]]
+src = 0
+dst = 3
+size = "300KB"
+[[flows]]
+src = 2
+dst = 1
+size = "100KB"
+"#);
+    assert!(r.all_flows_completed, "{:?}", r.flows);
+    assert_eq!((r.flows[0].hops, r.flows[1].hops), (Some(3), Some(1)));
+    let e = &r.efficiency;
+    assert_eq!(e.delivered_byte_hops, 300_000 * 3 + 100_000);
+    assert_eq!(e.data_airtime_ns, r.medium.data_airtime_ns);
+    let per_node: u64 = r.nodes.iter().map(|n| n.mac.data_airtime_ns).sum();
+    assert_eq!(per_node, e.data_airtime_ns);
+    assert!(e.data_airtime_ns > 0 && e.data_airtime_ns < r.medium.airtime_ns);
+    // At 11 Mb/s a byte takes 727 ns of air; headers and preambles only add to it.
+    let per = e.data_air_ns_per_byte_hop.unwrap();
+    assert!((727.0..2000.0).contains(&per), "{per}");
+    assert_eq!(
+        e.data_packets_sent,
+        r.nodes
+            .iter()
+            .map(|n| n.sent_by_type.get("data").copied().unwrap_or(0))
+            .sum::<u64>()
+    );
+    let share = e.data_resend_share.unwrap();
+    assert!((0.0..0.5).contains(&share), "{share}");
+    // Flows 3 and 1 hops long with equal goodputs would give 1.0; the index weighs them.
+    let hw = r.hop_weighted_jain_fairness.unwrap();
+    assert!(hw > 0.0 && hw <= 1.0);
+    assert!(r.nodes.iter().all(|n| n.position.is_none()));
+}
+
+#[test]
+fn positions_are_reported_with_the_radio_model() {
+    let r = run(r#"
+[topology]
+nodes = 8
+generator = "random"
+width_m = 300.0
+height_m = 300.0
+range_m = 150.0
+[[flow_sets]]
+count = 2
+size = "10KB"
+"#);
+    assert_eq!(r.flows.len(), 2);
+    assert!(r.flows.iter().all(|f| f.hops.is_some_and(|h| h >= 1)));
+    for n in &r.nodes {
+        let [x, y] = n.position.expect("placed");
+        assert!((0.0..=300.0).contains(&x) && (0.0..=300.0).contains(&y));
+    }
+}
