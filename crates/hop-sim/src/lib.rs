@@ -13,6 +13,7 @@
 //! println!("{}", result.to_json());
 //! ```
 
+pub mod compare;
 pub mod error;
 pub mod result;
 pub mod routes;

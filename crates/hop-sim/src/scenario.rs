@@ -713,6 +713,17 @@ impl Scenario {
         Ok(sc)
     }
 
+    /// A scenario from an already parsed TOML table (e.g. a file with settings applied).
+    pub fn from_table(table: toml::Table) -> Result<Self, ScenarioError> {
+        let sc: Scenario = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                ScenarioError::Parse(e.to_string().replace('\n', " ").trim().to_string())
+            })?;
+        sc.validate()?;
+        Ok(sc)
+    }
+
     /// Read and parse a scenario file.
     pub fn from_file(path: &std::path::Path) -> Result<Self, ScenarioError> {
         let text = std::fs::read_to_string(path)
