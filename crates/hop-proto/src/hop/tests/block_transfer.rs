@@ -195,25 +195,7 @@ fn a_last_block_completed_by_data_alone_finishes_the_flow() {
     // Node 3, the destination, gets every packet of the flow's last block, each flagged FIN,
     // but no BSYN for it (withheld, lost, or answered before a restart).
     let mut h = Harness::new(3, &[(1, 1)], HopTransport::new(small_cfg()));
-    let geom = BlockGeom {
-        block_len: 250,
-        packet_size: 100,
-    };
-    let data = [7u8; 250];
-    for p in 0..geom.packets() {
-        h.recv(
-            1,
-            &HopMessage {
-                header: hdr(0, FLAG_FIN),
-                body: HopBody::Data {
-                    offset: 0,
-                    geom,
-                    packet_num: p as u16,
-                    payload: &data[geom.packet_range(p).unwrap()],
-                },
-            },
-        );
-    }
+    last_block_by_data(&mut h);
     h.drain();
     let mut finished = None;
     while let Some(e) = h.t.poll_event() {

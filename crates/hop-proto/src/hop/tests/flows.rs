@@ -6,25 +6,7 @@ use super::*;
 /// and forgetting the flow (the source's FIN came).
 fn closed_destination() -> Harness {
     let mut h = Harness::new(3, &[(1, 1)], HopTransport::new(small_cfg()));
-    let geom = BlockGeom {
-        block_len: 250,
-        packet_size: 100,
-    };
-    let data = [7u8; 250];
-    for p in 0..geom.packets() {
-        h.recv(
-            1,
-            &HopMessage {
-                header: hdr(0, FLAG_FIN),
-                body: HopBody::Data {
-                    offset: 0,
-                    geom,
-                    packet_num: p as u16,
-                    payload: &data[geom.packet_range(p).unwrap()],
-                },
-            },
-        );
-    }
+    last_block_by_data(&mut h);
     h.recv(
         1,
         &HopMessage {

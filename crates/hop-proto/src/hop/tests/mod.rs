@@ -374,3 +374,27 @@ fn e2e_cums(out: &[Outgoing]) -> Vec<u32> {
         })
         .collect()
 }
+
+/// Every packet of `FLOW`'s last (and only) 250-byte block, each flagged FIN, from node 1,
+/// and no BSYN for it.
+fn last_block_by_data(h: &mut Harness) {
+    let geom = BlockGeom {
+        block_len: 250,
+        packet_size: 100,
+    };
+    let data = [7u8; 250];
+    for p in 0..geom.packets() {
+        h.recv(
+            1,
+            &HopMessage {
+                header: hdr(0, FLAG_FIN),
+                body: HopBody::Data {
+                    offset: 0,
+                    geom,
+                    packet_num: p as u16,
+                    payload: &data[geom.packet_range(p).unwrap()],
+                },
+            },
+        );
+    }
+}
