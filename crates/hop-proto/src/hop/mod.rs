@@ -304,7 +304,16 @@ impl Transport for HopTransport {
                 geom,
                 packet_num,
                 payload,
-            } => self.on_data(ctx, &rx, &h, offset, geom, packet_num, payload),
+            } => {
+                let data = DataIn {
+                    header: h,
+                    offset,
+                    geom,
+                    packet_num,
+                    payload,
+                };
+                self.on_data(ctx, &rx, &data);
+            }
             _ if rx.overheard => {}
             HopBody::Bsyn {
                 offset,

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// A DATA packet as the receiving side takes it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DataIn<'a> {
+    pub(super) header: HopHeader,
+    pub(super) offset: u64,
+    pub(super) geom: BlockGeom,
+    pub(super) packet_num: u16,
+    pub(super) payload: &'a [u8],
+}
+
 /// A BSYN as the receiving side takes it: from the link, or again from the list of withheld
 /// BSYNs when its turn comes (`retry`).
 #[derive(Debug, Clone, Copy)]
@@ -330,96 +340,16 @@ impl HopTransport {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn on_data(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        rx: &Received<'_>,
-        h: &HopHeader,
-        offset: u64,
-        geom: BlockGeom,
-        packet_num: u16,
-        payload: &[u8],
-    ) {
+    /// A DATA packet from the sender of its block, or overheard (cached, §3.2).
+    pub(super) fn on_data(&mut self, ctx: &mut Ctx<'_>, rx: &Received<'_>, data: &DataIn<'_>) {
         let now = ctx.now;
-        let key = flow_key(h);
-        let n = h.block_num;
-        if rx.overheard && !self.cfg.cache_overheard {
+        let (key, n) = (flow_key(&data.header), data.header.block_num);
+        if !self.data_wanted(ctx, rx, data) {
             return;
         }
-        if rx.overheard && (h.src == ctx.local) {
-            return;
-        }
-        if !self.flows.contains_key(&key) && (rx.overheard || h.dst != ctx.local) {
-            // Only cache what fits without displacing custody.
-            if !self.protected_fit(u64::from(geom.block_len), 0) {
-                return;
-            }
-        }
-        if !self.ensure_flow(key, h.dst, ctx.local, now) {
-            return;
-        }
-        let Some(f) = self.flows.get_mut(&key) else {
+        let Some((was_complete, complete, upstream)) = self.store_data(now, rx, data) else {
             return;
         };
-        if f.dest().is_some_and(|d| n < d.next_deliver || d.finished) {
-            return;
-        }
-        if f.source().is_some() {
-            return;
-        }
-        if f.dest().is_none() && (n < f.e2e_cum || f.e2e_fin) && !f.blocks.contains_key(&n) {
-            // Late copies of a block already delivered end to end (its BACK overtook them):
-            // keeping them would start a new transfer of a finished block.
-            return;
-        }
-        if f.blocks.get(&n).is_some_and(|b| b.geom != geom) {
-            if rx.overheard {
-                return;
-            }
-            self.drop_block(key, n);
-        }
-        let Some(f) = self.flows.get_mut(&key) else {
-            return;
-        };
-        let new_block = !f.blocks.contains_key(&n);
-        let b = f
-            .blocks
-            .entry(n)
-            .or_insert_with(|| Block::new(offset, geom, false, now));
-        if new_block {
-            self.cache_bytes += u64::from(geom.block_len);
-        }
-        // Every DATA packet of a flow's last block carries FIN: the block may complete here
-        // from DATA alone (its BSYN was withheld, and the sender sent the packets that
-        // follow a BSYN at once), and without it the destination would never finish.
-        b.fin |= h.flags & FLAG_FIN != 0;
-        let was_complete = b.complete();
-        let fresh = b.store(u32::from(packet_num), payload);
-        b.last_used = now;
-        if !rx.overheard {
-            b.last_data = now;
-            if !fresh && b.overheard.get(u32::from(packet_num)) {
-                // First copy from its sender; the one held was overheard.
-                b.overheard.unset(u32::from(packet_num));
-            } else if !fresh {
-                // A copy of a packet already here: its sender gave up one that was late.
-                b.dups = b.dups.saturating_add(1);
-                bump(&mut self.stats.extra, "data_duplicates");
-            }
-            if b.admitted_from.is_none() {
-                b.admitted_from = Some(rx.link_src);
-            }
-        } else if fresh {
-            b.overheard.set(u32::from(packet_num));
-            self.stats
-                .extra
-                .entry("overheard_cached")
-                .and_modify(|x| *x += 1)
-                .or_insert(1);
-        }
-        let complete = b.complete();
-        let upstream = b.admitted_from;
         if let Some(a) = self.withholding.admitted.get_mut(&(key, n)) {
             a.last_heard = now;
         }
@@ -432,32 +362,112 @@ impl HopTransport {
             }
             self.service_waiting(ctx);
         } else if !rx.overheard && !complete {
-            // A deferred BACK goes as soon as the packets its BSYN announced are here;
-            // otherwise its deadline stays `back_quiet` after the newest packet.
-            let quiet = self.cfg.back_quiet;
-            let held = self
-                .flows
-                .get(&key)
-                .and_then(|f| f.blocks.get(&n))
-                .map(|b| b.have.count())
-                .unwrap_or(0);
-            let mut answer = None;
-            if let Some(f) = self.flows.get_mut(&key) {
-                if let Some(d) = f.deferred.get_mut(&n) {
-                    if held >= u32::from(d.2) {
-                        answer = Some(d.0);
-                    } else {
-                        d.1 = now + quiet;
-                    }
-                }
-                if answer.is_some() {
-                    f.deferred.remove(&n);
-                }
-            }
-            if let Some(up) = answer {
-                self.send_back(key, n, up, now);
-            }
+            self.release_deferred_back(now, key, n);
         }
         self.evict();
+    }
+
+    /// Whether this node keeps a DATA packet: not its own overheard, not of a flow it is the
+    /// source of or has delivered, not a late copy of a block delivered end to end, and,
+    /// cached for a flow it holds nothing of, only if it fits beside custody. A block held
+    /// under another geometry is dropped for the sender's (an overheard one is not kept).
+    fn data_wanted(&mut self, ctx: &mut Ctx<'_>, rx: &Received<'_>, data: &DataIn<'_>) -> bool {
+        let h = &data.header;
+        let (key, n, geom) = (flow_key(h), h.block_num, data.geom);
+        if rx.overheard && (!self.cfg.cache_overheard || h.src == ctx.local) {
+            return false;
+        }
+        if !self.flows.contains_key(&key)
+            && (rx.overheard || h.dst != ctx.local)
+            && !self.protected_fit(u64::from(geom.block_len), 0)
+        {
+            return false;
+        }
+        if !self.ensure_flow(key, h.dst, ctx.local, ctx.now) {
+            return false;
+        }
+        let Some(f) = self.flows.get(&key) else {
+            return false;
+        };
+        if f.dest().is_some_and(|d| n < d.next_deliver || d.finished) || f.source().is_some() {
+            return false;
+        }
+        if f.dest().is_none() && (n < f.e2e_cum || f.e2e_fin) && !f.blocks.contains_key(&n) {
+            // Late copies of a block already delivered end to end (its BACK overtook them):
+            // keeping them would start a new transfer of a finished block.
+            return false;
+        }
+        if f.blocks.get(&n).is_some_and(|b| b.geom != geom) {
+            if rx.overheard {
+                return false;
+            }
+            self.drop_block(key, n);
+        }
+        true
+    }
+
+    /// Store a DATA packet in its block (created if new). Returns whether the block was
+    /// complete before, is complete now, and the upstream neighbour it comes from.
+    fn store_data(
+        &mut self,
+        now: Instant,
+        rx: &Received<'_>,
+        data: &DataIn<'_>,
+    ) -> Option<(bool, bool, Option<NodeId>)> {
+        let h = &data.header;
+        let (key, n, p) = (flow_key(h), h.block_num, u32::from(data.packet_num));
+        let f = self.flows.get_mut(&key)?;
+        if !f.blocks.contains_key(&n) {
+            self.cache_bytes += u64::from(data.geom.block_len);
+        }
+        let b = f
+            .blocks
+            .entry(n)
+            .or_insert_with(|| Block::new(data.offset, data.geom, false, now));
+        // Every DATA packet of a flow's last block carries FIN: the block may complete here
+        // from DATA alone (its BSYN was withheld, and the sender sent the packets that
+        // follow a BSYN at once), and without it the destination would never finish.
+        b.fin |= h.flags & FLAG_FIN != 0;
+        let was_complete = b.complete();
+        let fresh = b.store(p, data.payload);
+        b.last_used = now;
+        if !rx.overheard {
+            b.last_data = now;
+            if !fresh && b.overheard.get(p) {
+                // First copy from its sender; the one held was overheard.
+                b.overheard.unset(p);
+            } else if !fresh {
+                // A copy of a packet already here: its sender gave up one that was late.
+                b.dups = b.dups.saturating_add(1);
+                bump(&mut self.stats.extra, "data_duplicates");
+            }
+            if b.admitted_from.is_none() {
+                b.admitted_from = Some(rx.link_src);
+            }
+        } else if fresh {
+            b.overheard.set(p);
+            bump(&mut self.stats.extra, "overheard_cached");
+        }
+        Some((was_complete, b.complete(), b.admitted_from))
+    }
+
+    /// A deferred BACK goes as soon as the packets its BSYN announced are here; otherwise its
+    /// deadline stays `back_quiet` after the newest packet.
+    fn release_deferred_back(&mut self, now: Instant, key: FlowKey, n: u32) {
+        let quiet = self.cfg.back_quiet;
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let held = f.blocks.get(&n).map_or(0, |b| b.have.count());
+        let Some(d) = f.deferred.get_mut(&n) else {
+            return;
+        };
+        if held < u32::from(d.2) {
+            d.1 = now + quiet;
+            return;
+        }
+        let up = d.0;
+        f.deferred.remove(&n);
+        self.send_back(key, n, up, now);
     }
 }
