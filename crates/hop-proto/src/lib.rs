@@ -90,6 +90,8 @@ pub enum AppError {
     SelfDestination,
     #[error("too many flows (limit {0})")]
     TooManyFlows(usize),
+    #[error("too many flows waiting to start (limit {0}, `max_waiting_flows`)")]
+    TooManyWaitingFlows(usize),
 }
 
 /// Errors from [`Node::handle_datagram`]; the datagram is dropped and counted.

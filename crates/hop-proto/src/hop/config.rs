@@ -130,6 +130,21 @@ pub const DEFAULT_CACHE_LIMIT_BYTES: u64 = 64 << 20;
 /// memory.
 pub const DEFAULT_MAX_FLOWS: usize = 1024;
 
+/// A node's own flows sending at once; flows opened beyond it wait (admission.rs). A quarter
+/// of [`DEFAULT_MAX_FLOWS`]: a node busy with its own flows still has room to relay.
+pub const DEFAULT_MAX_SENDING_FLOWS: usize = 256;
+
+/// A node's own flows sending at once to one destination (admission.rs). A flow beyond it
+/// waits until one of them ends, so an application that keeps more flows than this open
+/// without end to one destination starves the rest. 10,000 small flows (1 B to 16 KB) to a
+/// destination two hops away finish in 334 s with 4, 418 s with 32, 604 s with 64 (BSYNs
+/// withheld by the relay and repeated, docs/notebook/2026-11-28-admission-and-scale.md).
+pub const DEFAULT_MAX_SENDING_FLOWS_PER_DESTINATION: usize = 32;
+
+/// A node's own flows waiting to start; an open beyond it is refused (a waiting flow costs
+/// about 100 bytes plus the bytes the application handed it, within the cache budget).
+pub const DEFAULT_MAX_WAITING_FLOWS: usize = 1 << 20;
+
 /// Flow state on a relay or destination without activity for this long and without blocks in
 /// custody is reclaimed. Long enough to outlast the partitions of §5.7 between two blocks.
 pub const DEFAULT_FLOW_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -269,6 +284,13 @@ pub struct HopConfig {
     pub cache_limit_bytes: u64,
     /// Flows with state on a node.
     pub max_flows: usize,
+    /// This node's own flows that send at once; the ones opened beyond it wait, first
+    /// opened first started (not in the paper, which sends every open flow at once).
+    pub max_sending_flows: usize,
+    /// This node's own flows that send at once to one destination.
+    pub max_sending_flows_per_destination: usize,
+    /// This node's own flows that may wait to start; an open beyond it is refused.
+    pub max_waiting_flows: usize,
     /// Idle flow reclamation on relays and destinations (an unfinished incoming flow: see
     /// [`HopConfig::unfinished_flow_idle_timeout`]).
     #[serde(with = "humantime_serde")]
@@ -317,6 +339,9 @@ impl Default for HopConfig {
             probe_interval: DEFAULT_PROBE_INTERVAL,
             cache_limit_bytes: DEFAULT_CACHE_LIMIT_BYTES,
             max_flows: DEFAULT_MAX_FLOWS,
+            max_sending_flows: DEFAULT_MAX_SENDING_FLOWS,
+            max_sending_flows_per_destination: DEFAULT_MAX_SENDING_FLOWS_PER_DESTINATION,
+            max_waiting_flows: DEFAULT_MAX_WAITING_FLOWS,
             flow_idle_timeout: DEFAULT_FLOW_IDLE_TIMEOUT,
             custody_expiry: DEFAULT_CUSTODY_EXPIRY,
             give_up_after: DEFAULT_GIVE_UP_AFTER,
@@ -331,8 +356,8 @@ impl HopConfig {
     /// 50), every mechanism of §3 on, and none of this implementation's extensions: a fixed
     /// BSYN timer doubled per unanswered BSYN, every packet a BACK reports missing sent again
     /// (§3.1), no link window, and the scheduler's txop round robin over all transfers
-    /// (§3.6). Resource bounds the paper does not have (cache, flows, expiry) are the
-    /// shipped ones.
+    /// (§3.6), and every open flow of a node sending at once (up to `max_flows`). Resource
+    /// bounds the paper does not have (cache, flows, expiry) are the shipped ones.
     pub fn paper() -> Self {
         HopConfig {
             next_hop_backpressure: false,
@@ -342,6 +367,8 @@ impl HopConfig {
             duplicate_feedback: false,
             link_window_packets: 0,
             round_per_next_hop: false,
+            max_sending_flows: DEFAULT_MAX_FLOWS,
+            max_sending_flows_per_destination: DEFAULT_MAX_FLOWS,
             ..HopConfig::default()
         }
     }

@@ -281,8 +281,11 @@ impl HopTransport {
             self.drop_block(key, n);
         }
         if let Some(f) = self.flows.remove(&key) {
+            // Room for a waiting flow of this node's own (admission.rs).
+            self.waiting.recheck = true;
             match f.role {
                 Role::Source(s) => {
+                    self.waiting.ended(f.dst);
                     self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
                     self.note_cache();
                 }

@@ -12,6 +12,7 @@
 //!
 //! The transport is sans-IO: see [`crate::Transport`].
 
+mod admission;
 mod back;
 mod bitmap;
 mod bsyn;
@@ -50,6 +51,7 @@ use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
 use crate::{AppError, Event, FailReason, FlowKey};
 
+use admission::*;
 use bsyn::*;
 use bsyn_timer::*;
 use diag::*;
@@ -100,6 +102,8 @@ pub struct HopTransport {
     /// changed since it was last computed (timers.rs).
     deadlines: Deadlines,
     housekeeping_at: Option<Instant>,
+    /// This node's own flows opened beyond `max_sending_flows`, waiting to start.
+    waiting: OpenQueue,
     /// Source flows with new application bytes or a finish to cut into blocks when polled.
     to_form: Vec<FlowKey>,
     /// What is known of the data packets this node handed to its link (loss inference).
@@ -145,6 +149,7 @@ impl HopTransport {
             in_flight: BTreeSet::new(),
             housekeeping_at: None,
             to_form: Vec::new(),
+            waiting: OpenQueue::default(),
             link_queue: LinkQueue::default(),
             bsyn_rtt: BTreeMap::new(),
             window: LinkWindow {
@@ -207,18 +212,7 @@ impl Transport for HopTransport {
         if dst == ctx.local {
             return Err(AppError::SelfDestination);
         }
-        if self.flows.len() >= self.cfg.max_flows {
-            return Err(AppError::TooManyFlows(self.cfg.max_flows));
-        }
-        let mut f = Flow::new(dst, ctx.now);
-        f.role = Role::Source(SourceState {
-            rto: self.cfg.vtx_initial_timeout,
-            last_progress: ctx.now,
-            had_route: ctx.routing.next_hop(dst).is_some(),
-            ..SourceState::default()
-        });
-        self.flows.insert(key, f);
-        self.stats.flows = self.flows.len() as u64;
+        self.open_flow(ctx, key, dst)?;
         self.refresh_timer(ctx.now);
         Ok(())
     }
@@ -230,6 +224,9 @@ impl Transport for HopTransport {
         mut data: Bytes,
     ) -> Result<usize, AppError> {
         self.tick(ctx.now);
+        if self.waiting.contains(&flow) {
+            return self.send_waiting(flow, data);
+        }
         let limit = self.cfg.source_buffer_bytes.max(self.cfg.block_bytes());
         let f = self
             .flows
@@ -261,6 +258,9 @@ impl Transport for HopTransport {
 
     fn finish(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
         self.tick(ctx.now);
+        if self.waiting.contains(&flow) {
+            return self.finish_waiting(flow);
+        }
         let f = self
             .flows
             .get_mut(&flow)
@@ -279,6 +279,9 @@ impl Transport for HopTransport {
 
     fn abort(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError> {
         self.tick(ctx.now);
+        if self.abort_waiting(flow) {
+            return Ok(());
+        }
         if !self.flows.get(&flow).is_some_and(|f| f.source().is_some()) {
             return Err(AppError::UnknownFlow(flow));
         }
@@ -402,6 +405,7 @@ impl Transport for HopTransport {
 
     fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
         self.tick(ctx.now);
+        self.start_waiting(ctx);
         if !self.to_form.is_empty() {
             for key in std::mem::take(&mut self.to_form) {
                 self.pump_flow(ctx, key);

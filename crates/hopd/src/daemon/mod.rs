@@ -340,7 +340,9 @@ impl Daemon {
                     }
                     Err(e) => {
                         let code = match e {
-                            AppError::TooManyFlows(_) => ErrorCode::NoSpace,
+                            AppError::TooManyFlows(_) | AppError::TooManyWaitingFlows(_) => {
+                                ErrorCode::NoSpace
+                            }
                             AppError::SelfDestination => ErrorCode::BadRequest,
                             _ => ErrorCode::Internal,
                         };

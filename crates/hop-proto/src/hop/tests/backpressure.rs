@@ -6,6 +6,7 @@ use super::*;
 fn flow_limit_refuses_new_flows() {
     let cfg = HopConfig {
         max_flows: 2,
+        max_waiting_flows: 0,
         ..small_cfg()
     };
     let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
@@ -31,7 +32,8 @@ fn flow_limit_refuses_new_flows() {
     assert_eq!(h.t.stats().flows, 2);
     assert_eq!(h.t.stats().extra["flows_refused"], 1);
     let r = h.with(|t, ctx| t.open(ctx, FlowKey { src: 2, id: 1 }, 9));
-    assert_eq!(r, Err(AppError::TooManyFlows(2)));
+    // This node's own flow would wait for room; with no waiting allowed it is refused.
+    assert_eq!(r, Err(AppError::TooManyWaitingFlows(0)));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! sections (§3.1-§3.6) and then by this implementation's extensions. Multi-node behaviour
 //! is tested on the simulator (crates/hop-sim/tests).
 
+mod admission;
 mod backpressure;
 mod block_transfer;
 mod bsyn_timer;
