@@ -148,7 +148,12 @@ impl SizeRange {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlowSetSpec {
+    /// Flows in the set; with `each_source`, flows per source.
     pub count: u32,
+    /// Every node the set allows as a source (one with a destination at `min_hops` or more)
+    /// opens `count` flows, to destinations drawn among its own.
+    #[serde(default)]
+    pub each_source: bool,
     #[serde(default)]
     pub src: Endpoint,
     #[serde(default)]

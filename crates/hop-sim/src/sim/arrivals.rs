@@ -51,9 +51,23 @@ impl Simulation {
         let mix = FLOW_SET_SEED_MIX ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let mut rng = SmallRng::seed_from_u64(self.seed ^ mix);
         let mut t = set.start;
-        let mut out = Vec::with_capacity(set.count as usize);
-        for _ in 0..set.count {
-            let (src, dst) = pairs[rng.gen_range(0..pairs.len())];
+        // With `each_source`: `count` flows per source, each to one of that source's pairs
+        // (the pairs are in source order).
+        let draws: Vec<std::ops::Range<usize>> = if set.each_source {
+            let mut ranges = Vec::new();
+            let mut at = 0;
+            while at < pairs.len() {
+                let end = at + pairs[at..].partition_point(|p| p.0 == pairs[at].0);
+                ranges.extend(std::iter::repeat(at..end).take(set.count as usize));
+                at = end;
+            }
+            ranges
+        } else {
+            vec![0..pairs.len(); set.count as usize]
+        };
+        let mut out = Vec::with_capacity(draws.len());
+        for range in draws {
+            let (src, dst) = pairs[rng.gen_range(range)];
             let size = rng.gen_range(lo..=hi);
             let start = match (set.rate_per_s, set.start_window) {
                 (Some(rate), _) => {
@@ -124,6 +138,21 @@ mod tests {
         }
         assert_eq!(f, flows(&text), "seeded");
         assert_ne!(f, flows(&format!("seed = 2\n{text}")));
+    }
+
+    #[test]
+    fn each_source_opens_count_flows_to_its_own_destinations() {
+        let text = format!(
+            "{CHAIN}[[flow_sets]]\ncount = 10\neach_source = true\nmin_hops = 4\nsize = 1\n"
+        );
+        let f = flows(&text);
+        // Sources with a destination 4+ hops away on the chain 0-5: 0, 1, 4, 5.
+        assert_eq!(f.len(), 40);
+        for s in [0, 1, 4, 5] {
+            let mine: Vec<_> = f.iter().filter(|x| x.0 == s).collect();
+            assert_eq!(mine.len(), 10, "source {s}");
+            assert!(mine.iter().all(|x| x.1.abs_diff(s) >= 4));
+        }
     }
 
     #[test]
