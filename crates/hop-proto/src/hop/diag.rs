@@ -28,8 +28,12 @@ pub(super) enum SendState {
     Held,
 }
 
-/// How often the time-in-state counters look the sending state up (diagnostics only).
+/// How often the time-in-state counters look the sending state up (diagnostics only), on a
+/// node holding at most [`STATE_SAMPLE_FLOWS`] flows; a node holding more looks it up
+/// proportionally less often, so that the lookup (which walks every flow) costs a bounded
+/// share of the node's work however many flows cross it.
 pub(super) const STATE_SAMPLE: Duration = Duration::from_millis(10);
+pub(super) const STATE_SAMPLE_FLOWS: usize = 64;
 
 /// Names of the counters, in [`SendState`] order, and how long the node was in none of them.
 pub(super) const SEND_STATE_NAMES: [&str; 5] = [
@@ -54,8 +58,9 @@ pub(super) struct StateClock {
     pub(super) spent: [Duration; 5],
     pub(super) idle: Duration,
     pub(super) withholding: [Duration; 2],
-    /// When the sending state was last looked up, and what it was.
-    pub(super) sampled: Option<(Instant, Option<SendState>)>,
+    /// When the sending state was last looked up, what it was, and whether BSYNs were
+    /// withheld for backpressure and for ack withholding.
+    pub(super) sampled: Option<(Instant, Option<SendState>, [bool; 2])>,
 }
 
 pub(super) fn bump(map: &mut BTreeMap<&'static str, u64>, k: &'static str) {
@@ -131,22 +136,25 @@ impl HopTransport {
         if d.is_zero() {
             return;
         }
-        // The state is looked up at most once per `STATE_SAMPLE` (it walks every flow): the
+        // The state is looked up at most once per sample period (it walks every flow): the
         // time in between is credited to the state seen last.
-        if self.state_clock.sampled.map_or(true, |(t, _)| {
-            now.saturating_duration_since(t) >= STATE_SAMPLE
+        let scale = (self.flows.len() / STATE_SAMPLE_FLOWS).max(1) as u32;
+        if self.state_clock.sampled.map_or(true, |(t, ..)| {
+            now.saturating_duration_since(t) >= STATE_SAMPLE * scale
         }) {
-            self.state_clock.sampled = Some((at, self.send_state()));
+            let withheld = [Withhold::Backpressure, Withhold::AckWithholding]
+                .map(|r| self.withholding.waiting.iter().any(|w| w.reason == r));
+            self.state_clock.sampled = Some((at, self.send_state(), withheld));
         }
-        match self.state_clock.sampled.and_then(|(_, st)| st) {
+        let Some((_, state, withheld)) = self.state_clock.sampled else {
+            return;
+        };
+        match state {
             Some(st) => self.state_clock.spent[st as usize] += d,
             None => self.state_clock.idle += d,
         }
-        for (i, reason) in [Withhold::Backpressure, Withhold::AckWithholding]
-            .into_iter()
-            .enumerate()
-        {
-            if self.withholding.waiting.iter().any(|w| w.reason == reason) {
+        for (i, w) in withheld.into_iter().enumerate() {
+            if w {
                 self.state_clock.withholding[i] += d;
             }
         }

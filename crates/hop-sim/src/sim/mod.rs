@@ -9,7 +9,9 @@ mod report;
 mod topology;
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use bytes::Bytes;
 use hop_proto::{FlowKey, Instant, TransportId};
@@ -91,9 +93,9 @@ pub struct Simulation {
     flows: Vec<AppFlow>,
     flow_by_key: HashMap<FlowKey, usize>,
     flows_done: usize,
-    tables: Vec<HashMap<u32, u32>>,
+    tables: Vec<std::collections::HashMap<u32, u32>>,
     /// The route tables at the start of the run (flow sets' draws and flows' hop counts).
-    start_tables: Vec<HashMap<u32, u32>>,
+    start_tables: Vec<std::collections::HashMap<u32, u32>>,
     /// Transports each node hosts, by scenario name.
     hosted: Vec<String>,
     medium: MediumCounters,
@@ -187,14 +189,14 @@ impl Simulation {
             nodes: Vec::new(),
             edges: Vec::new(),
             out: vec![Vec::new(); n as usize],
-            edge_ix: HashMap::new(),
+            edge_ix: HashMap::default(),
             sense_out: vec![Vec::new(); n as usize],
             positions: None,
-            frames: HashMap::new(),
+            frames: HashMap::default(),
             next_frame: 0,
             rng: SmallRng::seed_from_u64(seed ^ 0x6d65_6469_756d),
             flows: Vec::new(),
-            flow_by_key: HashMap::new(),
+            flow_by_key: HashMap::default(),
             flows_done: 0,
             tables: Vec::new(),
             start_tables: Vec::new(),

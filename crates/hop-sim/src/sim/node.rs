@@ -1,7 +1,9 @@
 //! The hosted nodes: each a real `hop_proto::Node` with its interface queues and MAC state,
 //! driven by the simulator (kick, timer), crashed and restarted by scenario events.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 
 use hop_proto::{Class, Node, NodeStats};
@@ -21,6 +23,10 @@ pub(super) struct SimNode {
     pub(super) incarnation: u64,
     pub(super) crashes: u64,
     pub(super) timer_at: Option<u64>,
+    /// The earliest timer event of this node in the event queue (later ones may be there
+    /// too): a deadline that moves later pushes no event, so the queue does not fill with
+    /// stale ones.
+    pub(super) timer_queued: Option<u64>,
     pub(super) ctrl_q: VecDeque<Pending>,
     pub(super) data_q: VecDeque<Pending>,
     pub(super) cur: Option<Pending>,
@@ -47,6 +53,7 @@ impl SimNode {
             incarnation: 0,
             crashes: 0,
             timer_at: None,
+            timer_queued: None,
             ctrl_q: VecDeque::new(),
             data_q: VecDeque::new(),
             cur: None,
@@ -58,7 +65,7 @@ impl SimNode {
             busy: 0,
             transmitting: false,
             rx: Vec::new(),
-            last_seq: HashMap::new(),
+            last_seq: HashMap::default(),
             tx_seq: 0,
             mac: MacCounters::default(),
             past: Vec::new(),
@@ -167,7 +174,14 @@ impl Simulation {
 
     /// The node's timer event: hand the timeout to the node, then serve what it produced.
     pub(super) fn timer_fired(&mut self, n: usize) {
+        if self.nodes[n].timer_queued == Some(self.now) {
+            self.nodes[n].timer_queued = None;
+        }
         if self.nodes[n].timer_at != Some(self.now) {
+            // Stale: the deadline moved. A later one still needs its event.
+            if let Some(t) = self.nodes[n].timer_at {
+                self.queue_timer(n, t);
+            }
             return;
         }
         self.nodes[n].timer_at = None;
@@ -192,12 +206,18 @@ impl Simulation {
         match node.poll_timeout() {
             Some(t) => {
                 let t = t.as_nanos().max(min_t);
-                if self.nodes[n].timer_at != Some(t) {
-                    self.nodes[n].timer_at = Some(t);
-                    self.push(t, Ev::Timer { n });
-                }
+                self.nodes[n].timer_at = Some(t);
+                self.queue_timer(n, t);
             }
             None => self.nodes[n].timer_at = None,
+        }
+    }
+
+    /// Make sure an event fires at or before `t` for node `n`'s timer.
+    fn queue_timer(&mut self, n: usize, t: u64) {
+        if self.nodes[n].timer_queued.map_or(true, |q| q > t) {
+            self.nodes[n].timer_queued = Some(t);
+            self.push(t, Ev::Timer { n });
         }
     }
 
