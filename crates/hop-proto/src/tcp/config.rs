@@ -32,10 +32,12 @@ pub const DELAYED_ACK: Duration = Duration::from_millis(40);
 /// `WifiMacQueue` holds 500; 100 is ns-3's default `DropTailQueue` size and the order of
 /// magnitude of the interface queues these models put in front of a slow radio.
 pub const QUEUE_LIMIT_PACKETS: usize = 100;
-/// A flow with data outstanding and no acknowledgement progress for this long fails.
-/// Linux gives up after `tcp_retries2` = 15 retransmissions (about 15 minutes); the
-/// simulator's runs need a bound of the order of its other transports' (ATP: 30 s).
-pub const GIVE_UP_AFTER: Duration = Duration::from_secs(60);
+/// A flow with data outstanding and no acknowledgement progress for this long fails (and a
+/// destination that hears nothing of a flow for this long drops it). Linux gives up after
+/// `tcp_retries2` = 15 backed-off retransmissions, about 924 s with a 200 ms minimum RTO
+/// (`ip-sysctl.rst`); 15 minutes keeps a starved flow trying for the whole of any
+/// simulated run, as the kernel's would, instead of failing it early.
+pub const GIVE_UP_AFTER: Duration = Duration::from_secs(15 * 60);
 /// Send buffer per flow (the simulator's application blocks when it is full).
 pub const SEND_BUFFER_BYTES: usize = 256 * 1024;
 
