@@ -9,9 +9,9 @@ use hop_sim::{Registry, Scenario, SimResult, Simulation};
 /// Nodes 200 m apart on a line, radio range 250 m (neighbours only), carrier sense 1000 m
 /// (everyone), no loss; one 2 MB flow from the first node to the last.
 fn line(nodes: u32, transport: &str) -> String {
-    let mut s = format!(
+    let mut s = String::from(
         "seed = 1\nduration = 60.0\n[topology]\ngenerator = \"none\"\nrange_m = 250.0\n\
-         carrier_sense_range_m = 1000.0\nloss_free_fraction = 1.0\n"
+         carrier_sense_range_m = 1000.0\nloss_free_fraction = 1.0\n",
     );
     for i in 0..nodes {
         s.push_str(&format!(

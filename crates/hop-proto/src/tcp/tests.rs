@@ -377,3 +377,74 @@ fn a_flow_without_a_route_fails_after_give_up() {
         }
     )));
 }
+
+mod arbitrary {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A message body: random bytes, or a well-formed segment or ACK with random fields.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..60),
+            (any::<bool>(), 0u32..4, 0u32..4, 0u32..200, 0usize..50).prop_map(
+                |(fin, src, dst, seq, len)| Message::Segment(wire::Segment {
+                    flags: if fin { wire::FLAG_FIN } else { 0 },
+                    src,
+                    id: 7,
+                    dst,
+                    seq,
+                    payload: &vec![1; len],
+                })
+                .to_vec()
+            ),
+            (
+                0u32..4,
+                0u32..200,
+                0u32..100,
+                proptest::collection::vec((0u32..200, 1u32..9), 0..3)
+            )
+                .prop_map(|(src, ack, wnd, b)| Message::Ack(wire::Ack {
+                    src,
+                    id: 7,
+                    ack,
+                    wnd,
+                    blocks: b.into_iter().map(|(s, l)| (s, s + l)).collect(),
+                })
+                .to_vec()),
+        ]
+    }
+
+    proptest! {
+        /// Node 1 sends a flow to 3 and receives whatever comes, in any order, with timeouts
+        /// and polls between: nothing panics and a handled deadline is not reported again.
+        #[test]
+        fn never_panics_never_spins(steps in proptest::collection::vec((body(), 0u8..4, 0u64..300), 1..80)) {
+            let mut t = TcpTransport::new(TcpConfig::default());
+            let mut env = Env::new(&[(2, 2), (3, 2), (0, 0)], 1);
+            let mut now = Instant::from_nanos(0);
+            t.open(&mut env.ctx(now, 1), F, 3).unwrap();
+            let _ = t.send(&mut env.ctx(now, 1), F, Bytes::from(vec![5u8; 30_000]));
+            for (b, op, dt) in steps {
+                now += Duration::from_millis(dt);
+                match op {
+                    0 => {
+                        let rx = Received { link_src: 2, link_dst: 1, overheard: false, body: &b };
+                        let _ = t.handle(&mut env.ctx(now, 1), rx);
+                    }
+                    1 if t.poll_timeout().is_some_and(|d| d <= now) => {
+                        t.handle_timeout(&mut env.ctx(now, 1));
+                        prop_assert!(t.poll_timeout().map_or(true, |d| d > now));
+                    }
+                    2 => { let _ = t.finish(&mut env.ctx(now, 1), F); }
+                    _ => {}
+                }
+                let mut polled = 0;
+                while t.poll_transmit(&mut env.ctx(now, 1)).is_some() {
+                    polled += 1;
+                    prop_assert!(polled < 10_000);
+                }
+                while t.poll_event().is_some() {}
+            }
+        }
+    }
+}
