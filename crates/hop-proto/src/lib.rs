@@ -11,6 +11,7 @@ pub mod hxh;
 pub mod node;
 pub mod routing;
 mod stream;
+pub mod tcp;
 #[cfg(test)]
 mod test_support;
 pub mod time;

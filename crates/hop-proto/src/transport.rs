@@ -26,6 +26,10 @@ pub enum Class {
     /// link-layer broadcast so neighbours overhear it; the envelope still names the intended
     /// next hop.
     Data,
+    /// Unicast with link-layer ACK and retries at best-effort priority (AC_BE, DSCP 0): how
+    /// kernel TCP's segments and ACKs travel over 802.11. The baselines use it; it is never
+    /// sent as a link-layer broadcast.
+    Acked,
 }
 
 /// What a node knows about itself, lent to a transport for one call.

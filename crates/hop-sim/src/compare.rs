@@ -1,7 +1,12 @@
 //! `hop-sim compare`: one scenario at several seeds and in several variants, reduced to the
 //! figures issue 46 judges a busy mesh by (delivered bytes, mean and median flow goodput, the
 //! share of flows that delivered anything, hop-weighted Jain, resend share, air per
-//! delivered byte-hop).
+//! delivered byte-hop), and each variant's mean and median goodput against the first's.
+//!
+//! A variant may run the flows over another transport: `transport=NAME` (or the
+//! `--transport NAME` flag) sets the transport of every `[[flows]]` and `[[flow_sets]]`
+//! entry, so that e.g. Hop and the `tcp` baseline run side by side on the same topology,
+//! flows and seeds.
 
 use serde::Serialize;
 
@@ -18,6 +23,9 @@ pub struct Variant {
     /// (dotted key, value); a key without a dot is one of `[transports.hop]`.
     #[serde(skip)]
     pub sets: Vec<(String, toml::Value)>,
+    /// Every flow and flow set runs over this transport (`transport=NAME`).
+    #[serde(skip)]
+    pub transport: Option<String>,
 }
 
 impl Variant {
@@ -26,13 +34,25 @@ impl Variant {
         Variant {
             name: "as written".into(),
             sets: Vec::new(),
+            transport: None,
+        }
+    }
+
+    /// The scenario with every flow over `transport`.
+    pub fn transport(transport: &str) -> Self {
+        Variant {
+            name: format!("transport={transport}"),
+            sets: Vec::new(),
+            transport: Some(transport.to_string()),
         }
     }
 
     /// `KEY=VALUE[;KEY=VALUE...]`. VALUE is read as a TOML value (`false`, `3`, `0.5`,
-    /// `"200ms"`), or taken as a string when it is not one (`200ms`).
+    /// `"200ms"`), or taken as a string when it is not one (`200ms`). The key `transport`
+    /// names the transport every flow runs over.
     pub fn parse(spec: &str) -> Result<Self, String> {
         let mut sets = Vec::new();
+        let mut transport = None;
         for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part
                 .split_once('=')
@@ -40,6 +60,14 @@ impl Variant {
             let (k, v) = (k.trim(), v.trim());
             if k.is_empty() {
                 return Err(format!("--set {part:?}: empty key"));
+            }
+            if k == "transport" {
+                let name = v.trim_matches('"');
+                if name.is_empty() {
+                    return Err(format!("--set {part:?}: empty transport name"));
+                }
+                transport = Some(name.to_string());
+                continue;
             }
             let key = if k.contains('.') {
                 k.to_string()
@@ -52,12 +80,13 @@ impl Variant {
                 .unwrap_or_else(|| toml::Value::String(v.to_string()));
             sets.push((key, value));
         }
-        if sets.is_empty() {
+        if sets.is_empty() && transport.is_none() {
             return Err(format!("--set {spec:?}: no KEY=VALUE"));
         }
         Ok(Variant {
             name: spec.trim().to_string(),
             sets,
+            transport,
         })
     }
 
@@ -79,6 +108,21 @@ impl Variant {
                 })?;
             }
             t.insert(last.to_string(), value.clone());
+        }
+        if let Some(name) = &self.transport {
+            for list in ["flows", "flow_sets"] {
+                let Some(v) = root.get_mut(list) else {
+                    continue;
+                };
+                let entries = v.as_array_mut().ok_or_else(|| {
+                    ScenarioError::Invalid(format!("transport={name}: {list} is not an array"))
+                })?;
+                for e in entries {
+                    if let Some(t) = e.as_table_mut() {
+                        t.insert("transport".into(), toml::Value::String(name.clone()));
+                    }
+                }
+            }
         }
         Scenario::from_table(root)
     }
@@ -251,8 +295,15 @@ fn stats(xs: impl Iterator<Item = Option<f64>>) -> Option<(f64, f64, f64)> {
     Some((mean, lo, hi))
 }
 
+/// Mean over a variant's runs of one figure.
+fn mean_of(v: &VariantRuns, get: fn(&RunFigures) -> f64) -> f64 {
+    v.runs.iter().map(get).sum::<f64>() / v.runs.len().max(1) as f64
+}
+
 /// The comparison as a text table: per variant, each figure's mean over the seeds and, under
-/// it, its range.
+/// it, its range; then the first variant's mean (and median) goodput divided by this
+/// variant's, both averaged over the seeds first (with Hop as written first and
+/// `transport=tcp` second, the tcp row reads Hop/TCP).
 pub fn table(scenario: &str, seeds: &[u64], results: &[VariantRuns]) -> String {
     type Col = (&'static str, fn(&RunFigures) -> Option<f64>, usize);
     let cols: [Col; 7] = [
@@ -279,7 +330,22 @@ pub fn table(scenario: &str, seeds: &[u64], results: &[VariantRuns]) -> String {
     for (name, _, _) in &cols {
         out.push_str(&format!("  {name:>15}"));
     }
+    out.push_str(&format!(
+        "  {:>15}  {:>15}",
+        "1st/this mean", "1st/this median"
+    ));
     out.push('\n');
+    let ratio = |first: f64, this: f64| -> String {
+        if this > 0.0 && first.is_finite() {
+            format!("{:>15.2}", first / this)
+        } else {
+            format!("{:>15}", "-")
+        }
+    };
+    let first_mean = results.first().map(|v| mean_of(v, |r| r.mean_goodput_bps));
+    let first_median = results
+        .first()
+        .map(|v| mean_of(v, |r| r.median_goodput_bps));
     for v in results {
         let mut mean_line = format!("{:w$}", v.variant.name);
         let mut range_line = format!("{:w$}", "");
@@ -295,6 +361,12 @@ pub fn table(scenario: &str, seeds: &[u64], results: &[VariantRuns]) -> String {
                     range_line.push_str(&format!("  {:>15}", ""));
                 }
             }
+        }
+        if let (Some(fm), Some(fmed)) = (first_mean, first_median) {
+            mean_line.push_str("  ");
+            mean_line.push_str(&ratio(fm, mean_of(v, |r| r.mean_goodput_bps)));
+            mean_line.push_str("  ");
+            mean_line.push_str(&ratio(fmed, mean_of(v, |r| r.median_goodput_bps)));
         }
         out.push_str(&mean_line);
         out.push('\n');
@@ -317,6 +389,10 @@ mod tests {
         assert_eq!(v.sets[0].1, toml::Value::Boolean(false));
         assert_eq!(v.sets[1].0, "medium.txop_us");
         assert_eq!(v.sets[1].1, toml::Value::Integer(0));
+        let t = Variant::parse("transport=tcp; medium.acked_retry_limit=4").unwrap();
+        assert_eq!(t.transport.as_deref(), Some("tcp"));
+        assert_eq!(t.sets.len(), 1);
+        assert!(Variant::parse("transport=").is_err());
         let s = Variant::parse("bsyn_timeout=200ms").unwrap();
         assert_eq!(s.sets[0].1, toml::Value::String("200ms".into()));
         assert!(Variant::parse("oops").is_err());
@@ -339,6 +415,12 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("no_such_key"));
         let e = Variant::parse("topology.nodes.x=1").unwrap().apply(text);
         assert!(e.unwrap_err().to_string().contains("not a table"));
+        // transport=NAME moves every flow and flow set onto that transport.
+        let sets = format!("{text}[[flow_sets]]\ncount = 1\nsize = 1\n");
+        let sc = Variant::transport("tcp").apply(&sets).unwrap();
+        assert!(sc.flows.iter().all(|f| f.transport == "tcp"));
+        assert!(sc.flow_sets.iter().all(|f| f.transport == "tcp"));
+        assert_eq!(sc.flows.len(), 1);
     }
 
     #[test]

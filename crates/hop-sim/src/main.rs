@@ -9,12 +9,19 @@ const USAGE: &str = "usage:
   hop-sim run SCENARIO.toml [--seed N] [--out FILE]   run and print the JSON result
   hop-sim check SCENARIO.toml                         validate a scenario
   hop-sim compare SCENARIO.toml [--seeds 1-5] [--set 'KEY=VALUE[;KEY=VALUE]']...
-                  [--jobs N] [--json]                 the scenario as written and one variant
-                                                      per --set, at every seed: delivered
-                                                      bytes, mean/median goodput, flows that
-                                                      delivered anything, hop-weighted Jain,
-                                                      resend share, air per byte-hop (a KEY
-                                                      without a dot is in [transports.hop])
+                  [--transport NAME]... [--jobs N] [--json]
+                                                      the scenario as written and one variant
+                                                      per --set or --transport, at every seed:
+                                                      delivered bytes, mean/median goodput,
+                                                      flows that delivered anything,
+                                                      hop-weighted Jain, resend share, air per
+                                                      byte-hop, and the first variant's mean
+                                                      and median goodput over each one's (a
+                                                      KEY without a dot is in
+                                                      [transports.hop]; KEY `transport` or
+                                                      --transport NAME runs every flow over
+                                                      NAME, e.g. --transport tcp for Hop and
+                                                      the TCP baseline side by side)
   hop-sim bench [--seed N]                            simulated seconds per wall second
                                                       (20-node grid, 30 flows, shared medium)
   hop-sim transports                                  list transport names";
@@ -54,6 +61,10 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
             "--seeds" => a.seeds = Some(it.next().ok_or("--seeds needs e.g. 1-5")?),
             "--set" => a.sets.push(it.next().ok_or("--set needs KEY=VALUE")?),
+            "--transport" => {
+                let name = it.next().ok_or("--transport needs a transport name")?;
+                a.sets.push(format!("transport={name}"));
+            }
             "--jobs" => {
                 let v = it.next().ok_or("--jobs needs a number")?;
                 a.jobs = v

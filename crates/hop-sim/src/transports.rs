@@ -51,6 +51,9 @@ impl Registry {
             let cfg = atp_config(AtpVariant::Adaptive, o)?;
             Ok(Box::new(hop_proto::atp::AtpTransport::new(cfg)))
         });
+        r.register("tcp", TransportId::Tcp, |o| {
+            Ok(Box::new(hop_proto::tcp::TcpTransport::new(tcp_config(o)?)))
+        });
         r
     }
 
@@ -171,6 +174,12 @@ impl<'a> Overrides<'a> {
 /// ("200ms", "60s"), as hopd reads its `[hop]` table.
 pub fn hop_config(table: &toml::Table) -> Result<hop_proto::hop::HopConfig, String> {
     hop_proto::hop::HopConfig::from_toml(table).map_err(|e| e.to_string())
+}
+
+/// The scenario's `[transports.tcp]` table read as a `hop_proto::tcp::TcpConfig`: its
+/// defaults with the table's fields over them, durations as strings ("200ms").
+pub fn tcp_config(table: &toml::Table) -> Result<hop_proto::tcp::TcpConfig, String> {
+    hop_proto::tcp::TcpConfig::from_toml(table)
 }
 
 /// `hop_proto::hxh::HxhConfig::default()` with `[transports.hxh]` overrides (durations in s).

@@ -25,7 +25,7 @@ transport = "{transport}"
 #[test]
 fn every_registered_transport_completes_two_hops() {
     let names = Registry::builtin().names();
-    for required in ["hop", "hxh", "atp", "atp-aggressive", "atp-adaptive"] {
+    for required in ["hop", "hxh", "atp", "atp-aggressive", "atp-adaptive", "tcp"] {
         assert!(
             names.iter().any(|n| n == required),
             "{required} not registered"

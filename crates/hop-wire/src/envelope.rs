@@ -54,6 +54,8 @@ pub enum TransportId {
     Hxh = 2,
     /// ATP: ad hoc transport protocol (rate-based, receiver feedback).
     Atp = 3,
+    /// TCP-like baseline (NewReno with SACK, end to end; relays forward).
+    Tcp = 4,
 }
 
 impl TransportId {
@@ -62,6 +64,7 @@ impl TransportId {
             1 => Ok(TransportId::Hop),
             2 => Ok(TransportId::Hxh),
             3 => Ok(TransportId::Atp),
+            4 => Ok(TransportId::Tcp),
             other => Err(Error::UnknownTransport(other)),
         }
     }

@@ -13,6 +13,7 @@ pub mod envelope;
 pub mod error;
 pub mod hop;
 pub mod hxh;
+pub mod tcp;
 
 pub use envelope::{Envelope, EnvelopeRepr, TransportId, BROADCAST_NODE};
 pub use error::Error;

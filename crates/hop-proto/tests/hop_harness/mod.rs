@@ -327,7 +327,7 @@ impl Net {
                 };
                 match t.class {
                     Class::Control => self.ctrl_q.get_mut(&id).unwrap().push_back(f),
-                    Class::Data => self.data_q.get_mut(&id).unwrap().push_back(f),
+                    Class::Data | Class::Acked => self.data_q.get_mut(&id).unwrap().push_back(f),
                 }
             }
             if !self.busy.contains(&id) {
@@ -361,7 +361,7 @@ impl Net {
         let spec = self.links.get(&(id, frame.next_hop)).copied();
         // Intended receiver.
         if let Some(spec) = spec {
-            let attempts = if frame.class == Class::Control {
+            let attempts = if frame.class != Class::Data {
                 CONTROL_ATTEMPTS
             } else {
                 1

@@ -253,7 +253,7 @@ impl Net {
         let bits = (tx.payload.len() as u64 + 28) * 8;
         let airtime = Duration::from_nanos(bits * 1_000_000_000 / link.rate_bps.max(1));
         let attempts = match tx.class {
-            Class::Control => CONTROL_ATTEMPTS,
+            Class::Control | Class::Acked => CONTROL_ATTEMPTS,
             Class::Data => 1,
         };
         *self
@@ -261,6 +261,7 @@ impl Net {
             .entry(match tx.class {
                 Class::Control => "control",
                 Class::Data => "data",
+                Class::Acked => "acked",
             })
             .or_insert(0) += 1;
         let mut used = Duration::ZERO;

@@ -22,6 +22,10 @@ pub const DEFAULT_CONTROL_CW_MIN: u32 = 7;
 pub const DEFAULT_CONTROL_CW_MAX: u32 = 15;
 /// Link-layer retry limit for control datagrams (802.11 default short retry limit 7).
 pub const DEFAULT_RETRY_LIMIT: u32 = 7;
+/// Link-layer retry limit for `Class::Acked` frames (the baselines' unicast segments and
+/// ACKs): 802.11's dot11ShortRetryLimit, 7, as a stock driver and ns-3 use for any unicast
+/// frame.
+pub const DEFAULT_ACKED_RETRY_LIMIT: u32 = 7;
 /// The paper's testbed locks 802.11b at 11 Mb/s (Hop paper §5).
 pub const DEFAULT_RATE_MBPS: f64 = 11.0;
 /// 802.11b ACKs go at a basic rate; 2 Mb/s.
@@ -86,6 +90,9 @@ pub struct MediumSpec {
     pub control_cw_max: u32,
     #[serde(default = "d_retry")]
     pub retry_limit: u32,
+    /// Link-layer retries of a `Class::Acked` frame (the baselines' unicast frames).
+    #[serde(default = "d_acked_retry")]
+    pub acked_retry_limit: u32,
     #[serde(default = "d_ack_rate")]
     pub ack_rate_mbps: f64,
     /// Data frames sent back to back after one contention, up to this airtime (0 = off).
@@ -165,6 +172,9 @@ fn d_ctl_cw_max() -> u32 {
 fn d_retry() -> u32 {
     DEFAULT_RETRY_LIMIT
 }
+fn d_acked_retry() -> u32 {
+    DEFAULT_ACKED_RETRY_LIMIT
+}
 fn d_ack_rate() -> f64 {
     DEFAULT_ACK_RATE_MBPS
 }
@@ -197,6 +207,7 @@ impl Default for MediumSpec {
             control_cw_min: DEFAULT_CONTROL_CW_MIN,
             control_cw_max: DEFAULT_CONTROL_CW_MAX,
             retry_limit: DEFAULT_RETRY_LIMIT,
+            acked_retry_limit: DEFAULT_ACKED_RETRY_LIMIT,
             ack_rate_mbps: DEFAULT_ACK_RATE_MBPS,
             txop_us: DEFAULT_TXOP_US,
             header_bytes: DEFAULT_HEADER_BYTES,

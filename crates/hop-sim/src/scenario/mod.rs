@@ -189,6 +189,9 @@ impl Scenario {
         if m.retry_limit > 1000 {
             return inv("medium.retry_limit must be <= 1000".into());
         }
+        if m.acked_retry_limit > 1000 {
+            return inv("medium.acked_retry_limit must be <= 1000".into());
+        }
         let t = &self.topology;
         check_loss("topology.loss", t.loss)?;
         check_rate("topology.rate_mbps", t.rate_mbps)?;

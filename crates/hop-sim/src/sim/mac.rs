@@ -77,7 +77,7 @@ impl Simulation {
         };
         p.cw = match p.class {
             Class::Control => self.sc.medium.control_cw_min,
-            Class::Data => self.sc.medium.cw_min,
+            Class::Data | Class::Acked => self.sc.medium.cw_min,
         };
         sn.cur = Some(p);
         self.contend(n);
@@ -246,8 +246,10 @@ impl Simulation {
             return;
         };
         let air = self.airtime(n, p.next_hop, p.payload.len());
-        let need_ack =
-            (p.class == Class::Control || self.sc.medium.data_arq) && p.next_hop != BROADCAST_NODE;
+        let need_ack = match p.class {
+            Class::Control | Class::Acked => true,
+            Class::Data => self.sc.medium.data_arq,
+        } && p.next_hop != BROADCAST_NODE;
         let frame = self.new_frame(Frame {
             sender: n,
             dst: p.next_hop,
@@ -262,7 +264,9 @@ impl Simulation {
         sn.mac.frames_sent += 1;
         match p.class {
             Class::Control => sn.mac.control_frames += 1,
-            Class::Data => {
+            // The baselines' segments (and their end-to-end ACKs) are their data: counted as
+            // data air so that air per delivered byte-hop compares with Hop's.
+            Class::Data | Class::Acked => {
                 sn.mac.data_frames += 1;
                 sn.mac.data_airtime_ns += air;
                 self.medium.data_airtime_ns += air;
@@ -327,8 +331,12 @@ impl Simulation {
             };
             let fits = !control_waits
                 && sn.data_q.front().is_some_and(|p| {
-                    let air = self.airtime(n, p.next_hop, p.payload.len());
-                    self.now + self.sifs + air <= sn.burst_start + self.txop
+                    // Only unacknowledged data continues a burst (an acked frame waits for
+                    // its link ACK and contends again).
+                    p.class == Class::Data && {
+                        let air = self.airtime(n, p.next_hop, p.payload.len());
+                        self.now + self.sifs + air <= sn.burst_start + self.txop
+                    }
                 });
             if fits {
                 let sn = &mut self.nodes[n];
@@ -343,7 +351,7 @@ impl Simulation {
     }
 
     pub(super) fn ack_timeout(&mut self, n: usize, gen: u64) {
-        let limit = self.sc.medium.retry_limit;
+        let (limit, acked_limit) = (self.sc.medium.retry_limit, self.sc.medium.acked_retry_limit);
         let (cw_max, control_cw_max) = (self.sc.medium.cw_max, self.sc.medium.control_cw_max);
         let sn = &mut self.nodes[n];
         if sn.gen != gen || sn.state != MacState::WaitAck {
@@ -354,6 +362,10 @@ impl Simulation {
             return;
         };
         p.retries += 1;
+        let limit = match p.class {
+            Class::Acked => acked_limit,
+            Class::Control | Class::Data => limit,
+        };
         if p.retries > limit {
             sn.mac.link_drops += 1;
             self.medium.link_drops += 1;
@@ -364,7 +376,7 @@ impl Simulation {
         }
         let ceiling = match p.class {
             Class::Control => control_cw_max,
-            Class::Data => cw_max,
+            Class::Data | Class::Acked => cw_max,
         };
         p.cw = ((p.cw + 1) * 2 - 1).min(ceiling);
         sn.mac.link_retries += 1;

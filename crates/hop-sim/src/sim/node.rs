@@ -153,7 +153,7 @@ impl Simulation {
                 };
                 let q = match t.class {
                     Class::Control => &mut sn.ctrl_q,
-                    Class::Data => &mut sn.data_q,
+                    Class::Data | Class::Acked => &mut sn.data_q,
                 };
                 if push && q.len() >= class_cap {
                     sn.mac.queue_drops += 1;

@@ -145,8 +145,9 @@ impl Daemon {
                 continue;
             };
             let mut payload = t.payload;
+            // `Acked` (the baselines') travels as data, always unicast (`dest_addr`).
             let stream = match t.class {
-                Class::Data => Stream::Data,
+                Class::Data | Class::Acked => Stream::Data,
                 Class::Control => Stream::Control,
             };
             if self.auth.seal(&mut payload, stream).is_err() {
@@ -155,7 +156,7 @@ impl Daemon {
             }
             self.txq.push(crate::io::Datagram {
                 dest: addr,
-                data: t.class == Class::Data,
+                data: t.class != Class::Control,
                 payload,
             });
             if let Some(l) = self.link.as_mut() {
