@@ -682,3 +682,34 @@ fn a_dead_next_hop_is_probed_per_neighbour_not_per_block() {
     );
     assert!(a < b + 3.0, "probed {a} s, per transfer {b} s");
 }
+
+const FLOOD: &str = include_str!("../../../examples/scenarios/flood-10k-small-flows.toml");
+
+/// 10,000 flows of 1 B to 16 KB opened at once from one node: the ones beyond what the node
+/// sends at once wait instead of being refused, and every one completes.
+#[test]
+fn a_burst_of_ten_thousand_small_flows_all_complete() {
+    let r = run(FLOOD);
+    assert_eq!(r.flows.len(), 10_000);
+    assert_complete(&r);
+    let waited = r.nodes[0].extra.get("flows_waited").copied().unwrap_or(0);
+    assert!(waited >= 9_000, "{waited}");
+}
+
+/// An open beyond `max_waiting_flows` fails, and says which limit.
+#[test]
+fn opens_beyond_the_waiting_limit_are_refused_with_the_limit_named() {
+    let text = FLOOD.replace("count = 10000", "count = 300")
+        + "[transports.hop]\nmax_waiting_flows = 100\n";
+    let r = run(&text);
+    let refused: Vec<_> = r.flows.iter().filter_map(|f| f.failed.as_deref()).collect();
+    // Opens spread over one second: flows that end within it make room for more.
+    assert!(
+        (100..=300 - 132).contains(&refused.len()),
+        "{}",
+        refused.len()
+    );
+    assert!(refused.iter().all(|m| m.contains("max_waiting_flows")));
+    let completed = r.flows.iter().filter(|f| f.completed).count();
+    assert_eq!(completed + refused.len(), 300);
+}
