@@ -211,6 +211,7 @@ impl HopTransport {
             w.pending.push_back(data.split_to(take));
             w.pending_bytes += take;
             self.cache_bytes += take as u64;
+            self.app_bytes += take as u64;
             self.note_cache();
         }
         Ok(take)
@@ -241,6 +242,7 @@ impl HopTransport {
             }
         }
         self.cache_bytes = self.cache_bytes.saturating_sub(w.pending_bytes as u64);
+        self.app_bytes = self.app_bytes.saturating_sub(w.pending_bytes as u64);
         self.note_cache();
         true
     }

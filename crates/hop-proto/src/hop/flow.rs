@@ -287,6 +287,7 @@ impl HopTransport {
                 Role::Source(s) => {
                     self.waiting.ended(f.dst);
                     self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
+                    self.app_bytes = self.app_bytes.saturating_sub(s.pending_bytes as u64);
                     self.note_cache();
                 }
                 Role::Destination(d) => {

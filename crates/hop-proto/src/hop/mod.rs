@@ -102,6 +102,9 @@ pub struct HopTransport {
     /// changed since it was last computed (timers.rs).
     deadlines: Deadlines,
     housekeeping_at: Option<Instant>,
+    /// Application bytes held at this node's sources (sending and waiting flows), not yet
+    /// cut into blocks: part of `cache_bytes`.
+    app_bytes: u64,
     /// This node's own flows opened beyond `max_sending_flows`, waiting to start.
     waiting: OpenQueue,
     /// Source flows with new application bytes or a finish to cut into blocks when polled.
@@ -150,6 +153,7 @@ impl HopTransport {
             housekeeping_at: None,
             to_form: Vec::new(),
             waiting: OpenQueue::default(),
+            app_bytes: 0,
             link_queue: LinkQueue::default(),
             bsyn_rtt: BTreeMap::new(),
             window: LinkWindow {
@@ -245,6 +249,7 @@ impl Transport for HopTransport {
             s.pending.push_back(data.split_to(take));
             s.pending_bytes += take;
             self.cache_bytes += take as u64;
+            self.app_bytes += take as u64;
             self.note_cache();
             // Blocks are cut when the link asks for data (poll_transmit), so bytes and a
             // finish offered together travel in one block.

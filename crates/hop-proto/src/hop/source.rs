@@ -26,8 +26,10 @@ impl HopTransport {
         // yet acknowledged end to end, wait for end-to-end BACKs.
         if s.pending_bytes > 0 {
             let next = s.pending_bytes.min(limit) as u64;
-            // (Every pinned byte is a cached one: a cache with room needs no count.)
-            let full = self.cache_bytes + next > self.cfg.cache_limit_bytes && {
+            // (Every pinned byte is a byte of a cached block: a cache whose blocks leave
+            // room needs no count, which walks every flow.)
+            let blocks = self.cache_bytes.saturating_sub(self.app_bytes);
+            let full = blocks + next > self.cfg.cache_limit_bytes && {
                 let held = self.pinned_bytes(false);
                 held > 0 && held + next > self.cfg.cache_limit_bytes
             };
@@ -60,6 +62,7 @@ impl HopTransport {
             }
         }
         s.pending_bytes -= data.len();
+        self.app_bytes = self.app_bytes.saturating_sub(data.len() as u64);
         let fin = s.finish && s.pending_bytes == 0;
         let num = s.next_block;
         s.next_block = s.next_block.wrapping_add(1);
