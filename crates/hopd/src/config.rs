@@ -586,6 +586,7 @@ fn hop_section(
         ),
     };
     let window_given = table.contains_key("link_window_packets");
+    let sending_given = table.contains_key("max_sending_flows");
     let mut hop = HopConfig::from_toml(&table).map_err(|e| {
         ctx.err(
             span.clone(),
@@ -608,6 +609,11 @@ fn hop_section(
     }
     hop.cache_limit_bytes = max_memory_bytes;
     hop.max_flows = max_incoming_flows;
+    if !sending_given {
+        // A router's own flows leave room to relay others': a quarter of the flow table
+        // sends at once, the rest waits (docs/design/hop.md#flows-waiting-to-start).
+        hop.max_sending_flows = hop.max_sending_flows.min((max_incoming_flows / 4).max(1));
+    }
     Ok((hop, first_block_bytes))
 }
 

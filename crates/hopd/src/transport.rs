@@ -178,6 +178,15 @@ mod tests {
     }
 
     #[test]
+    fn a_quarter_of_the_flow_table_sends_at_once_unless_hop_says_otherwise() {
+        let h = hop_config(&with_hop(""));
+        let table = crate::config::DEFAULT_MAX_INCOMING_FLOWS;
+        assert_eq!(h.max_sending_flows, (table / 4).max(1));
+        let h = hop_config(&with_hop("[hop]\nmax_sending_flows = 100\n"));
+        assert_eq!(h.max_sending_flows, 100);
+    }
+
+    #[test]
     fn hop_section_errors_name_the_key_and_what_to_do() {
         let parse = |hop: &str| {
             let text = format!(

@@ -179,6 +179,11 @@ pub struct HopConfig {
     /// to `max_block_bytes` (docs/design/hop.md#block-ramp); 0: every block as large as the
     /// data ready allows (the paper, §4.2). Not in the paper.
     pub initial_block_bytes: usize,
+    /// A source cuts its flow's next block once every packet of the block in transfer has
+    /// been sent once, so that the new block's packets use the air while the previous
+    /// block's losses are repaired (at most two blocks of a flow in transfer at the source).
+    /// Not in the paper, whose source transfers one block at a time (§3.1).
+    pub overlap_block_tails: bool,
     /// H: complete blocks per flow held and not yet moved downstream (§3.3).
     pub backpressure_limit: usize,
     /// Enable hop-by-hop backpressure (§3.3).
@@ -313,6 +318,7 @@ impl Default for HopConfig {
             txop_bytes: DEFAULT_TXOP_BYTES,
             micro_block_threshold: DEFAULT_MICRO_BLOCK_THRESHOLD,
             initial_block_bytes: 0,
+            overlap_block_tails: false,
             backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
             backpressure: true,
             next_hop_backpressure: true,

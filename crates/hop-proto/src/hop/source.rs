@@ -12,7 +12,17 @@ impl HopTransport {
         let Some(f) = self.flows.get(&key) else {
             return;
         };
-        if f.outs.values().any(|o| !o.vtx) || f.finished {
+        if f.finished {
+            return;
+        }
+        let mut in_transfer = f.outs.values().filter(|o| !o.vtx);
+        let busy = match (in_transfer.next(), in_transfer.next()) {
+            (None, _) => false,
+            // The previous block is in its tail: every packet sent once.
+            (Some(o), None) if self.cfg.overlap_block_tails => !o.ever_sent.is_full(),
+            _ => true,
+        };
+        if busy {
             return;
         }
         let Some(s) = f.source() else {

@@ -205,3 +205,29 @@ fn a_last_block_completed_by_data_alone_finishes_the_flow() {
     }
     assert_eq!(finished, Some((FLOW, 250)));
 }
+
+/// Node 1 sending 2000 bytes in blocks of 1000 to node 3 via node 2: the BSYNs it sends
+/// after the first BACK of block 0 and the data packets of block 0 it sends.
+fn two_blocks_after_first_back(overlap: bool) -> Vec<u32> {
+    let cfg = HopConfig {
+        max_block_bytes: 1000,
+        overlap_block_tails: overlap,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 4 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 2000])))
+        .unwrap();
+    assert_eq!(bsyn_blocks(&h.drain()), vec![0]);
+    h.recv(2, &source_back(&[0, 0]));
+    let out = h.drain();
+    assert_eq!(data_nums(&out).len(), 10, "block 0 sent once");
+    bsyn_blocks(&out)
+}
+
+#[test]
+fn with_overlapping_tails_the_next_block_starts_once_the_previous_was_sent_once() {
+    assert!(!two_blocks_after_first_back(false).contains(&1));
+    assert!(two_blocks_after_first_back(true).contains(&1));
+}
