@@ -137,7 +137,7 @@ pub const DEFAULT_MAX_SENDING_FLOWS: usize = 256;
 /// A node's own flows sending at once to one destination (admission.rs). A flow beyond it
 /// waits until one of them ends, so an application that keeps more flows than this open
 /// without end to one destination starves the rest. 10,000 small flows (1 B to 16 KB) to a
-/// destination two hops away finish in 334 s with 4, 418 s with 32, 604 s with 64 (BSYNs
+/// destination two hops away finish in 333 s with 4, 419 s with 32, 604 s with 64 (BSYNs
 /// withheld by the relay and repeated, docs/notebook/2026-11-28-admission-and-scale.md).
 pub const DEFAULT_MAX_SENDING_FLOWS_PER_DESTINATION: usize = 32;
 
