@@ -713,3 +713,23 @@ fn opens_beyond_the_waiting_limit_are_refused_with_the_limit_named() {
     let completed = r.flows.iter().filter(|f| f.completed).count();
     assert_eq!(completed + refused.len(), 300);
 }
+
+/// 2,000 small flows over a lossy two-hop chain whose nodes forget a flow after 2 s without
+/// activity: late BSYNs reach a destination that no longer holds their flow. It answers them
+/// as delivered (closed flows are remembered while any node may still ask), so every source
+/// learns its flow arrived and every flow ends; none is left resending forever.
+#[test]
+fn late_bsyns_after_the_destination_forgot_its_flows_still_end_every_flow() {
+    let r = run(
+        "seed = 1\nduration = 3600.0\n[medium]\nqueue_mode = \"push\"\nretry_limit = 2\n\
+         [topology]\nnodes = 3\ngenerator = \"chain\"\nloss = 0.3\n\
+         [transports.hop]\nflow_idle_timeout = \"2s\"\n\
+         [[flow_sets]]\ncount = 2000\nsrc = 0\ndst = 2\nsize = [\"1B\", \"4KB\"]\n\
+         start_window = [0.0, 5.0]\n",
+    );
+    assert_eq!(r.stop_reason, "flows_done");
+    assert_complete(&r);
+    let answered = r.nodes[2].extra.get("closed_flow_answered").copied();
+    assert!(answered.unwrap_or(0) > 0, "{answered:?}");
+    assert_eq!(r.cache_bytes_at_end, 0);
+}
