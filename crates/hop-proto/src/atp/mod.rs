@@ -36,6 +36,7 @@ use rand::Rng;
 
 pub use config::{AtpConfig, AtpVariant};
 
+use crate::stream::bounded::BoundedMap;
 use crate::stream::sendbuf::SendBuffer;
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
@@ -144,39 +145,6 @@ impl AtpTransport {
                 })
             }
             None => self.bump("no_route_drops", 1),
-        }
-    }
-}
-
-/// Flows remembered after their state is gone, oldest forgotten first.
-#[derive(Debug)]
-struct BoundedMap<V> {
-    order: VecDeque<FlowKey>,
-    map: HashMap<FlowKey, V>,
-}
-
-impl<V> Default for BoundedMap<V> {
-    fn default() -> Self {
-        BoundedMap {
-            order: VecDeque::new(),
-            map: HashMap::new(),
-        }
-    }
-}
-
-impl<V> BoundedMap<V> {
-    fn get(&self, k: &FlowKey) -> Option<&V> {
-        self.map.get(k)
-    }
-
-    fn insert(&mut self, k: FlowKey, v: V, cap: usize) {
-        if self.map.insert(k, v).is_none() {
-            self.order.push_back(k);
-        }
-        while self.order.len() > cap {
-            if let Some(old) = self.order.pop_front() {
-                self.map.remove(&old);
-            }
         }
     }
 }

@@ -26,7 +26,7 @@ mod sender;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 use hop_wire::tcp::{self as wire, Message};
@@ -34,6 +34,7 @@ use hop_wire::{NodeId, TransportId};
 
 pub use config::TcpConfig;
 
+use crate::stream::bounded::BoundedMap;
 use crate::stream::sendbuf::SendBuffer;
 use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
@@ -110,39 +111,6 @@ impl TcpTransport {
         self.stats.cache_bytes_peak = self.stats.cache_bytes_peak.max(bytes);
         self.stats.buffered_blocks_peak = self.stats.buffered_blocks_peak.max(peak);
         self.stats.flows = (self.senders.len() + self.receivers.len()) as u64;
-    }
-}
-
-/// Flows remembered after their state is gone, oldest forgotten first.
-#[derive(Debug)]
-struct BoundedMap<V> {
-    order: VecDeque<FlowKey>,
-    map: HashMap<FlowKey, V>,
-}
-
-impl<V> Default for BoundedMap<V> {
-    fn default() -> Self {
-        BoundedMap {
-            order: VecDeque::new(),
-            map: HashMap::new(),
-        }
-    }
-}
-
-impl<V> BoundedMap<V> {
-    fn get(&self, k: &FlowKey) -> Option<&V> {
-        self.map.get(k)
-    }
-
-    fn insert(&mut self, k: FlowKey, v: V, cap: usize) {
-        if self.map.insert(k, v).is_none() {
-            self.order.push_back(k);
-        }
-        while self.order.len() > cap {
-            if let Some(old) = self.order.pop_front() {
-                self.map.remove(&old);
-            }
-        }
     }
 }
 
