@@ -41,6 +41,26 @@ impl WaitingFlow {
     }
 }
 
+/// Take what fits of `data` (at most `room` bytes) into a source's pending bytes; a flow
+/// refused bytes is marked `blocked`, to hear `Writable` once it takes more.
+pub(super) fn take_app_bytes(
+    pending: &mut VecDeque<Bytes>,
+    pending_bytes: &mut usize,
+    blocked: &mut bool,
+    room: usize,
+    mut data: Bytes,
+) -> usize {
+    let take = room.min(data.len());
+    if take < data.len() {
+        *blocked = true;
+    }
+    if take > 0 {
+        pending.push_back(data.split_to(take));
+        *pending_bytes += take;
+    }
+    take
+}
+
 /// The flows waiting to start, in the order they were opened.
 #[derive(Debug, Default)]
 pub(super) struct OpenQueue {
@@ -185,11 +205,7 @@ impl HopTransport {
 
     /// Bytes for a waiting flow: kept while the flow holds less than a sending flow would
     /// and the cache has room; the rest is refused until the flow starts.
-    pub(super) fn send_waiting(
-        &mut self,
-        key: FlowKey,
-        mut data: Bytes,
-    ) -> Result<usize, AppError> {
+    pub(super) fn send_waiting(&mut self, key: FlowKey, data: Bytes) -> Result<usize, AppError> {
         let limit = self.cfg.source_buffer_bytes.max(self.cfg.block_bytes());
         let budget = self.cfg.cache_limit_bytes.saturating_sub(self.cache_bytes) as usize;
         let w = self
@@ -200,20 +216,15 @@ impl HopTransport {
         if w.finish {
             return Err(AppError::FlowFinished(key));
         }
-        let take = limit
-            .saturating_sub(w.pending_bytes)
-            .min(budget)
-            .min(data.len());
-        if take < data.len() {
-            w.blocked = true;
-        }
-        if take > 0 {
-            w.pending.push_back(data.split_to(take));
-            w.pending_bytes += take;
-            self.cache_bytes += take as u64;
-            self.app_bytes += take as u64;
-            self.note_cache();
-        }
+        let room = limit.saturating_sub(w.pending_bytes).min(budget);
+        let take = take_app_bytes(
+            &mut w.pending,
+            &mut w.pending_bytes,
+            &mut w.blocked,
+            room,
+            data,
+        );
+        self.count_app_bytes(take);
         Ok(take)
     }
 
@@ -228,6 +239,15 @@ impl HopTransport {
         }
         w.finish = true;
         Ok(())
+    }
+
+    /// Application bytes just taken by a source flow, sending or waiting: they are cached.
+    pub(super) fn count_app_bytes(&mut self, take: usize) {
+        if take > 0 {
+            self.cache_bytes += take as u64;
+            self.app_bytes += take as u64;
+            self.note_cache();
+        }
     }
 
     /// Abort a waiting flow: it never sent anything, so nothing goes on the air.

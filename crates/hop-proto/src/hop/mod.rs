@@ -221,12 +221,7 @@ impl Transport for HopTransport {
         Ok(())
     }
 
-    fn send(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        flow: FlowKey,
-        mut data: Bytes,
-    ) -> Result<usize, AppError> {
+    fn send(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey, data: Bytes) -> Result<usize, AppError> {
         self.tick(ctx.now);
         if self.waiting.contains(&flow) {
             return self.send_waiting(flow, data);
@@ -241,16 +236,15 @@ impl Transport for HopTransport {
             return Err(AppError::FlowFinished(flow));
         }
         let room = limit.saturating_sub(s.pending_bytes);
-        let take = room.min(data.len());
-        if take < data.len() {
-            s.blocked = true;
-        }
+        let take = take_app_bytes(
+            &mut s.pending,
+            &mut s.pending_bytes,
+            &mut s.blocked,
+            room,
+            data,
+        );
+        self.count_app_bytes(take);
         if take > 0 {
-            s.pending.push_back(data.split_to(take));
-            s.pending_bytes += take;
-            self.cache_bytes += take as u64;
-            self.app_bytes += take as u64;
-            self.note_cache();
             // Blocks are cut when the link asks for data (poll_transmit), so bytes and a
             // finish offered together travel in one block.
             if !self.to_form.contains(&flow) {
