@@ -208,14 +208,7 @@ impl HopTransport {
     pub(super) fn send_waiting(&mut self, key: FlowKey, data: Bytes) -> Result<usize, AppError> {
         let limit = self.cfg.source_buffer_bytes.max(self.cfg.block_bytes());
         let budget = self.cfg.cache_limit_bytes.saturating_sub(self.cache_bytes) as usize;
-        let w = self
-            .waiting
-            .flows
-            .get_mut(&key)
-            .ok_or(AppError::UnknownFlow(key))?;
-        if w.finish {
-            return Err(AppError::FlowFinished(key));
-        }
+        let w = self.waiting_unfinished(key)?;
         let room = limit.saturating_sub(w.pending_bytes).min(budget);
         let take = take_app_bytes(
             &mut w.pending,
@@ -229,6 +222,12 @@ impl HopTransport {
     }
 
     pub(super) fn finish_waiting(&mut self, key: FlowKey) -> Result<(), AppError> {
+        self.waiting_unfinished(key)?.finish = true;
+        Ok(())
+    }
+
+    /// Waiting flow `key`, if the application may still hand it bytes.
+    fn waiting_unfinished(&mut self, key: FlowKey) -> Result<&mut WaitingFlow, AppError> {
         let w = self
             .waiting
             .flows
@@ -237,8 +236,7 @@ impl HopTransport {
         if w.finish {
             return Err(AppError::FlowFinished(key));
         }
-        w.finish = true;
-        Ok(())
+        Ok(w)
     }
 
     /// Application bytes just taken by a source flow, sending or waiting: they are cached.
