@@ -6,8 +6,10 @@ use hop_sim::compare::{compare, parse_seeds, table, Variant};
 use hop_sim::{Registry, Scenario, Simulation};
 
 const USAGE: &str = "usage:
-  hop-sim run SCENARIO.toml [--seed N] [--out FILE]   run and print the JSON result
-  hop-sim check SCENARIO.toml                         validate a scenario
+  hop-sim run SCENARIO.toml [--seed N] [--out FILE] [--set 'KEY=VALUE[;KEY=VALUE]']
+                  [--transport NAME]                  run and print the JSON result (--set
+                                                      and --transport as in compare)
+  hop-sim check SCENARIO.toml [--set ...]             validate a scenario
   hop-sim compare SCENARIO.toml [--seeds 1-5] [--set 'KEY=VALUE[;KEY=VALUE]']...
                   [--transport NAME]... [--jobs N] [--json]
                                                       the scenario as written and one variant
@@ -104,8 +106,20 @@ fn main() -> ExitCode {
 fn real_main(a: Args) -> Result<(), String> {
     match a.cmd.as_str() {
         "run" | "check" => {
+            if a.seeds.is_some() {
+                return Err("--seeds is for compare; run takes one --seed".into());
+            }
             let file = a.file.ok_or("missing SCENARIO.toml")?;
-            let sc = Scenario::from_file(file.as_ref()).map_err(|e| format!("{file}: {e}"))?;
+            let sc = if a.sets.is_empty() {
+                Scenario::from_file(file.as_ref()).map_err(|e| format!("{file}: {e}"))?
+            } else {
+                // Several --set/--transport flags make one variant: their settings in order.
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| format!("cannot read {file}: {e}"))?;
+                Variant::parse(&a.sets.join(";"))?
+                    .apply(&text)
+                    .map_err(|e| format!("{file}: {e}"))?
+            };
             let sim = Simulation::with_seed(sc, Registry::builtin(), a.seed)
                 .map_err(|e| format!("{file}: {e}"))?;
             if a.cmd == "check" {

@@ -346,6 +346,43 @@ fn cli_rejects_bad_scenario_with_nonzero_exit() {
     assert!(!err.contains("panicked"));
 }
 
+/// `run --set` and `--transport` apply to the scenario run (they used to be accepted and
+/// ignored): the run's flows go over the transport named and a bad key is an error.
+#[test]
+fn cli_run_applies_set_and_transport() {
+    let dir = std::env::temp_dir().join(format!("hop-sim-cli-set-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("one.toml");
+    std::fs::write(
+        &p,
+        "duration = 5.0\n[topology]\nnodes = 2\ngenerator = \"chain\"\n\
+         [[flows]]\nsrc = 0\ndst = 1\nsize = \"10KB\"\ntransport = \"hop\"\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hop-sim"))
+            .arg("run")
+            .arg(&p)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let tcp = run(&["--transport", "tcp"]);
+    let bad = run(&["--set", "no_such_key=1"]);
+    let seeds = run(&["--seeds", "1-3"]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        tcp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tcp.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap();
+    assert_eq!(json["flows"][0]["transport"], "tcp");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no_such_key"));
+    assert!(!seeds.status.success());
+}
+
 fn detour(recompute: bool) -> String {
     // 0-1-2 clean, 0-2 direct at 50% loss (ETX 4 > 2): routes go through 1 until link 1-2
     // fails at 0.2 s.
