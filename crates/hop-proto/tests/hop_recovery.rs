@@ -224,6 +224,59 @@ fn an_aborted_flow_is_abandoned_at_its_destination() {
     assert_eq!(net.stats(2).extra.get("flows_abandoned"), None);
 }
 
+/// An abort reaches a relay that was cut off when it was sent: the relay before the cut
+/// repeats it until the one behind it hears it, so the block that relay held in custody is
+/// freed and never delivered after the path heals (docs/design/hop.md#aborts-along-the-path).
+#[test]
+fn an_abort_reaches_a_relay_that_was_cut_off_and_its_custody_is_never_delivered() {
+    let mut net = Net::chain(4, LinkSpec::default(), HopConfig::default(), 7);
+    net.set_link_up(3, 4, false);
+    let app = net.transfer(1, 4, 300_000);
+    let limit = Instant::ZERO + secs(60.0);
+    net.run_until(limit, |n| n.stats(3).cache_bytes >= 300_000);
+    assert!(
+        net.stats(3).cache_bytes >= 300_000,
+        "the block never reached node 3"
+    );
+    net.set_link_up(2, 3, false);
+    let (now, flow) = (net.now, net.apps[app].flow);
+    net.nodes.get_mut(&1).unwrap().abort(now, flow).unwrap();
+    net.apps[app].finished_sending = true;
+    let limit = net.now + secs(20.0);
+    net.run_until(limit, |_| false);
+    assert_eq!(
+        net.stats(3).flows,
+        1,
+        "node 3 heard the abort through a cut link"
+    );
+    net.set_link_up(2, 3, true);
+    net.set_link_up(3, 4, true);
+    let limit = net.now + secs(120.0);
+    net.run_until(limit, |_| false);
+    assert!(
+        net.apps[app].delivered_at.is_none(),
+        "an aborted flow was delivered"
+    );
+    assert!(net.apps[app].received.is_empty());
+    let relay = net.stats(3);
+    assert_eq!((relay.flows, relay.cache_bytes), (0, 0));
+    assert!(net.stats(2).extra.get("abort_sent").copied().unwrap_or(0) >= 2);
+    // Every notice ended once its next hop heard it: nothing is sent any more.
+    let sent = |n: &Net| {
+        (1..=4)
+            .map(|i| n.stats(i).sent_by_type.values().sum::<u64>())
+            .sum::<u64>()
+    };
+    let before = sent(&net);
+    let limit = net.now + secs(30.0);
+    net.run_until(limit, |_| false);
+    assert_eq!(
+        sent(&net),
+        before,
+        "aborts still repeated after they were heard"
+    );
+}
+
 /// A destination flow whose source went silent is reclaimed once the source would have given
 /// up (its idle time and the source's give-up time both past), and the runtime is told.
 #[test]

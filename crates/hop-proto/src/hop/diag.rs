@@ -76,6 +76,8 @@ pub(super) fn name_of(t: MsgType, flags: u8) -> &'static str {
         MsgType::Back if flags & FLAG_WAIT != 0 => "wait",
         MsgType::Back => "back",
         MsgType::E2eBack => "e2e_back",
+        MsgType::Fin if flags & FLAG_ABORT != 0 && flags & FLAG_COMPLETE != 0 => "abort_ack",
+        MsgType::Fin if flags & FLAG_ABORT != 0 => "abort",
         MsgType::Fin => "fin",
     }
 }

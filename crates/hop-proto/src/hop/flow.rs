@@ -358,12 +358,25 @@ impl HopTransport {
         true
     }
 
-    pub(super) fn on_fin(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, total: u64) {
+    pub(super) fn on_fin(&mut self, ctx: &mut Ctx<'_>, h: &HopHeader, from: NodeId, total: u64) {
         let key = flow_key(h);
+        if h.flags & FLAG_ABORT != 0 {
+            let ack = h.flags & FLAG_COMPLETE != 0;
+            if self.abort_received(key, h, from, total, ack) {
+                return;
+            }
+        }
         let known = self.flows.contains_key(&key);
         self.remove_flow(key, ctx.now);
         self.stats.flows = self.flows.len() as u64;
-        if h.dst != ctx.local && known {
+        if h.dst == ctx.local {
+            return;
+        }
+        if h.flags & FLAG_ABORT != 0 {
+            // Passed on whether or not this node held the flow: a node further down may
+            // hold its blocks (abort.rs).
+            self.start_abort(ctx, key, h.dst, total);
+        } else if known {
             if let Some(nh) = ctx.routing.next_hop(h.dst) {
                 let msg = HopMessage {
                     header: *h,

@@ -12,6 +12,7 @@
 //!
 //! The transport is sans-IO: see [`crate::Transport`].
 
+mod abort;
 mod admission;
 mod back;
 mod bitmap;
@@ -51,6 +52,7 @@ use crate::time::Instant;
 use crate::transport::{Class, Ctx, Outgoing, Received, Transport, TransportStats};
 use crate::{AppError, Event, FailReason, FlowKey};
 
+use abort::*;
 use admission::*;
 use bsyn::*;
 use bsyn_timer::*;
@@ -94,6 +96,8 @@ pub struct HopTransport {
     closed: ClosedFlows,
     /// Next hops' liveness: silent ones are probed, not asked per transfer.
     neighbours: Neighbours,
+    /// Aborts this node passes on until its next hop has heard them (abort.rs).
+    aborts: Aborts,
     store: Box<dyn CustodyStore>,
     stats: TransportStats,
     cache_bytes: u64,
@@ -144,6 +148,7 @@ impl HopTransport {
             withholding: Withholding::default(),
             closed: ClosedFlows::default(),
             neighbours: Neighbours::default(),
+            aborts: Aborts::default(),
             store,
             stats: TransportStats::default(),
             cache_bytes: 0,
@@ -317,6 +322,10 @@ impl Transport for HopTransport {
                 self.on_data(ctx, &rx, &data);
             }
             _ if rx.overheard => {}
+            HopBody::Bsyn { .. } | HopBody::Back { .. } | HopBody::E2eBack { .. }
+                if !self.aborts.is_empty()
+                    && !self.flows.contains_key(&flow_key(&h))
+                    && self.answer_aborted(ctx, flow_key(&h), rx.link_src) => {}
             HopBody::Bsyn {
                 offset,
                 geom,
@@ -344,7 +353,7 @@ impl Transport for HopTransport {
                 ..
             } => self.on_back(ctx, rx.link_src, &h, packets, duplicates, bitmap),
             HopBody::E2eBack { cum_blocks } => self.on_e2e(ctx, &h, cum_blocks),
-            HopBody::Fin { total_bytes } => self.on_fin(ctx, &h, total_bytes),
+            HopBody::Fin { total_bytes } => self.on_fin(ctx, &h, rx.link_src, total_bytes),
         }
         if matches!(msg.body, HopBody::Data { .. }) && !rx.overheard {
             self.pump_flow(ctx, flow_key(&h));
@@ -356,6 +365,9 @@ impl Transport for HopTransport {
     fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
         self.tick(ctx.now);
         let now = ctx.now;
+        if self.aborts.next_deadline().is_some_and(|t| t <= now) {
+            self.abort_notices(ctx);
+        }
         // BSYN retransmissions (§3.1): an unanswered BSYN is sent again with backoff. Only the
         // BSYN is repeated: the data it followed is not judged lost for want of an answer
         // (the BSYN or its BACK may be what was lost); the next BACK's bitmap says what is

@@ -80,13 +80,7 @@ impl HopTransport {
         if let Some(f) = self.flows.get(&key) {
             let dst = f.dst;
             let total = f.source().map(|s| s.next_offset).unwrap_or(0);
-            let msg = HopMessage {
-                header: Self::header(key, dst, 0, FLAG_ABORT, 0),
-                body: HopBody::Fin { total_bytes: total },
-            };
-            if let Some(nh) = ctx.routing.next_hop(dst) {
-                self.push_ctrl(nh, &msg);
-            }
+            self.start_abort(ctx, key, dst, total);
         }
         self.remove_flow(key, ctx.now);
         self.stats.flows = self.flows.len() as u64;
@@ -104,6 +98,9 @@ impl HopTransport {
             self.deadlines.set(key, due);
         }
         let mut t = self.deadlines.first();
+        if let Some(a) = self.aborts.next_deadline() {
+            t = Some(t.map_or(a, |x| x.min(a)));
+        }
         if self.flows.is_empty()
             && self.withholding.waiting.is_empty()
             && self.withholding.admitted.is_empty()
