@@ -24,6 +24,11 @@ pub enum Request {
         to: u32,
         name: String,
         size: u64,
+        /// Leave the transfer to the daemon once every byte is handed over (the reply is
+        /// `queued`); without it a client that goes away before the end-to-end
+        /// acknowledgement cancels the transfer.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        detach: bool,
     },
     /// Receive files: the daemon sends each complete, verified file as a `file` reply plus
     /// data frames; the client answers `ack` once it has stored it.
@@ -32,6 +37,25 @@ pub enum Request {
     Ack { v: u32, flow: String },
     /// Daemon status.
     Status { v: u32 },
+    /// This node's outgoing transfers (the reply is `flows`).
+    List { v: u32 },
+    /// Cancel an outgoing transfer: it is aborted along its path and never delivered.
+    Cancel { v: u32, flow: String },
+}
+
+/// One outgoing transfer, as `list` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OutgoingFlow {
+    pub flow: String,
+    pub to: u32,
+    pub name: String,
+    /// File bytes.
+    pub size: u64,
+    /// Bytes the transport took so far (file, header and hash).
+    pub bytes_accepted: u64,
+    pub age_s: u64,
+    /// A client waits for its result (false: detached, or its client left).
+    pub attached: bool,
 }
 
 /// A reply from the daemon.
@@ -45,6 +69,20 @@ pub enum Reply {
     /// Bytes handed to the transport so far.
     Progress {
         bytes: u64,
+    },
+    /// Every byte was handed to the daemon, which carries on with the transfer alone
+    /// (`send` with `detach`).
+    Queued {
+        flow: String,
+        bytes: u64,
+    },
+    /// The outgoing transfers (`list`).
+    Flows {
+        outgoing: Vec<OutgoingFlow>,
+    },
+    /// The transfer was cancelled (`cancel`).
+    Cancelled {
+        flow: String,
     },
     /// The destination acknowledged every byte end to end.
     Complete {
@@ -157,11 +195,24 @@ mod tests {
             to: 3,
             name: "f".into(),
             size: 9,
+            detach: false,
         };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"op":"send","v":1,"to":3,"name":"f","size":9}"#);
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         assert!(serde_json::from_str::<Request>(r#"{"op":"status","v":1,"x":2}"#).is_err());
+        let d: Request =
+            serde_json::from_str(r#"{"op":"send","v":1,"to":3,"name":"f","size":9,"detach":true}"#)
+                .unwrap();
+        assert!(matches!(d, Request::Send { detach: true, .. }));
+        let c = Request::Cancel {
+            v: 1,
+            flow: "1:2a".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            r#"{"op":"cancel","v":1,"flow":"1:2a"}"#
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -23,6 +23,7 @@ pub struct Counters {
     pub auth_peer_limit: u64,
     pub flows_completed: u64,
     pub flows_failed: u64,
+    pub flows_cancelled: u64,
     pub files_received: u64,
     pub files_handed_over: u64,
     pub flows_abandoned: u64,
@@ -50,7 +51,7 @@ pub fn render(
     peers: u64,
 ) -> String {
     let mut o = String::new();
-    let counters: [(&str, &str, u64); 27] = [
+    let counters: [(&str, &str, u64); 28] = [
         (
             "rx_datagrams_total",
             "UDP datagrams received",
@@ -104,6 +105,11 @@ pub fn render(
             "flows_failed_total",
             "local sends that failed",
             c.flows_failed,
+        ),
+        (
+            "flows_cancelled_total",
+            "local sends cancelled (their client left before the end, or `hop cancel`)",
+            c.flows_cancelled,
         ),
         (
             "files_received_total",

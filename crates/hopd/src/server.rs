@@ -80,7 +80,9 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
         Request::Send { v, .. }
         | Request::Recv { v }
         | Request::Ack { v, .. }
-        | Request::Status { v } => *v,
+        | Request::Status { v }
+        | Request::List { v }
+        | Request::Cancel { v, .. } => *v,
     };
     if v != API_VERSION {
         return error(
@@ -99,7 +101,34 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
             let v = rx.await.map_err(|_| closed())?;
             api::write_json(&mut s, &Reply::Status(v)).await
         }
-        Request::Send { to, name, size, .. } => send(s, cmds, to, name, size).await,
+        Request::Send {
+            to,
+            name,
+            size,
+            detach,
+            ..
+        } => send(s, cmds, to, name, size, detach).await,
+        Request::List { .. } => {
+            let (tx, rx) = oneshot::channel();
+            cmds.send(Cmd::List { reply: tx })
+                .await
+                .map_err(|_| closed())?;
+            let outgoing = rx.await.map_err(|_| closed())?;
+            api::write_json(&mut s, &Reply::Flows { outgoing }).await
+        }
+        Request::Cancel { flow, .. } => {
+            let (tx, rx) = oneshot::channel();
+            cmds.send(Cmd::Cancel {
+                flow: flow.clone(),
+                reply: tx,
+            })
+            .await
+            .map_err(|_| closed())?;
+            match rx.await.map_err(|_| closed())? {
+                Ok(()) => api::write_json(&mut s, &Reply::Cancelled { flow }).await,
+                Err(msg) => error(&mut s, ErrorCode::BadRequest, msg).await,
+            }
+        }
         Request::Recv { .. } => recv(s, cmds).await,
         Request::Ack { .. } => {
             error(
@@ -134,12 +163,27 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Resolves once the client has closed its end of the socket (it was interrupted, or
+/// killed): a client keeps its end open until the daemon's last reply. Data it sent before
+/// closing may still wait unread, so readability alone proves nothing; the closed state is
+/// looked at again every 250 ms while data waits.
+async fn client_gone(s: &UnixStream) {
+    loop {
+        match s.ready(tokio::io::Interest::READABLE).await {
+            Ok(r) if r.is_read_closed() => return,
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+            Err(_) => return,
+        }
+    }
+}
+
 async fn send(
     mut s: UnixStream,
     cmds: mpsc::Sender<Cmd>,
     to: u32,
     name: String,
     size: u64,
+    detach: bool,
 ) -> std::io::Result<()> {
     let Some(name) = sanitize_name(&name) else {
         return error(
@@ -153,6 +197,8 @@ async fn send(
     let (otx, orx) = oneshot::channel();
     cmds.send(Cmd::Open {
         to,
+        name: name.clone(),
+        size,
         reply: otx,
         updates: utx,
     })
@@ -162,8 +208,8 @@ async fn send(
         Ok(o) => o,
         Err((code, msg)) => return error(&mut s, code, msg).await,
     };
-    // Until the last byte is handed over, a client that goes away aborts the flow, whether
-    // a read or a write notices it.
+    // Until the end-to-end result (with `detach`: until the last byte is handed over), a
+    // client that goes away aborts the flow, whether a read, a write or a wait notices it.
     let mut guard = AbortOnDrop {
         flow,
         cmds: Some(cmds.clone()),
@@ -208,8 +254,10 @@ async fn send(
     let failed = loop {
         while window.len() >= SEND_WINDOW {
             let w = window.pop_front().expect("window is not empty");
-            if w.await.is_err() {
-                break;
+            tokio::select! {
+                r = w => if r.is_err() { break },
+                // The guard aborts the flow.
+                _ = client_gone(&s) => return Ok(()),
             }
             acked += sizes.pop_front().unwrap_or(0);
             api::write_json(&mut s, &Reply::Progress { bytes: acked }).await?;
@@ -270,17 +318,34 @@ async fn send(
     let (c, rx) = push(Bytes::from(held.0), true);
     cmds.send(c).await.map_err(|_| closed())?;
     window.push_back(rx);
-    guard.cmds = None;
+    if detach {
+        guard.cmds = None;
+        let _ = cmds.send(Cmd::Detach { flow }).await;
+        return api::write_json(
+            &mut s,
+            &Reply::Queued {
+                flow: flow.to_string(),
+                bytes: size,
+            },
+        )
+        .await;
+    }
     while let Some(w) = window.pop_front() {
-        if w.await.is_err() {
-            break;
+        tokio::select! {
+            r = w => if r.is_err() { break },
+            _ = client_gone(&s) => return Ok(()),
         }
         acked += sizes.pop_front().unwrap_or(0);
         api::write_json(&mut s, &Reply::Progress { bytes: acked }).await?;
     }
-    // Wait for the end-to-end result; a client that goes away aborts nothing now (the
-    // transfer completes on its own).
-    match urx.recv().await {
+    // Wait for the end-to-end result; a client that goes away now cancels the transfer
+    // (the guard aborts it), so that nothing it gave up on is delivered later.
+    let result = tokio::select! {
+        r = urx.recv() => r,
+        _ = client_gone(&s) => return Ok(()),
+    };
+    guard.cmds = None;
+    match result {
         Some(FlowUpdate::Complete { .. }) => {
             api::write_json(
                 &mut s,
@@ -443,7 +508,7 @@ mod tests {
         let (mut client, server) = UnixStream::pair().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let size = 10 * DATA_CHUNK as u64;
-        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size));
+        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size, false));
         let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
             panic!("no open");
         };
@@ -493,7 +558,7 @@ mod tests {
         let (mut client, server) = UnixStream::pair().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let size: usize = frames.iter().sum();
-        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size as u64));
+        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size as u64, false));
         let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
             panic!("no open");
         };

@@ -12,10 +12,15 @@ use tokio::net::UnixStream;
 
 /// Send and receive files over a Hop mesh through the local hopd.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(name = "hop", version)]
 struct Args {
     /// The daemon's API socket.
-    #[arg(long, env = "HOPD_SOCKET", default_value = "/var/lib/hopd/hopd.sock")]
+    #[arg(
+        long,
+        env = "HOPD_SOCKET",
+        default_value = "/var/lib/hopd/hopd.sock",
+        global = true
+    )]
     socket: PathBuf,
     /// Print machine-readable JSON lines instead of text.
     #[arg(long, global = true)]
@@ -27,7 +32,9 @@ struct Args {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Send files to a node; exits 0 once the destination acknowledged every byte.
+    /// Interrupting it (Ctrl-C) before then cancels the transfer along its path.
     Send {
+        /// Files to send.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Destination node id.
@@ -36,9 +43,22 @@ enum Cmd {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// Exit once hopd holds every byte and leave the transfer to it (`hop list` shows
+        /// it, `hop cancel` cancels it).
+        #[arg(long)]
+        detach: bool,
+    },
+    /// List this node's outgoing transfers.
+    List,
+    /// Cancel outgoing transfers (ids as `hop list` prints them): each is aborted along its
+    /// path, and what nodes hold of it is freed and never delivered.
+    Cancel {
+        #[arg(required = true)]
+        flows: Vec<String>,
     },
     /// Receive files into a directory (each written atomically after its integrity check).
     Recv {
+        /// Directory the files are written to.
         #[arg(long)]
         dir: PathBuf,
         /// Exit after this many files (default: run until interrupted).
@@ -62,6 +82,12 @@ fn fail(code: i32, msg: impl Into<String>) -> Fail {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` ends quietly, as for other command-line tools, instead of
+    // a panic on the broken pipe.
+    // SAFETY: restoring the default action of a signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = Args::parse();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -132,7 +158,60 @@ async fn run(args: Args) -> Result<(), Fail> {
                 other => Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
             }
         }
-        Cmd::Send { files, to, quiet } => {
+        Cmd::List => {
+            let mut s = connect(&args.socket).await?;
+            api::write_json(&mut s, &Request::List { v: API_VERSION })
+                .await
+                .map_err(io_fail)?;
+            match next_reply(&mut s).await? {
+                Reply::Flows { outgoing } => {
+                    if args.json {
+                        for f in &outgoing {
+                            println!("{}", serde_json::to_string(f).unwrap_or_default());
+                        }
+                    } else {
+                        print_list(&outgoing);
+                    }
+                    Ok(())
+                }
+                Reply::Error { code, message } => Err(reply_fail(code, message)),
+                other => Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
+            }
+        }
+        Cmd::Cancel { flows } => {
+            for flow in flows {
+                let mut s = connect(&args.socket).await?;
+                api::write_json(
+                    &mut s,
+                    &Request::Cancel {
+                        v: API_VERSION,
+                        flow,
+                    },
+                )
+                .await
+                .map_err(io_fail)?;
+                match next_reply(&mut s).await? {
+                    Reply::Cancelled { flow } => {
+                        if args.json {
+                            println!("{}", serde_json::json!({"ok": true, "cancelled": flow}));
+                        } else {
+                            println!("flow {flow} cancelled");
+                        }
+                    }
+                    Reply::Error { code, message } => return Err(reply_fail(code, message)),
+                    other => {
+                        return Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}")))
+                    }
+                }
+            }
+            Ok(())
+        }
+        Cmd::Send {
+            files,
+            to,
+            quiet,
+            detach,
+        } => {
             for f in &files {
                 if !f.is_file() {
                     return Err(fail(
@@ -142,7 +221,7 @@ async fn run(args: Args) -> Result<(), Fail> {
                 }
             }
             for f in &files {
-                send_one(&args.socket, f, to, quiet || args.json, args.json).await?;
+                send_one(&args.socket, f, to, quiet || args.json, args.json, detach).await?;
             }
             Ok(())
         }
@@ -156,6 +235,7 @@ async fn send_one(
     to: u32,
     quiet: bool,
     json: bool,
+    detach: bool,
 ) -> Result<(), Fail> {
     let file = std::fs::File::open(path)
         .map_err(|e| fail(exit::USAGE, format!("{}: {e}", path.display())))?;
@@ -182,6 +262,7 @@ async fn send_one(
             to,
             name: name.clone(),
             size,
+            detach,
         },
     )
     .await
@@ -250,7 +331,11 @@ async fn send_one(
             Ok(Reply::Progress { bytes }) => bar.set_position(bytes.min(size)),
             Ok(Reply::Complete { bytes, .. }) => {
                 bar.finish();
-                break Ok(bytes);
+                break Ok((bytes, false));
+            }
+            Ok(Reply::Queued { bytes, .. }) if detach => {
+                bar.finish();
+                break Ok((bytes, true));
             }
             Ok(Reply::Error { code, message }) => break Err(reply_fail(code, message)),
             Ok(other) => break Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
@@ -259,12 +344,19 @@ async fn send_one(
     };
     sender.abort();
     bar.finish_and_clear();
-    let bytes = result?;
+    let (bytes, queued) = result?;
     if json {
         println!(
             "{}",
-            serde_json::json!({"ok": true, "file": path.display().to_string(), "to": to, "flow": flow, "bytes": bytes})
+            serde_json::json!({"ok": true, "file": path.display().to_string(), "to": to, "flow": flow, "bytes": bytes, "queued": queued})
         );
+    } else if queued {
+        if !quiet {
+            println!(
+                "{}: {bytes} bytes queued for node {to} (flow {flow}; `hop list`, `hop cancel {flow}`)",
+                path.display()
+            );
+        }
     } else if !quiet {
         println!(
             "{}: {bytes} bytes delivered to node {to} (flow {flow})",
@@ -522,6 +614,50 @@ fn disk_waits(custody: &serde_json::Value, spool: &serde_json::Value) -> Option<
     (!parts.is_empty()).then(|| format!("disk: {}", parts.join("; ")))
 }
 
+/// A size for people: bytes up to 10 kB, then kB, MB, GB with one decimal.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [(&str, f64); 3] = [("GB", 1e9), ("MB", 1e6), ("kB", 1e3)];
+    for (unit, scale) in UNITS {
+        if n as f64 >= scale * 10.0 || (unit == "kB" && n >= 10_000) {
+            return format!("{:.1} {unit}", n as f64 / scale);
+        }
+    }
+    format!("{n} B")
+}
+
+/// An age for people: 42s, 3m05s, 2h07m, 3d04h.
+fn human_age(s: u64) -> String {
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+fn print_list(outgoing: &[api::OutgoingFlow]) {
+    if outgoing.is_empty() {
+        println!("no outgoing transfers");
+        return;
+    }
+    println!(
+        "{:<14} {:>6} {:>10} {:>10} {:>8}  {:<9} name",
+        "flow", "to", "size", "handed", "age", "client"
+    );
+    for f in outgoing {
+        println!(
+            "{:<14} {:>6} {:>10} {:>10} {:>8}  {:<9} {}",
+            f.flow,
+            f.to,
+            human_bytes(f.size),
+            human_bytes(f.bytes_accepted.min(f.size)),
+            human_age(f.age_s),
+            if f.attached { "waiting" } else { "detached" },
+            f.name
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{disk_waits, time_shares};
@@ -568,5 +704,16 @@ mod tests {
         // another transport's extras, or none counted yet: nothing
         let e = serde_json::json!({"retransmissions": 3});
         assert!(time_shares(e.as_object().unwrap()).is_empty());
+    }
+
+    #[test]
+    fn sizes_and_ages_for_people() {
+        assert_eq!(super::human_bytes(999), "999 B");
+        assert_eq!(super::human_bytes(300_000), "300.0 kB");
+        assert_eq!(super::human_bytes(25_000_000), "25.0 MB");
+        assert_eq!(super::human_age(42), "42s");
+        assert_eq!(super::human_age(185), "3m05s");
+        assert_eq!(super::human_age(7620), "2h07m");
+        assert_eq!(super::human_age(3 * 86_400 + 4 * 3600), "3d04h");
     }
 }

@@ -45,6 +45,9 @@ pub struct Opened {
 pub enum Cmd {
     Open {
         to: NodeId,
+        /// The file's name and size, for `list`.
+        name: String,
+        size: u64,
         reply: oneshot::Sender<Result<Opened, (ErrorCode, String)>>,
         updates: mpsc::UnboundedSender<FlowUpdate>,
     },
@@ -59,8 +62,22 @@ pub enum Cmd {
         done: oneshot::Sender<()>,
         last: bool,
     },
+    /// The sending client went away before the end: the flow is aborted.
     Abort {
         flow: FlowKey,
+    },
+    /// The sending client leaves the flow to the daemon (`detach`).
+    Detach {
+        flow: FlowKey,
+    },
+    /// `hop cancel`: abort an outgoing flow named by its id.
+    Cancel {
+        flow: String,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// `hop list`.
+    List {
+        reply: oneshot::Sender<Vec<crate::api::OutgoingFlow>>,
     },
     Subscribe {
         tx: mpsc::UnboundedSender<InboxEntry>,

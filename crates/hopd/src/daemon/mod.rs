@@ -309,7 +309,13 @@ impl Daemon {
     fn handle_cmd(&mut self, cmd: Cmd) {
         let now = self.now();
         match cmd {
-            Cmd::Open { to, reply, updates } => {
+            Cmd::Open {
+                to,
+                name,
+                size,
+                reply,
+                updates,
+            } => {
                 let known = self.addrs.contains_key(&to)
                     || self.cfg.routes.contains_key(&to)
                     || self.kernel_routes.contains_key(&to);
@@ -322,7 +328,7 @@ impl Daemon {
                 }
                 match self.node.open(now, self.transport_id, to) {
                     Ok(flow) => {
-                        info!(%flow, to, "flow opened");
+                        info!(%flow, to, %name, size, "flow opened");
                         self.out.insert(
                             flow,
                             OutFlow {
@@ -331,6 +337,10 @@ impl Daemon {
                                 bytes_accepted: 0,
                                 to,
                                 finish: false,
+                                name,
+                                size,
+                                opened: std::time::Instant::now(),
+                                detached: false,
                             },
                         );
                         let _ = reply.send(Ok(Opened {
@@ -363,10 +373,23 @@ impl Daemon {
                 }
             }
             Cmd::Abort { flow } => {
-                if self.out.remove(&flow).is_some() {
+                if let Some(f) = self.out.remove(&flow) {
                     let _ = self.node.abort(now, flow);
-                    info!(%flow, "flow aborted by the application");
+                    self.counters.flows_cancelled += 1;
+                    info!(%flow, to = f.to, name = %f.name, "flow cancelled: its client left before the end");
                 }
+            }
+            Cmd::Detach { flow } => {
+                if let Some(f) = self.out.get_mut(&flow) {
+                    f.detached = true;
+                    info!(%flow, to = f.to, name = %f.name, "flow left to the daemon by its client");
+                }
+            }
+            Cmd::Cancel { flow, reply } => {
+                let _ = reply.send(self.cancel(&flow));
+            }
+            Cmd::List { reply } => {
+                let _ = reply.send(self.outgoing_list());
             }
             Cmd::Subscribe { tx } => {
                 // The new client gets every file no other client holds; what it does not

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use hop_proto::{FlowKey, NodeId};
 use tokio::sync::{mpsc, oneshot};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::cmd::FlowUpdate;
 use super::Daemon;
@@ -17,9 +17,53 @@ pub(super) struct OutFlow {
     pub(super) to: NodeId,
     /// The application finished; `finish` is passed on once `pending` is empty.
     pub(super) finish: bool,
+    pub(super) name: String,
+    pub(super) size: u64,
+    pub(super) opened: std::time::Instant,
+    /// The client left the flow to the daemon.
+    pub(super) detached: bool,
 }
 
 impl Daemon {
+    /// The outgoing flows, oldest first, for `hop list`.
+    pub(super) fn outgoing_list(&self) -> Vec<crate::api::OutgoingFlow> {
+        let now = std::time::Instant::now();
+        let mut v: Vec<_> = self
+            .out
+            .iter()
+            .map(|(k, f)| crate::api::OutgoingFlow {
+                flow: k.to_string(),
+                to: f.to,
+                name: f.name.clone(),
+                size: f.size,
+                bytes_accepted: f.bytes_accepted,
+                age_s: now.duration_since(f.opened).as_secs(),
+                attached: !f.detached && !f.updates.is_closed(),
+            })
+            .collect();
+        v.sort_by(|a, b| b.age_s.cmp(&a.age_s).then_with(|| a.flow.cmp(&b.flow)));
+        v
+    }
+
+    /// Abort an outgoing flow by its printed id (`hop cancel`); its client, if one waits,
+    /// hears that it was cancelled.
+    pub(super) fn cancel(&mut self, flow: &str) -> Result<(), String> {
+        let Some(key) = self.out.keys().copied().find(|k| k.to_string() == flow) else {
+            return Err(format!(
+                "no outgoing flow {flow} on this node (`hop list` shows them)"
+            ));
+        };
+        let f = self.out.remove(&key).expect("found above");
+        let now = self.now();
+        let _ = self.node.abort(now, key);
+        info!(%key, to = f.to, name = %f.name, "flow cancelled");
+        self.counters.flows_cancelled += 1;
+        let _ = f.updates.send(FlowUpdate::Failed {
+            reason: "cancelled (`hop cancel`)".into(),
+        });
+        Ok(())
+    }
+
     /// Hand queued application bytes to the transport, then the finish once all are taken.
     pub(super) fn feed(&mut self, flow: FlowKey) {
         let now = self.now();

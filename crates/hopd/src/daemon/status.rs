@@ -33,11 +33,7 @@ impl Daemon {
                 })
             })
             .collect();
-        let outgoing: Vec<_> = self
-            .out
-            .iter()
-            .map(|(k, f)| serde_json::json!({"flow": k.to_string(), "to": f.to, "bytes_accepted": f.bytes_accepted}))
-            .collect();
+        let outgoing = self.outgoing_list();
         // `bytes`: delivered in order and spooled; `received_bytes`: unique payload bytes
         // the transport holds for the flow, including packets of blocks not complete yet
         // (what a transfer cut off before its end has achieved).

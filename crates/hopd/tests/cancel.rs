@@ -1,0 +1,132 @@
+//! Transfers an application gave up on: interrupted sends, `hop send --detach`, `hop list`
+//! and `hop cancel`. What a sender cancelled is aborted along its path and never delivered,
+//! even when the path was down at the time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn list(node: &Hopd) -> Vec<serde_json::Value> {
+    let o = node.hop(&["list", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A small file is handed over whole at once; its destination is down. Interrupting
+/// `hop send` then cancels it: when the destination returns, nothing arrives (before, the
+/// transfer went on alone and a resend delivered a second copy).
+#[test]
+fn an_interrupted_send_to_a_node_that_is_down_is_cancelled_and_never_delivered() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("note.txt");
+    std::fs::write(&file, pattern(7, 20_000)).unwrap();
+    let mut nodes = loopback_chain(2, work.path(), "");
+    nodes[1].terminate();
+    let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 2)));
+    wait_for("the flow listed", Duration::from_secs(10), || {
+        list(&nodes[0]).len() == 1
+    });
+    let flows = list(&nodes[0]);
+    assert_eq!(flows[0]["name"], "note.txt");
+    assert_eq!(flows[0]["attached"], true);
+    assert!(
+        sender.running(),
+        "hop send ended while its destination was down"
+    );
+    // What Ctrl-C does to the client: it goes away.
+    let _ = sender.0.as_mut().unwrap().kill();
+    let _ = sender.wait(Duration::from_secs(5));
+    wait_for("the flow cancelled", Duration::from_secs(5), || {
+        list(&nodes[0]).is_empty()
+    });
+    assert_eq!(nodes[0].counter("flows_cancelled"), 1);
+    nodes[1].restart();
+    std::thread::sleep(Duration::from_secs(6));
+    let st = nodes[1].status();
+    assert_eq!(st["counters"]["files_received"], 0, "{st}");
+    assert_eq!(st["inbox"], 0, "{st}");
+    // A new send completes as usual.
+    let out = send(&nodes[0], &[&file], 2);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(nodes[1].status()["inbox"], 1);
+}
+
+/// `hop send --detach` returns once hopd holds the file; `hop list` shows the transfer
+/// detached, `hop cancel` cancels it (a second cancel says there is no such flow), and the
+/// destination, back later, gets nothing.
+#[test]
+fn a_detached_send_is_listed_and_cancelled() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("big.bin");
+    std::fs::write(&file, pattern(8, 300_000)).unwrap();
+    let mut nodes = loopback_chain(2, work.path(), "");
+    nodes[1].terminate();
+    let path = file.to_str().unwrap();
+    let out = nodes[0].hop(&["--json", "send", "--detach", path, "--to", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["queued"], true, "{r}");
+    let flows = list(&nodes[0]);
+    assert_eq!(flows.len(), 1);
+    assert_eq!(flows[0]["attached"], false);
+    assert_eq!(flows[0]["size"], 300_000);
+    let flow = flows[0]["flow"].as_str().unwrap().to_string();
+    let table = nodes[0].hop(&["list"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("big.bin") && table.contains("detached"),
+        "{table}"
+    );
+    let c = nodes[0].hop(&["cancel", &flow]);
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    assert!(list(&nodes[0]).is_empty());
+    let again = nodes[0].hop(&["cancel", &flow]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("hop list"));
+    nodes[1].restart();
+    std::thread::sleep(Duration::from_secs(6));
+    let st = nodes[1].status();
+    assert_eq!(st["counters"]["files_received"], 0, "{st}");
+    assert_eq!(st["incoming"].as_array().map(Vec::len), Some(0), "{st}");
+}
+
+/// `hop status | head -1`: the pipe closes early and hop ends quietly, without a panic.
+#[test]
+fn hop_output_into_a_closed_pipe_ends_quietly() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(1, work.path(), "");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hop"))
+        .arg("--socket")
+        .arg(nodes[0].socket())
+        .arg("status")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(out.status.code(), Some(101));
+}
