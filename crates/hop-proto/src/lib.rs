@@ -51,6 +51,20 @@ pub enum FailReason {
     Aborted,
     /// The destination refused the flow (e.g. it reached its flow limit).
     Refused,
+    /// Its lifetime ([`Node::set_lifetime`]) passed before every byte was acknowledged.
+    Expired,
+}
+
+impl std::fmt::Display for FailReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailReason::Timeout => "no progress for the give-up time (`give_up_after`)",
+            FailReason::NoRoute => "no route to the destination",
+            FailReason::Aborted => "aborted by the application",
+            FailReason::Refused => "refused by the destination",
+            FailReason::Expired => "its lifetime passed before the destination had every byte",
+        })
+    }
 }
 
 /// What a transport tells the application.

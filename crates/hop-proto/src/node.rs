@@ -171,6 +171,18 @@ impl Node {
         self.with_ctx(now, idx, |t, ctx| t.finish(ctx, flow))
     }
 
+    /// Give a local flow a lifetime: it is tried until `until`, then fails with
+    /// [`crate::FailReason::Expired`] (with Hop; other transports keep their give-up rule).
+    pub fn set_lifetime(
+        &mut self,
+        now: Instant,
+        flow: FlowKey,
+        until: Instant,
+    ) -> Result<(), AppError> {
+        let idx = self.flow_index(flow)?;
+        self.with_ctx(now, idx, |t, ctx| t.set_lifetime(ctx, flow, until))
+    }
+
     /// Abandon a local flow.
     pub fn abort(&mut self, now: Instant, flow: FlowKey) -> Result<(), AppError> {
         let idx = self.flow_index(flow)?;

@@ -101,6 +101,19 @@ pub trait Transport: Send {
     /// Abandon a local flow now, releasing its state.
     fn abort(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey) -> Result<(), AppError>;
 
+    /// The local flow may keep trying until `until` (its lifetime), however long it goes
+    /// without progress, and fails with [`crate::FailReason::Expired`] then. A transport
+    /// without lifetimes keeps its own give-up rule (the default); the runtime should abort
+    /// the flow at `until` itself.
+    fn set_lifetime(
+        &mut self,
+        _ctx: &mut Ctx<'_>,
+        _flow: FlowKey,
+        _until: Instant,
+    ) -> Result<(), AppError> {
+        Ok(())
+    }
+
     /// A message from a neighbour. Malformed bodies are reported, never panicked on.
     fn handle(&mut self, ctx: &mut Ctx<'_>, rx: Received<'_>) -> Result<(), hop_wire::Error>;
 

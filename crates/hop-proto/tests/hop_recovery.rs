@@ -197,6 +197,49 @@ fn source_gives_up_without_progress_and_releases_state() {
     assert_eq!(net.stats(1).flows, 0);
 }
 
+/// A flow with a lifetime is tried past the give-up time while its path is cut, and fails
+/// once the lifetime passes, aborted along its path; one whose path heals in time completes.
+#[test]
+fn a_flow_with_a_lifetime_outlasts_the_give_up_time_and_expires_at_its_end() {
+    let cfg = HopConfig {
+        give_up_after: secs(30.0),
+        ..HopConfig::default()
+    };
+    let mut net = Net::chain(3, LinkSpec::default(), cfg, 26);
+    net.set_link_up(2, 3, false);
+    let cut = net.transfer(1, 3, 100_000);
+    let healed = net.transfer(1, 3, 50_000);
+    for app in [cut, healed] {
+        let (now, flow) = (net.now, net.apps[app].flow);
+        let until = now + secs(if app == cut { 90.0 } else { 300.0 });
+        net.nodes
+            .get_mut(&1)
+            .unwrap()
+            .set_lifetime(now, flow, until)
+            .unwrap();
+    }
+    let t = Instant::ZERO + secs(60.0);
+    net.run_until(t, |_| false);
+    assert!(!net.apps[cut].failed, "gave up before its lifetime passed");
+    assert!(net.stats(2).cache_bytes > 0, "the relay holds the blocks");
+    let t = Instant::ZERO + secs(95.0);
+    net.run_until(t, |_| false);
+    assert!(
+        net.apps[cut].failed,
+        "not expired at the end of its lifetime"
+    );
+    net.set_link_up(2, 3, true);
+    let t = Instant::ZERO + secs(200.0);
+    net.run_until(t, |_| false);
+    assert!(net.apps[healed].delivered_at.is_some());
+    assert!(
+        net.apps[cut].delivered_at.is_none(),
+        "an expired flow was delivered"
+    );
+    assert_eq!(net.stats(2).flows, 0);
+    assert_eq!(net.stats(2).cache_bytes, 0);
+}
+
 /// A flow its source aborts ends at the destination too (`FlowAbandoned`, so the runtime can
 /// free what it kept of it); a flow that finished beside it does not.
 #[test]

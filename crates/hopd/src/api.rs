@@ -29,6 +29,10 @@ pub enum Request {
         /// acknowledgement cancels the transfer.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         detach: bool,
+        /// Seconds the transfer is tried, however long its path is down; it fails as
+        /// expired then (Hop only). Without it: the node's `give_up_after` without progress.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lifetime_s: Option<u64>,
     },
     /// Receive files: the daemon sends each complete, verified file as a `file` reply plus
     /// data frames; the client answers `ack` once it has stored it.
@@ -54,6 +58,9 @@ pub struct OutgoingFlow {
     /// Bytes the transport took so far (file, header and hash).
     pub bytes_accepted: u64,
     pub age_s: u64,
+    /// Seconds until its lifetime ends, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_s: Option<u64>,
     /// A client waits for its result (false: detached, or its client left).
     pub attached: bool,
 }
@@ -196,6 +203,7 @@ mod tests {
             name: "f".into(),
             size: 9,
             detach: false,
+            lifetime_s: None,
         };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"op":"send","v":1,"to":3,"name":"f","size":9}"#);

@@ -106,8 +106,12 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
             name,
             size,
             detach,
+            lifetime_s,
             ..
-        } => send(s, cmds, to, name, size, detach).await,
+        } => {
+            let lifetime = lifetime_s.map(std::time::Duration::from_secs);
+            send(s, cmds, to, name, size, detach, lifetime).await
+        }
         Request::List { .. } => {
             let (tx, rx) = oneshot::channel();
             cmds.send(Cmd::List { reply: tx })
@@ -184,6 +188,7 @@ async fn send(
     name: String,
     size: u64,
     detach: bool,
+    lifetime: Option<std::time::Duration>,
 ) -> std::io::Result<()> {
     let Some(name) = sanitize_name(&name) else {
         return error(
@@ -199,6 +204,7 @@ async fn send(
         to,
         name: name.clone(),
         size,
+        lifetime,
         reply: otx,
         updates: utx,
     })
@@ -508,7 +514,7 @@ mod tests {
         let (mut client, server) = UnixStream::pair().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let size = 10 * DATA_CHUNK as u64;
-        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size, false));
+        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size, false, None));
         let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
             panic!("no open");
         };
@@ -558,7 +564,15 @@ mod tests {
         let (mut client, server) = UnixStream::pair().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let size: usize = frames.iter().sum();
-        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size as u64, false));
+        let task = tokio::spawn(send(
+            server,
+            tx,
+            2,
+            "f.bin".into(),
+            size as u64,
+            false,
+            None,
+        ));
         let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
             panic!("no open");
         };

@@ -1,6 +1,6 @@
-//! Transfers an application gave up on: interrupted sends, `hop send --detach`, `hop list`
-//! and `hop cancel`. What a sender cancelled is aborted along its path and never delivered,
-//! even when the path was down at the time.
+//! Transfers that end before their destination has them: interrupted sends, `hop send
+//! --detach`, `hop list`, `hop cancel` and lifetimes. What a sender cancelled, or what
+//! expired, is aborted along its path and never delivered, even when the path was down then.
 
 mod common;
 
@@ -109,6 +109,37 @@ fn a_detached_send_is_listed_and_cancelled() {
     let st = nodes[1].status();
     assert_eq!(st["counters"]["files_received"], 0, "{st}");
     assert_eq!(st["incoming"].as_array().map(Vec::len), Some(0), "{st}");
+}
+
+/// `hop send --lifetime 3s` to a node that is down fails as expired once the lifetime has
+/// passed (not after the node's give-up time), and nothing arrives when the node returns.
+#[test]
+fn a_send_whose_lifetime_passes_fails_as_expired_and_is_never_delivered() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("old-news.txt");
+    std::fs::write(&file, pattern(9, 5_000)).unwrap();
+    let mut nodes = loopback_chain(2, work.path(), "");
+    nodes[1].terminate();
+    let t0 = Instant::now();
+    let path = file.to_str().unwrap();
+    let out = nodes[0].hop(&["send", "--quiet", "--lifetime", "3s", path, "--to", "2"]);
+    let took = t0.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lifetime"), "{err}");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert!(list(&nodes[0]).is_empty());
+    nodes[1].restart();
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(nodes[1].status()["counters"]["files_received"], 0);
 }
 
 /// `hop status | head -1`: the pipe closes early and hop ends quietly, without a panic.

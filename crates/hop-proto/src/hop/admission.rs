@@ -26,6 +26,7 @@ struct WaitingFlow {
     finish: bool,
     /// The application was refused bytes: it hears `Writable` once the flow takes more.
     blocked: bool,
+    lifetime: Option<Instant>,
 }
 
 impl WaitingFlow {
@@ -37,6 +38,7 @@ impl WaitingFlow {
             pending_bytes: 0,
             finish: false,
             blocked: false,
+            lifetime: None,
         }
     }
 }
@@ -78,6 +80,10 @@ pub(super) struct OpenQueue {
 impl OpenQueue {
     pub(super) fn len(&self) -> usize {
         self.flows.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.flows.is_empty()
     }
 
     pub(super) fn contains(&self, key: &FlowKey) -> bool {
@@ -152,6 +158,7 @@ impl HopTransport {
             pending_bytes,
             finish,
             blocked,
+            lifetime,
             ..
         } = w;
         let mut f = Flow::new(dst, ctx.now);
@@ -162,6 +169,7 @@ impl HopTransport {
             rto: self.cfg.vtx_initial_timeout,
             last_progress: ctx.now,
             had_route: ctx.routing.next_hop(dst).is_some(),
+            lifetime,
             ..SourceState::default()
         });
         self.flows.insert(key, f);
@@ -263,5 +271,38 @@ impl HopTransport {
         self.app_bytes = self.app_bytes.saturating_sub(w.pending_bytes as u64);
         self.note_cache();
         true
+    }
+
+    /// Set the lifetime of a flow of this node's own, sending or waiting.
+    pub(super) fn set_source_lifetime(&mut self, key: FlowKey, until: Instant) -> bool {
+        if let Some(w) = self.waiting.flows.get_mut(&key) {
+            w.lifetime = Some(until);
+            return true;
+        }
+        match self.flows.get_mut(&key).map(|f| &mut f.role) {
+            Some(Role::Source(s)) => {
+                s.lifetime = Some(until);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Waiting flows whose lifetime passed: they fail without having sent anything.
+    pub(super) fn expire_waiting(&mut self, now: Instant) {
+        let expired: Vec<FlowKey> = self
+            .waiting
+            .flows
+            .iter()
+            .filter(|(_, w)| w.lifetime.is_some_and(|u| u <= now))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in expired {
+            self.abort_waiting(k);
+            self.events.push_back(Event::SendFailed {
+                flow: k,
+                reason: FailReason::Expired,
+            });
+        }
     }
 }

@@ -108,6 +108,8 @@ pub(super) struct SourceState {
     pub(super) last_progress: Instant,
     pub(super) blocked: bool,
     pub(super) had_route: bool,
+    /// The application's lifetime: tried until then, whatever the progress.
+    pub(super) lifetime: Option<Instant>,
 }
 
 #[derive(Debug, Default)]

@@ -294,6 +294,20 @@ impl Transport for HopTransport {
         Ok(())
     }
 
+    fn set_lifetime(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        flow: FlowKey,
+        until: Instant,
+    ) -> Result<(), AppError> {
+        self.tick(ctx.now);
+        if !self.set_source_lifetime(flow, until) {
+            return Err(AppError::UnknownFlow(flow));
+        }
+        self.refresh_timer(ctx.now);
+        Ok(())
+    }
+
     fn handle(&mut self, ctx: &mut Ctx<'_>, rx: Received<'_>) -> Result<(), hop_wire::Error> {
         self.tick(ctx.now);
         let msg = HopMessage::parse(rx.body)?;

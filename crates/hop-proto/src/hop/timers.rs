@@ -23,6 +23,9 @@ impl HopTransport {
             self.service_waiting(ctx);
         }
         self.forget_old_closed_flows(now);
+        if !self.waiting.is_empty() {
+            self.expire_waiting(now);
+        }
         let idle = self.cfg.flow_idle_timeout;
         let expiry = self.cfg.custody_expiry;
         let give_up = self.cfg.give_up_after;
@@ -35,15 +38,22 @@ impl HopTransport {
                 // Only a source with work outstanding can fail; one waiting for its
                 // application is idle, not stuck.
                 let outstanding = !f.blocks.is_empty() || s.pending_bytes > 0 || s.finish;
-                if outstanding && s.last_progress + give_up <= now {
-                    failed.push((
-                        *k,
-                        if s.had_route {
-                            FailReason::Timeout
-                        } else {
-                            FailReason::NoRoute
-                        },
-                    ));
+                // With a lifetime the flow is tried until it ends, however long it goes
+                // without progress (a partition may last days); without, it gives up.
+                match s.lifetime {
+                    Some(until) if until <= now => failed.push((*k, FailReason::Expired)),
+                    Some(_) => {}
+                    None if outstanding && s.last_progress + give_up <= now => {
+                        failed.push((
+                            *k,
+                            if s.had_route {
+                                FailReason::Timeout
+                            } else {
+                                FailReason::NoRoute
+                            },
+                        ));
+                    }
+                    None => {}
                 }
                 continue;
             }

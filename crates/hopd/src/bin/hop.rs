@@ -47,6 +47,10 @@ enum Cmd {
         /// it, `hop cancel` cancels it).
         #[arg(long)]
         detach: bool,
+        /// Keep trying this long, however long the path is down (e.g. 90m, 3d); the
+        /// transfer fails as expired then. Default: hopd's `give_up_after` without progress.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        lifetime: Option<std::time::Duration>,
     },
     /// List this node's outgoing transfers.
     List,
@@ -211,6 +215,7 @@ async fn run(args: Args) -> Result<(), Fail> {
             to,
             quiet,
             detach,
+            lifetime,
         } => {
             for f in &files {
                 if !f.is_file() {
@@ -221,7 +226,13 @@ async fn run(args: Args) -> Result<(), Fail> {
                 }
             }
             for f in &files {
-                send_one(&args.socket, f, to, quiet || args.json, args.json, detach).await?;
+                let how = SendHow {
+                    quiet: quiet || args.json,
+                    json: args.json,
+                    detach,
+                    lifetime,
+                };
+                send_one(&args.socket, f, to, &how).await?;
             }
             Ok(())
         }
@@ -229,14 +240,21 @@ async fn run(args: Args) -> Result<(), Fail> {
     }
 }
 
-async fn send_one(
-    socket: &Path,
-    path: &Path,
-    to: u32,
+/// How `hop send` sends each file.
+struct SendHow {
     quiet: bool,
     json: bool,
     detach: bool,
-) -> Result<(), Fail> {
+    lifetime: Option<std::time::Duration>,
+}
+
+async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<(), Fail> {
+    let SendHow {
+        quiet,
+        json,
+        detach,
+        lifetime,
+    } = *how;
     let file = std::fs::File::open(path)
         .map_err(|e| fail(exit::USAGE, format!("{}: {e}", path.display())))?;
     let size = file
@@ -263,6 +281,7 @@ async fn send_one(
             name: name.clone(),
             size,
             detach,
+            lifetime_s: lifetime.map(|l| l.as_secs().max(1)),
         },
     )
     .await
@@ -641,17 +660,18 @@ fn print_list(outgoing: &[api::OutgoingFlow]) {
         return;
     }
     println!(
-        "{:<14} {:>6} {:>10} {:>10} {:>8}  {:<9} name",
-        "flow", "to", "size", "handed", "age", "client"
+        "{:<14} {:>6} {:>10} {:>10} {:>8} {:>8}  {:<9} name",
+        "flow", "to", "size", "handed", "age", "expires", "client"
     );
     for f in outgoing {
         println!(
-            "{:<14} {:>6} {:>10} {:>10} {:>8}  {:<9} {}",
+            "{:<14} {:>6} {:>10} {:>10} {:>8} {:>8}  {:<9} {}",
             f.flow,
             f.to,
             human_bytes(f.size),
             human_bytes(f.bytes_accepted.min(f.size)),
             human_age(f.age_s),
+            f.expires_in_s.map_or("-".into(), human_age),
             if f.attached { "waiting" } else { "detached" },
             f.name
         );

@@ -48,6 +48,8 @@ pub enum Cmd {
         /// The file's name and size, for `list`.
         name: String,
         size: u64,
+        /// The transfer's lifetime (`hop send --lifetime`).
+        lifetime: Option<std::time::Duration>,
         reply: oneshot::Sender<Result<Opened, (ErrorCode, String)>>,
         updates: mpsc::UnboundedSender<FlowUpdate>,
     },

@@ -278,11 +278,11 @@ impl Daemon {
                     }
                 }
                 Event::SendFailed { flow, reason } => {
-                    warn!(%flow, ?reason, "send failed");
+                    warn!(%flow, %reason, "send failed");
                     self.counters.flows_failed += 1;
                     if let Some(f) = self.out.remove(&flow) {
                         let _ = f.updates.send(FlowUpdate::Failed {
-                            reason: format!("{reason:?}"),
+                            reason: reason.to_string(),
                         });
                     }
                 }
@@ -313,9 +313,17 @@ impl Daemon {
                 to,
                 name,
                 size,
+                lifetime,
                 reply,
                 updates,
             } => {
+                if lifetime.is_some() && self.transport_id != TransportId::Hop {
+                    let _ = reply.send(Err((
+                        ErrorCode::BadRequest,
+                        "a lifetime needs transport = \"hop\" (this node runs another)".into(),
+                    )));
+                    return;
+                }
                 let known = self.addrs.contains_key(&to)
                     || self.cfg.routes.contains_key(&to)
                     || self.kernel_routes.contains_key(&to);
@@ -328,7 +336,14 @@ impl Daemon {
                 }
                 match self.node.open(now, self.transport_id, to) {
                     Ok(flow) => {
-                        info!(%flow, to, %name, size, "flow opened");
+                        let expires = lifetime.map(|l| std::time::Instant::now() + l);
+                        if let Some(l) = lifetime {
+                            let until = now + l;
+                            if let Err(e) = self.node.set_lifetime(now, flow, until) {
+                                warn!(%flow, error = %e, "lifetime not set");
+                            }
+                        }
+                        info!(%flow, to, %name, size, lifetime = ?lifetime, "flow opened");
                         self.out.insert(
                             flow,
                             OutFlow {
@@ -341,6 +356,7 @@ impl Daemon {
                                 size,
                                 opened: std::time::Instant::now(),
                                 detached: false,
+                                expires,
                             },
                         );
                         let _ = reply.send(Ok(Opened {

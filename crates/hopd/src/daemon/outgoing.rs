@@ -22,6 +22,8 @@ pub(super) struct OutFlow {
     pub(super) opened: std::time::Instant,
     /// The client left the flow to the daemon.
     pub(super) detached: bool,
+    /// The end of its lifetime.
+    pub(super) expires: Option<std::time::Instant>,
 }
 
 impl Daemon {
@@ -38,6 +40,9 @@ impl Daemon {
                 size: f.size,
                 bytes_accepted: f.bytes_accepted,
                 age_s: now.duration_since(f.opened).as_secs(),
+                expires_in_s: f
+                    .expires
+                    .map(|e| e.saturating_duration_since(now).as_secs()),
                 attached: !f.detached && !f.updates.is_closed(),
             })
             .collect();
