@@ -84,6 +84,10 @@ pub enum Event {
     /// came for the transport's idle or give-up time); its state is released and nothing
     /// more of it is delivered. What was delivered of it is the application's to discard.
     FlowAbandoned { flow: FlowKey },
+    /// Source: the destination acknowledged end to end the flow's first `bytes` bytes (the
+    /// in-order prefix it has delivered); reported as it grows, by transports that know it
+    /// (Hop: per block).
+    Acknowledged { flow: FlowKey, bytes: u64 },
     /// Source: every byte was acknowledged end to end; the flow's state is released.
     SendComplete { flow: FlowKey, bytes: u64 },
     /// Source: the transfer was abandoned; the flow's state is released.

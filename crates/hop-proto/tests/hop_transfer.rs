@@ -26,6 +26,22 @@ fn one_hop_lossless() {
     assert_eq!(s.sent_by_type["data"], 300_000u64.div_ceil(1380));
 }
 
+/// The source hears the acknowledged prefix grow block by block (`Event::Acknowledged`, what
+/// an application's progress shows), ending at the flow's length.
+#[test]
+fn the_source_hears_the_acknowledged_prefix_grow_per_block() {
+    let mut net = Net::chain(3, LinkSpec::default(), HopConfig::default(), 3);
+    let len = 3 * (1 << 20) + 1000;
+    net.transfer(1, 3, len);
+    net.run_to_completion(secs(600.0));
+    net.assert_all_identical();
+    let acked = &net.apps[0].acked;
+    assert!(acked.len() >= 4, "{acked:?}");
+    assert!(acked.windows(2).all(|w| w[0] <= w[1]), "{acked:?}");
+    assert!(acked.contains(&(1 << 20)), "{acked:?}");
+    assert_eq!(acked.last().copied(), Some(len as u64));
+}
+
 #[test]
 fn one_hop_lossy_links_deliver_identical_bytes() {
     for (i, loss) in [0.2, 0.5, 0.8].into_iter().enumerate() {

@@ -57,6 +57,8 @@ pub struct OutgoingFlow {
     pub size: u64,
     /// Bytes the transport took so far (file, header and hash).
     pub bytes_accepted: u64,
+    /// Of those, the bytes the destination acknowledged end to end (Hop).
+    pub bytes_acked: u64,
     pub age_s: u64,
     /// Seconds until its lifetime ends, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +78,10 @@ pub enum Reply {
     /// Bytes handed to the transport so far.
     Progress {
         bytes: u64,
+        /// File bytes the destination acknowledged end to end (in order), from transports
+        /// that report it (Hop).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        acked: Option<u64>,
     },
     /// Every byte was handed to the daemon, which carries on with the transfer alone
     /// (`send` with `detach`).

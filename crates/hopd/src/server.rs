@@ -232,6 +232,11 @@ async fn send(
         size,
     }
     .encode();
+    // The flow's bytes are the header, the file, the hash: what the destination acknowledged
+    // of the file is its acknowledged prefix less the header.
+    let header_len = header.len() as u64;
+    let file_part = |stream: u64| stream.saturating_sub(header_len).min(size);
+    let mut e2e: Option<u64> = None;
     let mut window: VecDeque<oneshot::Receiver<()>> = VecDeque::new();
     let push = |data: Bytes, last: bool| {
         let (tx, rx) = oneshot::channel();
@@ -255,7 +260,7 @@ async fn send(
     let mut first = true;
     let mut hasher = blake3::Hasher::new();
     let mut total = 0u64;
-    let mut acked = 0u64;
+    let mut handed = 0u64;
     let mut sizes: VecDeque<u64> = VecDeque::new();
     let failed = loop {
         while window.len() >= SEND_WINDOW {
@@ -265,11 +270,23 @@ async fn send(
                 // The guard aborts the flow.
                 _ = client_gone(&s) => return Ok(()),
             }
-            acked += sizes.pop_front().unwrap_or(0);
-            api::write_json(&mut s, &Reply::Progress { bytes: acked }).await?;
+            handed += sizes.pop_front().unwrap_or(0);
+            let p = Reply::Progress {
+                bytes: handed,
+                acked: e2e,
+            };
+            api::write_json(&mut s, &p).await?;
         }
-        if let Ok(FlowUpdate::Failed { reason }) = urx.try_recv() {
-            break Some(reason);
+        let mut failed = None;
+        while let Ok(u) = urx.try_recv() {
+            match u {
+                FlowUpdate::Acked { bytes } => e2e = Some(file_part(bytes)),
+                FlowUpdate::Failed { reason } => failed = Some(reason),
+                FlowUpdate::Complete { .. } => {}
+            }
+        }
+        if failed.is_some() {
+            break failed;
         }
         let frame = match api::read_frame(&mut s).await {
             Ok(Some(f)) => f,
@@ -341,14 +358,31 @@ async fn send(
             r = w => if r.is_err() { break },
             _ = client_gone(&s) => return Ok(()),
         }
-        acked += sizes.pop_front().unwrap_or(0);
-        api::write_json(&mut s, &Reply::Progress { bytes: acked }).await?;
+        handed += sizes.pop_front().unwrap_or(0);
+        let p = Reply::Progress {
+            bytes: handed,
+            acked: e2e,
+        };
+        api::write_json(&mut s, &p).await?;
     }
-    // Wait for the end-to-end result; a client that goes away now cancels the transfer
-    // (the guard aborts it), so that nothing it gave up on is delivered later.
-    let result = tokio::select! {
-        r = urx.recv() => r,
-        _ = client_gone(&s) => return Ok(()),
+    // Wait for the end-to-end result, reporting what the destination acknowledged; a
+    // client that goes away now cancels the transfer (the guard aborts it), so that nothing
+    // it gave up on is delivered later.
+    let result = loop {
+        let r = tokio::select! {
+            r = urx.recv() => r,
+            _ = client_gone(&s) => return Ok(()),
+        };
+        match r {
+            Some(FlowUpdate::Acked { bytes }) => {
+                let p = Reply::Progress {
+                    bytes: handed,
+                    acked: Some(file_part(bytes)),
+                };
+                api::write_json(&mut s, &p).await?;
+            }
+            other => break other,
+        }
     };
     guard.cmds = None;
     match result {
@@ -370,7 +404,9 @@ async fn send(
             )
             .await
         }
-        None => error(&mut s, ErrorCode::Failed, "daemon stopped".into()).await,
+        None | Some(FlowUpdate::Acked { .. }) => {
+            error(&mut s, ErrorCode::Failed, "daemon stopped".into()).await
+        }
     }
 }
 
@@ -506,9 +542,8 @@ mod tests {
     use hop_proto::FlowKey;
     use std::time::Duration;
 
-    /// A sending client killed while its window is full: the server notices only when its
-    /// next progress report fails to go out, and must still abort the flow (else it stays
-    /// open, counted against `max_flows`, until the daemon restarts).
+    /// A sending client killed while its window is full must still abort its flow (else it
+    /// stays open, counted against `max_flows`, until the daemon restarts).
     #[tokio::test]
     async fn a_sender_gone_while_its_window_is_full_aborts_its_flow() {
         let (mut client, server) = UnixStream::pair().unwrap();
@@ -539,10 +574,9 @@ mod tests {
         }
         drop(client);
         done.remove(0).send(()).unwrap();
-        assert!(
-            task.await.unwrap().is_err(),
-            "the progress write did not fail"
-        );
+        // The server notices either way: the wait sees the client gone, or the progress
+        // write fails.
+        let _ = task.await.unwrap();
         let got = tokio::time::timeout(Duration::from_secs(5), async {
             loop {
                 match rx.recv().await {
@@ -555,6 +589,69 @@ mod tests {
         .await
         .expect("no abort");
         assert_eq!(got, Some(flow));
+    }
+
+    /// Progress reports carry the file bytes the destination acknowledged end to end (the
+    /// flow's acknowledged prefix less the header), also while the client waits for the end.
+    #[tokio::test]
+    async fn progress_reports_what_the_destination_acknowledged() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let size = 3000u64;
+        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size, false, None));
+        let Some(Cmd::Open { reply, updates, .. }) = rx.recv().await else {
+            panic!("no open");
+        };
+        let flow = FlowKey { src: 1, id: 9 };
+        reply
+            .send(Ok(Opened {
+                flow,
+                first_bytes: 0,
+            }))
+            .unwrap();
+        assert!(api::read_frame(&mut client).await.unwrap().is_some()); // accepted
+        api::write_frame(&mut client, &[1u8; 3000]).await.unwrap();
+        api::write_frame(&mut client, &[]).await.unwrap();
+        let Some(Cmd::Data { done, last, .. }) = rx.recv().await else {
+            panic!("expected data");
+        };
+        assert!(last);
+        done.send(()).unwrap();
+        let header = FlowHeader {
+            name: "f.bin".into(),
+            size,
+        }
+        .encode()
+        .len() as u64;
+        assert_eq!(
+            reply_of(&mut client).await,
+            Reply::Progress {
+                bytes: 3000,
+                acked: None
+            }
+        );
+        updates
+            .send(FlowUpdate::Acked {
+                bytes: header + 500,
+            })
+            .unwrap();
+        assert_eq!(
+            reply_of(&mut client).await,
+            Reply::Progress {
+                bytes: 3000,
+                acked: Some(500)
+            }
+        );
+        updates.send(FlowUpdate::Complete { bytes: 0 }).unwrap();
+        assert!(matches!(
+            reply_of(&mut client).await,
+            Reply::Complete { .. }
+        ));
+        task.await.unwrap().unwrap();
+    }
+
+    async fn reply_of(client: &mut UnixStream) -> Reply {
+        api::parse_reply(&api::read_frame(client).await.unwrap().unwrap()).unwrap()
     }
 
     /// Runs `send` for a file of `frames` (written one data frame each) with the daemon's

@@ -53,6 +53,13 @@ fn an_interrupted_send_to_a_node_that_is_down_is_cancelled_and_never_delivered()
         list(&nodes[0]).is_empty()
     });
     assert_eq!(nodes[0].counter("flows_cancelled"), 1);
+    // The operator reads why in the log, which carries no terminal colour codes.
+    let log = nodes[0].log();
+    assert!(
+        log.contains("flow cancelled") && log.contains("note.txt"),
+        "{log}"
+    );
+    assert!(!log.contains('\x1b'), "escape codes in the log file");
     nodes[1].restart();
     std::thread::sleep(Duration::from_secs(6));
     let st = nodes[1].status();

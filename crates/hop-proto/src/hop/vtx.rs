@@ -82,6 +82,20 @@ impl HopTransport {
                 }
             }
         }
+        // The delivered prefix, for the application's progress: the end of the last block
+        // below `cum` still held (blocks below an earlier `cum` were dropped then).
+        let prefix = f
+            .blocks
+            .range(..cum)
+            .next_back()
+            .map(|(_, b)| b.offset + u64::from(b.geom.block_len));
+        if let (Some(bytes), true) = (prefix, f.source().is_some()) {
+            self.events
+                .push_back(Event::Acknowledged { flow: key, bytes });
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
         let acked: Vec<u32> = f
             .blocks
             .keys()

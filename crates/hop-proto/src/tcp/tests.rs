@@ -193,6 +193,7 @@ impl Net {
                 Event::SendComplete { .. } => "complete",
                 Event::SendFailed { .. } => "failed",
                 Event::Writable { .. } => "writable",
+                Event::Acknowledged { .. } => "acknowledged",
             })
             .collect()
     }

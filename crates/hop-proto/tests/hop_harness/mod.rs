@@ -79,6 +79,8 @@ pub struct App {
     /// The destination gave the flow up unfinished (`Event::FlowAbandoned`).
     pub abandoned_at: Option<Instant>,
     pub failed: bool,
+    /// The source's `Acknowledged` reports, in order.
+    pub acked: Vec<u64>,
 }
 
 pub struct Net {
@@ -248,6 +250,7 @@ impl Net {
             delivered_at: None,
             abandoned_at: None,
             failed: false,
+            acked: Vec::new(),
         });
         let i = self.apps.len() - 1;
         self.feed(i);
@@ -493,6 +496,15 @@ impl Net {
                     .find(|a| a.flow == flow && a.src == node)
                 {
                     a.failed = true;
+                }
+            }
+            Event::Acknowledged { flow, bytes } => {
+                if let Some(a) = self
+                    .apps
+                    .iter_mut()
+                    .find(|a| a.flow == flow && a.src == node)
+                {
+                    a.acked.push(bytes);
                 }
             }
             Event::Writable { flow } => {

@@ -237,7 +237,7 @@ impl Net {
                             r.send_failed = true;
                         }
                     }
-                    Event::Writable { .. } => {}
+                    Event::Writable { .. } | Event::Acknowledged { .. } => {}
                 }
             }
         }

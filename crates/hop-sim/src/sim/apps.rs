@@ -195,6 +195,7 @@ impl Simulation {
                     self.mark_done(i);
                 }
             }
+            Event::Acknowledged { .. } => {}
             Event::Writable { flow } => {
                 if let Some(&i) = self.flow_by_key.get(&flow) {
                     if self.flows[i].src == n {

@@ -335,6 +335,8 @@ async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<
         // Keep the write half open until the daemon answers.
         Ok::<_, std::io::Error>(wr)
     });
+    let started = std::time::Instant::now();
+    let mut e2e_reported = false;
     let result = loop {
         let frame = match api::read_frame(&mut rd).await {
             Ok(Some(f)) => f,
@@ -347,7 +349,18 @@ async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<
             Err(e) => break Err(io_fail(e)),
         };
         match api::parse_reply(&frame) {
-            Ok(Reply::Progress { bytes }) => bar.set_position(bytes.min(size)),
+            // The bar follows what the destination acknowledged when the transport reports it
+            // (Hop), else what the daemon handed to the transport.
+            Ok(Reply::Progress { bytes, acked }) => {
+                if acked.is_some() {
+                    e2e_reported = true;
+                }
+                match acked {
+                    Some(a) => bar.set_position(a.min(size)),
+                    None if !e2e_reported => bar.set_position(bytes.min(size)),
+                    None => {}
+                }
+            }
             Ok(Reply::Complete { bytes, .. }) => {
                 bar.finish();
                 break Ok((bytes, false));
@@ -364,10 +377,16 @@ async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<
     sender.abort();
     bar.finish_and_clear();
     let (bytes, queued) = result?;
+    let secs = started.elapsed().as_secs_f64();
+    let bps = if secs > 0.0 {
+        bytes as f64 * 8.0 / secs
+    } else {
+        0.0
+    };
     if json {
         println!(
             "{}",
-            serde_json::json!({"ok": true, "file": path.display().to_string(), "to": to, "flow": flow, "bytes": bytes, "queued": queued})
+            serde_json::json!({"ok": true, "file": path.display().to_string(), "to": to, "flow": flow, "bytes": bytes, "queued": queued, "seconds": (secs * 1000.0).round() / 1000.0, "bits_per_second": bps.round()})
         );
     } else if queued {
         if !quiet {
@@ -378,8 +397,11 @@ async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<
         }
     } else if !quiet {
         println!(
-            "{}: {bytes} bytes delivered to node {to} (flow {flow})",
-            path.display()
+            "{}: {} delivered to node {to} in {} ({}; flow {flow})",
+            path.display(),
+            human_bytes(bytes),
+            human_secs(secs),
+            human_rate(bps)
         );
     }
     Ok(())
@@ -644,6 +666,26 @@ fn human_bytes(n: u64) -> String {
     format!("{n} B")
 }
 
+/// A duration in seconds for people: 0.42 s, 12.3 s, then as `human_age`.
+fn human_secs(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.2} s")
+    } else if s < 60.0 {
+        format!("{s:.1} s")
+    } else {
+        human_age(s.round() as u64)
+    }
+}
+
+/// A rate for people: kbit/s below 1 Mbit/s, then Mbit/s.
+fn human_rate(bps: f64) -> String {
+    if bps < 1e6 {
+        format!("{:.1} kbit/s", bps / 1e3)
+    } else {
+        format!("{:.2} Mbit/s", bps / 1e6)
+    }
+}
+
 /// An age for people: 42s, 3m05s, 2h07m, 3d04h.
 fn human_age(s: u64) -> String {
     match s {
@@ -660,16 +702,17 @@ fn print_list(outgoing: &[api::OutgoingFlow]) {
         return;
     }
     println!(
-        "{:<14} {:>6} {:>10} {:>10} {:>8} {:>8}  {:<9} name",
-        "flow", "to", "size", "handed", "age", "expires", "client"
+        "{:<14} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}  {:<9} name",
+        "flow", "to", "size", "handed", "acked", "age", "expires", "client"
     );
     for f in outgoing {
         println!(
-            "{:<14} {:>6} {:>10} {:>10} {:>8} {:>8}  {:<9} {}",
+            "{:<14} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}  {:<9} {}",
             f.flow,
             f.to,
             human_bytes(f.size),
             human_bytes(f.bytes_accepted.min(f.size)),
+            human_bytes(f.bytes_acked.min(f.size)),
             human_age(f.age_s),
             f.expires_in_s.map_or("-".into(), human_age),
             if f.attached { "waiting" } else { "detached" },

@@ -60,11 +60,18 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| "info".into());
     let filter = tracing_subscriber::EnvFilter::try_new(&level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: a log file or journald would keep the escape codes. Under
+    // systemd (JOURNAL_STREAM set) journald stamps each line itself.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     if args.log_json {
         builder.json().init();
+    } else if journald {
+        builder.without_time().init();
     } else {
         builder.init();
     }

@@ -13,8 +13,16 @@ use crate::api::ErrorCode;
 /// An update about a local outgoing flow, for the API client that opened it.
 #[derive(Debug)]
 pub enum FlowUpdate {
-    Complete { bytes: u64 },
-    Failed { reason: String },
+    /// The destination acknowledged the flow's first `bytes` bytes end to end.
+    Acked {
+        bytes: u64,
+    },
+    Complete {
+        bytes: u64,
+    },
+    Failed {
+        reason: String,
+    },
 }
 
 /// A verified file waiting for a receiving application.

@@ -270,6 +270,12 @@ impl Daemon {
         while let Some(ev) = self.node.poll_event() {
             match ev.event {
                 Event::Writable { flow } => self.feed(flow),
+                Event::Acknowledged { flow, bytes } => {
+                    if let Some(f) = self.out.get_mut(&flow) {
+                        f.bytes_acked = bytes;
+                        let _ = f.updates.send(FlowUpdate::Acked { bytes });
+                    }
+                }
                 Event::SendComplete { flow, bytes } => {
                     info!(%flow, bytes, "send complete");
                     self.counters.flows_completed += 1;
@@ -357,6 +363,7 @@ impl Daemon {
                                 opened: std::time::Instant::now(),
                                 detached: false,
                                 expires,
+                                bytes_acked: 0,
                             },
                         );
                         let _ = reply.send(Ok(Opened {

@@ -24,6 +24,8 @@ pub(super) struct OutFlow {
     pub(super) detached: bool,
     /// The end of its lifetime.
     pub(super) expires: Option<std::time::Instant>,
+    /// Flow bytes (header, file, hash) the destination acknowledged end to end.
+    pub(super) bytes_acked: u64,
 }
 
 impl Daemon {
@@ -39,6 +41,7 @@ impl Daemon {
                 name: f.name.clone(),
                 size: f.size,
                 bytes_accepted: f.bytes_accepted,
+                bytes_acked: f.bytes_acked,
                 age_s: now.duration_since(f.opened).as_secs(),
                 expires_in_s: f
                     .expires
