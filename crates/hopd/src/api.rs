@@ -45,6 +45,8 @@ pub enum Request {
     List { v: u32 },
     /// Cancel an outgoing transfer: it is aborted along its path and never delivered.
     Cancel { v: u32, flow: String },
+    /// Re-read the daemon's configuration file (as SIGHUP does).
+    Reload { v: u32 },
 }
 
 /// One outgoing transfer, as `list` reports it.
@@ -96,6 +98,12 @@ pub enum Reply {
     /// The transfer was cancelled (`cancel`).
     Cancelled {
         flow: String,
+    },
+    /// The configuration was re-read (`reload`): the settings applied, and those that
+    /// changed but take effect at the next start.
+    Reloaded {
+        applied: Vec<String>,
+        need_restart: Vec<String>,
     },
     /// The destination acknowledged every byte end to end.
     Complete {

@@ -82,6 +82,7 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
         | Request::Ack { v, .. }
         | Request::Status { v }
         | Request::List { v }
+        | Request::Reload { v }
         | Request::Cancel { v, .. } => *v,
     };
     if v != API_VERSION {
@@ -119,6 +120,22 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
                 .map_err(|_| closed())?;
             let outgoing = rx.await.map_err(|_| closed())?;
             api::write_json(&mut s, &Reply::Flows { outgoing }).await
+        }
+        Request::Reload { .. } => {
+            let (tx, rx) = oneshot::channel();
+            cmds.send(Cmd::Reload { reply: Some(tx) })
+                .await
+                .map_err(|_| closed())?;
+            match rx.await.map_err(|_| closed())? {
+                Ok(r) => {
+                    let reply = Reply::Reloaded {
+                        applied: r.applied,
+                        need_restart: r.need_restart,
+                    };
+                    api::write_json(&mut s, &reply).await
+                }
+                Err(msg) => error(&mut s, ErrorCode::BadRequest, msg).await,
+            }
         }
         Request::Cancel { flow, .. } => {
             let (tx, rx) = oneshot::channel();

@@ -54,6 +54,10 @@ enum Cmd {
     },
     /// List this node's outgoing transfers.
     List,
+    /// Make hopd re-read its configuration file (as SIGHUP does): neighbours and routes
+    /// change at once, without dropping transfers; other changed settings are named and
+    /// wait for a restart.
+    Reload,
     /// Cancel outgoing transfers (ids as `hop list` prints them): each is aborted along its
     /// path, and what nodes hold of it is freed and never delivered.
     Cancel {
@@ -175,6 +179,41 @@ async fn run(args: Args) -> Result<(), Fail> {
                         }
                     } else {
                         print_list(&outgoing);
+                    }
+                    Ok(())
+                }
+                Reply::Error { code, message } => Err(reply_fail(code, message)),
+                other => Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
+            }
+        }
+        Cmd::Reload => {
+            let mut s = connect(&args.socket).await?;
+            api::write_json(&mut s, &Request::Reload { v: API_VERSION })
+                .await
+                .map_err(io_fail)?;
+            match next_reply(&mut s).await? {
+                Reply::Reloaded {
+                    applied,
+                    need_restart,
+                } => {
+                    if args.json {
+                        println!(
+                            "{}",
+                            serde_json::json!({"ok": true, "applied": applied, "need_restart": need_restart})
+                        );
+                    } else {
+                        if applied.is_empty() && need_restart.is_empty() {
+                            println!("configuration re-read: nothing changed");
+                        }
+                        if !applied.is_empty() {
+                            println!("applied: {}", applied.join(", "));
+                        }
+                        if !need_restart.is_empty() {
+                            println!(
+                                "changed, applied when hopd restarts: {}",
+                                need_restart.join(", ")
+                            );
+                        }
                     }
                     Ok(())
                 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hopd::config::Config;
+use hopd::daemon::cmd::Cmd;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
 
@@ -86,7 +87,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(run(cfg)) {
+    match rt.block_on(run(cfg, args.config.clone())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e}");
@@ -118,14 +119,15 @@ fn tune_allocator(cfg: &Config) {
     let _ = cfg;
 }
 
-async fn run(cfg: Config) -> std::io::Result<()> {
+async fn run(cfg: Config, config_path: std::path::PathBuf) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     hopd::server::check_api_free(&cfg.api_socket)?;
     let built = hopd::transport::build(&cfg)?;
     // The API socket is bound last: its file appearing tells clients (and scripts waiting
     // for it) that the node holds its network port, and a node that cannot start leaves
     // no socket file behind.
-    let daemon = hopd::daemon::Daemon::new(cfg.clone(), built)?;
+    let mut daemon = hopd::daemon::Daemon::new(cfg.clone(), built)?;
+    daemon.set_config_path(config_path);
     let metrics = match cfg.metrics_listen {
         Some(a) => Some(
             tokio::net::TcpListener::bind(a)
@@ -146,6 +148,18 @@ async fn run(cfg: Config) -> std::io::Result<()> {
     if kernel_routes {
         hopd::netlink::spawn(cfg, ctx.clone());
     }
+    // SIGHUP re-reads the configuration (neighbours and routes at once, without dropping
+    // flows); it used to end the daemon, the signal's default action.
+    let mut hup = signal(SignalKind::hangup())?;
+    let reload = ctx.clone();
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            info!("SIGHUP: re-reading the configuration");
+            if reload.send(Cmd::Reload { reply: None }).await.is_err() {
+                break;
+            }
+        }
+    });
     let (stx, srx) = oneshot::channel();
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

@@ -85,6 +85,10 @@ pub enum Cmd {
         flow: String,
         reply: oneshot::Sender<Result<(), String>>,
     },
+    /// SIGHUP or `hop reload`: re-read the configuration file.
+    Reload {
+        reply: Option<oneshot::Sender<Result<super::reload::ReloadReport, String>>>,
+    },
     /// `hop list`.
     List {
         reply: oneshot::Sender<Vec<crate::api::OutgoingFlow>>,

@@ -5,6 +5,7 @@ pub mod cmd;
 mod datapath;
 mod inbox;
 mod outgoing;
+pub mod reload;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -29,6 +30,8 @@ use outgoing::OutFlow;
 /// The daemon's state; owned by one task.
 pub struct Daemon {
     cfg: Config,
+    /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
+    config_path: Option<std::path::PathBuf>,
     custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
     /// Custody writes finished on the store's writer thread.
     custody_done: Arc<crate::custody::CustodyDone>,
@@ -147,6 +150,7 @@ impl Daemon {
             .map_err(|e| io_err("opening the spool", e))?;
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
+            config_path: None,
             custody: built.custody,
             custody_done: built.custody_done.unwrap_or_default(),
             transport_id,
@@ -176,6 +180,11 @@ impl Daemon {
         d.resume_incoming();
         d.publish_inbox();
         Ok(d)
+    }
+
+    /// The configuration file to re-read on SIGHUP and `hop reload`.
+    pub fn set_config_path(&mut self, path: std::path::PathBuf) {
+        self.config_path = Some(path);
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -413,6 +422,15 @@ impl Daemon {
             }
             Cmd::List { reply } => {
                 let _ = reply.send(self.outgoing_list());
+            }
+            Cmd::Reload { reply } => {
+                let r = self.reload();
+                if let Err(e) = &r {
+                    warn!(error = %e, "configuration not reloaded; the running one stays");
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(r);
+                }
             }
             Cmd::Subscribe { tx } => {
                 // The new client gets every file no other client holds; what it does not

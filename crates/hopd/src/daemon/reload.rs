@@ -1,0 +1,156 @@
+//! Re-reading the configuration without a restart (SIGHUP, `hop reload`): neighbours and
+//! static routes change at once, flows keep going; settings that shape sockets, storage,
+//! keys or the transport are named and wait for the next start.
+
+use std::fmt::Debug;
+
+use tracing::{info, warn};
+
+use super::{merged_routes, Daemon};
+use crate::config::Config;
+
+/// What a reload did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReloadReport {
+    /// Settings applied now.
+    pub applied: Vec<String>,
+    /// Settings that changed in the file and take effect at the next start.
+    pub need_restart: Vec<String>,
+}
+
+fn differs<T: Debug>(name: &str, a: &T, b: &T, out: &mut Vec<String>) {
+    if format!("{a:?}") != format!("{b:?}") {
+        out.push(name.to_string());
+    }
+}
+
+impl Daemon {
+    /// Re-read the configuration file this daemon started from and apply what can change
+    /// while it runs. A file with an error changes nothing (the error is returned).
+    pub(super) fn reload(&mut self) -> Result<ReloadReport, String> {
+        let Some(path) = self.config_path.clone() else {
+            return Err("this daemon was not started from a configuration file".into());
+        };
+        let new = Config::load(&path).map_err(|e| e.to_string())?;
+        let report = self.apply_config(new);
+        if report.applied.is_empty() && report.need_restart.is_empty() {
+            info!(file = %path.display(), "configuration re-read: nothing changed");
+        } else {
+            info!(
+                file = %path.display(),
+                applied = ?report.applied,
+                "configuration re-read"
+            );
+        }
+        if !report.need_restart.is_empty() {
+            warn!(
+                settings = ?report.need_restart,
+                "changed settings take effect only when hopd restarts"
+            );
+        }
+        Ok(report)
+    }
+
+    fn apply_config(&mut self, new: Config) -> ReloadReport {
+        let old = &self.cfg;
+        let mut r = ReloadReport::default();
+        differs(
+            "neighbours",
+            &old.neighbours,
+            &new.neighbours,
+            &mut r.applied,
+        );
+        differs("routes", &old.routes, &new.routes, &mut r.applied);
+        let n = &mut r.need_restart;
+        differs("node_id", &old.node_id, &new.node_id, n);
+        differs("listen", &old.listen, &new.listen, n);
+        differs("interface", &old.interface, &new.interface, n);
+        differs("link_mode", &old.link_mode, &new.link_mode, n);
+        differs("transport", &old.transport, &new.transport, n);
+        differs(
+            "broadcast_address",
+            &old.broadcast_address,
+            &new.broadcast_address,
+            n,
+        );
+        differs("control_dscp", &old.control_dscp, &new.control_dscp, n);
+        differs("data_dscp", &old.data_dscp, &new.data_dscp, n);
+        differs("api_socket", &old.api_socket, &new.api_socket, n);
+        differs(
+            "metrics_listen",
+            &old.metrics_listen,
+            &new.metrics_listen,
+            n,
+        );
+        differs("log_level", &old.log_level, &new.log_level, n);
+        differs("kernel_routes", &old.kernel_routes, &new.kernel_routes, n);
+        differs("overhear", &old.overhear, &new.overhear, n);
+        differs(
+            "link_status_socket",
+            &old.link_status_socket,
+            &new.link_status_socket,
+            n,
+        );
+        differs(
+            "link_queue_frames",
+            &old.link_queue_frames,
+            &new.link_queue_frames,
+            n,
+        );
+        differs(
+            "link_control_when_full",
+            &old.link_control_when_full,
+            &new.link_control_when_full,
+            n,
+        );
+        differs("hosts", &old.hosts, &new.hosts, n);
+        differs("storage.dir", &old.storage_dir, &new.storage_dir, n);
+        differs(
+            "storage.max_memory_bytes",
+            &old.max_memory_bytes,
+            &new.max_memory_bytes,
+            n,
+        );
+        differs(
+            "storage.max_disk_bytes",
+            &old.max_disk_bytes,
+            &new.max_disk_bytes,
+            n,
+        );
+        differs(
+            "storage.max_incoming_flows",
+            &old.max_incoming_flows,
+            &new.max_incoming_flows,
+            n,
+        );
+        // The key itself is never logged.
+        if old.mesh_key != new.mesh_key {
+            n.push("security.mesh_key".into());
+        }
+        differs("security.max_peers", &old.max_peers, &new.max_peers, n);
+        differs("hop", &old.hop, &new.hop, n);
+        differs(
+            "hop.first_block_bytes",
+            &old.first_block_bytes,
+            &new.first_block_bytes,
+            n,
+        );
+        if !r.applied.is_empty() {
+            for gone in old
+                .neighbours
+                .iter()
+                .filter(|o| !new.neighbours.iter().any(|x| x.id == o.id))
+            {
+                self.addrs.remove(&gone.id);
+            }
+            for nb in &new.neighbours {
+                self.addrs.insert(nb.id, nb.addr);
+            }
+            self.cfg.neighbours = new.neighbours;
+            self.cfg.routes = new.routes;
+            let merged = merged_routes(&self.cfg, &self.kernel_routes);
+            self.node.set_routing(Box::new(merged));
+        }
+        r
+    }
+}
