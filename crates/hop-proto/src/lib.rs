@@ -94,6 +94,14 @@ pub enum Event {
     SendFailed { flow: FlowKey, reason: FailReason },
     /// Source: the flow accepts more application bytes.
     Writable { flow: FlowKey },
+    /// A next hop this node waits for has answered nothing for the transport's silence
+    /// time; it is probed now (Hop: `neighbour_silence`). `flows`: local flows routed to it.
+    NeighbourSilent {
+        neighbour: NodeId,
+        flows: Vec<FlowKey>,
+    },
+    /// A silent next hop was heard again.
+    NeighbourReturned { neighbour: NodeId },
 }
 
 /// Errors from the application-facing calls.

@@ -85,6 +85,12 @@ pub enum Reply {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         acked: Option<u64>,
     },
+    /// Why the transfer waits (e.g. its next hop answers nothing), or, with no reason, that
+    /// it moves again.
+    Waiting {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// Every byte was handed to the daemon, which carries on with the transfer alone
     /// (`send` with `detach`).
     Queued {

@@ -299,6 +299,9 @@ async fn send(
             match u {
                 FlowUpdate::Acked { bytes } => e2e = Some(file_part(bytes)),
                 FlowUpdate::Failed { reason } => failed = Some(reason),
+                FlowUpdate::Waiting { reason } => {
+                    api::write_json(&mut s, &Reply::Waiting { reason }).await?;
+                }
                 FlowUpdate::Complete { .. } => {}
             }
         }
@@ -398,6 +401,9 @@ async fn send(
                 };
                 api::write_json(&mut s, &p).await?;
             }
+            Some(FlowUpdate::Waiting { reason }) => {
+                api::write_json(&mut s, &Reply::Waiting { reason }).await?;
+            }
             other => break other,
         }
     };
@@ -421,7 +427,7 @@ async fn send(
             )
             .await
         }
-        None | Some(FlowUpdate::Acked { .. }) => {
+        None | Some(FlowUpdate::Acked { .. }) | Some(FlowUpdate::Waiting { .. }) => {
             error(&mut s, ErrorCode::Failed, "daemon stopped".into()).await
         }
     }

@@ -168,5 +168,12 @@ fn hxh_learns_from_overheard_forwards_instead_of_per_packet_acks() {
     let explicit = run(false);
     let relay = hxh(&explicit[1]);
     assert_eq!(explicit[0]["counters"]["rx_overheard"], 0);
-    assert!(count(&relay, "sent_by_type", "hopack") >= count(&relay, "sent_by_type", "data"));
+    // Every packet the relay received is acknowledged; what it sent counts its own
+    // retransmissions too, which a loaded machine (dropped datagrams) makes more of.
+    let first_sends = count(&relay, "sent_by_type", "data")
+        .saturating_sub(relay["data_retransmissions"].as_u64().unwrap_or(0));
+    assert!(
+        count(&relay, "sent_by_type", "hopack") >= first_sends,
+        "{relay}"
+    );
 }

@@ -45,6 +45,8 @@ impl HopTransport {
             return;
         }
         self.extra("neighbour_returned");
+        self.events
+            .push_back(Event::NeighbourReturned { neighbour: id });
         let mut waiting = Vec::new();
         for (k, f) in self.flows.iter_mut() {
             for x in f.outs.values_mut() {
@@ -73,6 +75,7 @@ impl HopTransport {
         let ceiling = self.cfg.bsyn_max_backoff.max(first);
         let n = self.neighbours.by_id.entry(id).or_default();
         let since = *n.asked_since.get_or_insert(now);
+        let mut went_silent = false;
         let (allowed, probed) = match n.probe {
             Some((at, _)) if now < at => (false, false),
             Some((_, interval)) => {
@@ -86,12 +89,26 @@ impl HopTransport {
                     .entry("neighbour_silent")
                     .and_modify(|c| *c += 1)
                     .or_insert(1);
+                went_silent = true;
                 (true, true)
             }
             None => (true, false),
         };
         if probed {
             self.extra("neighbour_probes");
+        }
+        if went_silent {
+            // The runtime tells the operator and the applications that wait.
+            let flows = self
+                .flows
+                .iter()
+                .filter(|(_, f)| f.source().is_some() && f.outs.values().any(|x| x.next_hop == id))
+                .map(|(k, _)| *k)
+                .collect();
+            self.events.push_back(Event::NeighbourSilent {
+                neighbour: id,
+                flows,
+            });
         }
         allowed
     }

@@ -194,6 +194,8 @@ impl Net {
                 Event::SendFailed { .. } => "failed",
                 Event::Writable { .. } => "writable",
                 Event::Acknowledged { .. } => "acknowledged",
+                Event::NeighbourSilent { .. } => "silent",
+                Event::NeighbourReturned { .. } => "returned",
             })
             .collect()
     }

@@ -507,6 +507,7 @@ impl Net {
                     a.acked.push(bytes);
                 }
             }
+            Event::NeighbourSilent { .. } | Event::NeighbourReturned { .. } => {}
             Event::Writable { flow } => {
                 if let Some(i) = self
                     .apps

@@ -237,7 +237,10 @@ impl Net {
                             r.send_failed = true;
                         }
                     }
-                    Event::Writable { .. } | Event::Acknowledged { .. } => {}
+                    Event::Writable { .. }
+                    | Event::Acknowledged { .. }
+                    | Event::NeighbourSilent { .. }
+                    | Event::NeighbourReturned { .. } => {}
                 }
             }
         }

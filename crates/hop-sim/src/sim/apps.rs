@@ -195,7 +195,9 @@ impl Simulation {
                     self.mark_done(i);
                 }
             }
-            Event::Acknowledged { .. } => {}
+            Event::Acknowledged { .. }
+            | Event::NeighbourSilent { .. }
+            | Event::NeighbourReturned { .. } => {}
             Event::Writable { flow } => {
                 if let Some(&i) = self.flow_by_key.get(&flow) {
                     if self.flows[i].src == n {

@@ -404,6 +404,22 @@ async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<
                 bar.finish();
                 break Ok((bytes, false));
             }
+            Ok(Reply::Waiting { reason }) => {
+                let line = match &reason {
+                    Some(r) => format!("{}: {r}", path.display()),
+                    None => format!("{}: moving again", path.display()),
+                };
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"waiting": reason.is_some(), "file": path.display().to_string(), "reason": reason})
+                    );
+                } else if quiet {
+                    eprintln!("hop: {line}");
+                } else {
+                    bar.println(line);
+                }
+            }
             Ok(Reply::Queued { bytes, .. }) if detach => {
                 bar.finish();
                 break Ok((bytes, true));

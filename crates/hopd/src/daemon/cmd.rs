@@ -17,6 +17,10 @@ pub enum FlowUpdate {
     Acked {
         bytes: u64,
     },
+    /// Why the transfer waits (`Some`), or that it moves again (`None`).
+    Waiting {
+        reason: Option<String>,
+    },
     Complete {
         bytes: u64,
     },

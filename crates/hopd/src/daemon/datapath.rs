@@ -88,11 +88,35 @@ impl Daemon {
                 }
             }
             Err(e) => {
+                let now = std::time::Instant::now();
+                let from_s = from.map_or("?".to_string(), |a| a.to_string());
                 match e {
-                    AuthError::Replay(_) => self.counters.auth_replays += 1,
+                    AuthError::Replay(_) => {
+                        self.counters.auth_replays += 1;
+                        if let Some(n) = self.warn_replay.due(now) {
+                            warn!(
+                                from = %from_s,
+                                dropped = n,
+                                "datagrams dropped as replays: their sender's counter went back, \
+                                 e.g. it restarted with its clock behind the previous run; set its \
+                                 clock (or restart this node) and see docs/hopd.md, Datagrams on the wire"
+                            );
+                        }
+                    }
                     AuthError::TooManyPeers(_) => self.counters.auth_peer_limit += 1,
                     AuthError::Malformed(_) => self.counters.auth_malformed += 1,
-                    _ => self.counters.auth_failures += 1,
+                    _ => {
+                        self.counters.auth_failures += 1;
+                        if let Some(n) = self.warn_auth.due(now) {
+                            warn!(
+                                from = %from_s,
+                                dropped = n,
+                                "datagrams fail authentication: the sender has another \
+                                 [security] mesh_key (or is not a Hop node); give every node the \
+                                 same key"
+                            );
+                        }
+                    }
                 }
                 debug!(?from, error = %e, "datagram dropped");
             }
@@ -189,5 +213,28 @@ impl Daemon {
         self.counters.tx_bytes += st.bytes;
         self.counters.tx_errors += st.errors;
         r == crate::io::Flush::Done
+    }
+}
+
+/// A warning logged at most once per [`WARN_INTERVAL`], with the count of its occurrences
+/// since the last one: an operator sees the problem without a log line per datagram.
+#[derive(Debug, Default)]
+pub(super) struct RateLimited {
+    last: Option<std::time::Instant>,
+    count: u64,
+}
+
+/// The shortest time between two of the same warning.
+pub(super) const WARN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl RateLimited {
+    /// Count one occurrence; `Some(occurrences)` when the warning is due now.
+    pub(super) fn due(&mut self, now: std::time::Instant) -> Option<u64> {
+        self.count += 1;
+        if self.last.is_some_and(|t| now < t + WARN_INTERVAL) {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.count))
     }
 }

@@ -32,6 +32,9 @@ pub struct Daemon {
     cfg: Config,
     /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
     config_path: Option<std::path::PathBuf>,
+    /// Rate-limited warnings of datagrams that fail authentication, and of replays.
+    warn_auth: datapath::RateLimited,
+    warn_replay: datapath::RateLimited,
     custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
     /// Custody writes finished on the store's writer thread.
     custody_done: Arc<crate::custody::CustodyDone>,
@@ -151,6 +154,8 @@ impl Daemon {
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             config_path: None,
+            warn_auth: Default::default(),
+            warn_replay: Default::default(),
             custody: built.custody,
             custody_done: built.custody_done.unwrap_or_default(),
             transport_id,
@@ -279,6 +284,10 @@ impl Daemon {
         while let Some(ev) = self.node.poll_event() {
             match ev.event {
                 Event::Writable { flow } => self.feed(flow),
+                Event::NeighbourSilent { neighbour, flows } => {
+                    self.neighbour_silent(neighbour, &flows)
+                }
+                Event::NeighbourReturned { neighbour } => self.neighbour_returned(neighbour),
                 Event::Acknowledged { flow, bytes } => {
                     if let Some(f) = self.out.get_mut(&flow) {
                         f.bytes_acked = bytes;

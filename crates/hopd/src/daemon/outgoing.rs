@@ -104,3 +104,46 @@ impl Daemon {
         }
     }
 }
+
+impl Daemon {
+    /// The core found next hop `id` silent: the operator hears what to check, and the
+    /// clients whose transfers wait for it hear why.
+    pub(super) fn neighbour_silent(&mut self, id: NodeId, flows: &[FlowKey]) {
+        let addr = self
+            .addrs
+            .get(&id)
+            .map_or("no address".to_string(), |a| a.to_string());
+        let heard = self
+            .last_heard
+            .get(&id)
+            .map_or("never heard".to_string(), |t| {
+                format!("last heard {} s ago", t.elapsed().as_secs())
+            });
+        warn!(
+            neighbour = id,
+            %addr,
+            transfers = flows.len(),
+            "next hop answers nothing ({heard}); transfers through it wait. Check that its hopd \
+             runs, its address and UDP port in [[neighbours]], firewalls, and that both nodes \
+             have the same [security] mesh_key (its `hop status` counts auth_failures)"
+        );
+        let reason = format!("next hop {id} ({addr}) answers nothing, {heard}; waiting for it");
+        for k in flows {
+            if let Some(f) = self.out.get(k) {
+                let _ = f.updates.send(FlowUpdate::Waiting {
+                    reason: Some(reason.clone()),
+                });
+            }
+        }
+    }
+
+    pub(super) fn neighbour_returned(&mut self, id: NodeId) {
+        info!(
+            neighbour = id,
+            "next hop answers again; waiting transfers resume"
+        );
+        for f in self.out.values() {
+            let _ = f.updates.send(FlowUpdate::Waiting { reason: None });
+        }
+    }
+}
