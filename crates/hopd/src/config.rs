@@ -202,6 +202,8 @@ pub struct Config {
     /// File bytes the API gathers before its first hand-over to Hop (`[hop]
     /// first_block_bytes`, hopd's, not the protocol's).
     pub first_block_bytes: Option<usize>,
+    /// `[hop] packet_payload_bytes` is in the file: hopd does not fit it to the path MTU.
+    pub packet_payload_given: bool,
 }
 
 /// A configuration problem, located in the file.
@@ -487,7 +489,7 @@ impl Config {
             .storage
             .max_incoming_flows
             .unwrap_or(DEFAULT_MAX_INCOMING_FLOWS);
-        let (hop, first_block_bytes) = hop_section(
+        let (hop, first_block_bytes, packet_payload_given) = hop_section(
             &ctx,
             raw.hop,
             raw.link_status_socket.is_some(),
@@ -527,6 +529,7 @@ impl Config {
             max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),
             hop,
             first_block_bytes,
+            packet_payload_given,
         })
     }
 
@@ -556,7 +559,7 @@ fn hop_section(
     link_status: bool,
     max_memory_bytes: u64,
     max_incoming_flows: usize,
-) -> Result<(HopConfig, Option<usize>), ConfigError> {
+) -> Result<(HopConfig, Option<usize>, bool), ConfigError> {
     let span = section.as_ref().map(|s| s.span());
     let mut table = section.map(Spanned::into_inner).unwrap_or_default();
     for (key, instead) in [
@@ -586,6 +589,7 @@ fn hop_section(
         ),
     };
     let window_given = table.contains_key("link_window_packets");
+    let payload_given = table.contains_key("packet_payload_bytes");
     let sending_given = table.contains_key("max_sending_flows");
     let mut hop = HopConfig::from_toml(&table).map_err(|e| {
         ctx.err(
@@ -614,7 +618,7 @@ fn hop_section(
         // sends at once, the rest waits (docs/design/hop.md#flows-waiting-to-start).
         hop.max_sending_flows = hop.max_sending_flows.min((max_incoming_flows / 4).max(1));
     }
-    Ok((hop, first_block_bytes))
+    Ok((hop, first_block_bytes, payload_given))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod flowfmt;
 pub mod io;
 pub mod linkstatus;
 pub mod metrics;
+pub mod mtu;
 pub mod netlink;
 pub mod overhear;
 pub mod server;

@@ -119,8 +119,18 @@ fn tune_allocator(cfg: &Config) {
     let _ = cfg;
 }
 
-async fn run(cfg: Config, config_path: std::path::PathBuf) -> std::io::Result<()> {
+async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    if cfg.transport == hopd::config::TransportKind::Hop {
+        if let Some(f) = hopd::mtu::fit(&mut cfg) {
+            info!(
+                payload = f.payload,
+                mtu = f.mtu,
+                to = %f.to,
+                "packet payload lowered to fit the path MTU (set [hop] packet_payload_bytes to choose)"
+            );
+        }
+    }
     hopd::server::check_api_free(&cfg.api_socket)?;
     let built = hopd::transport::build(&cfg)?;
     // The API socket is bound last: its file appearing tells clients (and scripts waiting

@@ -52,6 +52,7 @@ impl Daemon {
         serde_json::json!({
             "node_id": self.cfg.node_id,
             "listen": self.cfg.listen.to_string(),
+            "packet_payload_bytes": self.cfg.hop.packet_payload_bytes,
             "uptime_s": self.clock.elapsed().as_secs(),
             "neighbours": neighbours,
             "outgoing": outgoing,
