@@ -144,6 +144,11 @@ impl Authenticator {
         }
     }
 
+    /// The next counter either stream will use, without the stream bit.
+    pub fn next_counter(&self) -> u64 {
+        (self.counters[0] & !STREAM_BIT).max(self.counters[1] & !STREAM_BIT)
+    }
+
     pub fn peers(&self) -> usize {
         self.windows.len()
     }

@@ -6,6 +6,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod counter;
 pub mod daemon;
 pub mod flowfmt;
 pub mod io;

@@ -32,9 +32,14 @@ pub struct Daemon {
     cfg: Config,
     /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
     config_path: Option<std::path::PathBuf>,
+    /// The authentication counter's lease on disk.
+    lease: crate::counter::CounterLease,
     /// Rate-limited warnings of datagrams that fail authentication, and of replays.
     warn_auth: datapath::RateLimited,
     warn_replay: datapath::RateLimited,
+    warn_lease: datapath::RateLimited,
+    /// After a failed lease write, the next attempt waits until then.
+    lease_retry_at: Option<std::time::Instant>,
     custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
     /// Custody writes finished on the store's writer thread.
     custody_done: Arc<crate::custody::CustodyDone>,
@@ -148,14 +153,21 @@ impl Daemon {
         };
         let mut node = Node::new(cfg.node_id, Box::new(routes), first_counter());
         node.add_transport(transport);
-        let auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first_counter(), cfg.max_peers);
+        // The counter starts past every one used before, also after a restart with the clock
+        // behind (counter.rs).
+        let (lease, first) = crate::counter::CounterLease::start(&cfg.storage_dir, first_counter())
+            .map_err(|e| io_err("writing the authentication counter's lease", e))?;
+        let auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first, cfg.max_peers);
         let spool = crate::custody::Spool::new(&cfg.storage_dir.join("incoming"))
             .map_err(|e| io_err("opening the spool", e))?;
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             config_path: None,
+            lease,
             warn_auth: Default::default(),
             warn_replay: Default::default(),
+            warn_lease: Default::default(),
+            lease_retry_at: None,
             custody: built.custody,
             custody_done: built.custody_done.unwrap_or_default(),
             transport_id,
@@ -187,6 +199,29 @@ impl Daemon {
         Ok(d)
     }
 
+    /// Keep the counter's lease ahead of the counter. A failed write (a full disk) is
+    /// retried while half a lease remains; past the lease's end hopd stops rather than send
+    /// counters a restart could reuse.
+    fn renew_lease(&mut self) -> std::io::Result<()> {
+        let next = self.auth.next_counter();
+        let now = std::time::Instant::now();
+        if self.lease_retry_at.is_some_and(|t| now < t) && next < self.lease.end() {
+            return Ok(());
+        }
+        self.lease_retry_at = None;
+        if let Err(e) = self.lease.keep_ahead(next) {
+            self.lease_retry_at = Some(now + std::time::Duration::from_secs(1));
+            if next >= self.lease.end() {
+                tracing::error!(error = %e, "cannot renew the authentication counter's lease; stopping");
+                return Err(e);
+            }
+            if let Some(n) = self.warn_lease.due(std::time::Instant::now()) {
+                warn!(error = %e, failures = n, "cannot renew the authentication counter's lease (storage full?); retrying");
+            }
+        }
+        Ok(())
+    }
+
     /// The configuration file to re-read on SIGHUP and `hop reload`.
     pub fn set_config_path(&mut self, path: std::path::PathBuf) {
         self.config_path = Some(path);
@@ -213,6 +248,7 @@ impl Daemon {
         info!(node = self.cfg.node_id, listen = %self.cfg.listen, "hopd running");
         loop {
             self.flush_tx();
+            self.renew_lease()?;
             self.drain_events();
             let deadline = self.node.poll_timeout().map(|t| self.to_instant(t));
             let blocked = self.txq.blocked();
