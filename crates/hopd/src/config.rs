@@ -99,6 +99,7 @@ struct RawConfig {
     control_dscp: Option<Spanned<u8>>,
     data_dscp: Option<Spanned<u8>>,
     api_socket: Option<PathBuf>,
+    api_group: Option<Spanned<String>>,
     metrics_listen: Option<Spanned<String>>,
     log_level: Option<String>,
     #[serde(default)]
@@ -172,6 +173,9 @@ pub struct Config {
     /// DSCP of data datagrams.
     pub data_dscp: u8,
     pub api_socket: PathBuf,
+    /// Members of this group (its id) may use the API socket (mode 0660); without it only
+    /// the daemon's user can.
+    pub api_gid: Option<u32>,
     pub metrics_listen: Option<SocketAddr>,
     pub log_level: Option<String>,
     pub neighbours: Vec<Neighbour>,
@@ -287,6 +291,22 @@ fn parse_addr(
 }
 
 /// Decode a 32-byte key from 64 hex digits (whitespace ignored).
+/// The id of the group named `name` (or given as a number).
+fn group_id(name: &str) -> Option<u32> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Some(gid);
+    }
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: getgrnam reads a NUL-terminated name and returns a pointer into static
+    // storage (or null), read at once here; hopd reads its configuration on one thread.
+    let g = unsafe { libc::getgrnam(c.as_ptr()) };
+    if g.is_null() {
+        return None;
+    }
+    // SAFETY: g is a valid group entry (checked non-null above).
+    Some(unsafe { (*g).gr_gid })
+}
+
 pub fn parse_hex_key(s: &str) -> Option<[u8; 32]> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
     if digits.len() != 64 {
@@ -501,6 +521,16 @@ impl Config {
             .api_socket
             .map(|p| base.join(p))
             .unwrap_or_else(|| storage_dir.join("hopd.sock"));
+        let api_gid = match raw.api_group {
+            None => None,
+            Some(g) => Some(group_id(g.get_ref()).ok_or_else(|| {
+                ctx.err(
+                    Some(g.span()),
+                    format!("api_group: no group named `{}`", g.get_ref()),
+                    "create it (groupadd hop) or name an existing group; see docs/hopd.md",
+                )
+            })?),
+        };
         Ok(Config {
             node_id,
             listen,
@@ -511,6 +541,7 @@ impl Config {
             control_dscp,
             data_dscp,
             api_socket,
+            api_gid,
             metrics_listen,
             log_level: raw.log_level,
             neighbours,

@@ -29,8 +29,9 @@ pub fn check_api_free(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Bind the API socket, replacing a stale socket file.
-pub fn bind_api(path: &Path) -> std::io::Result<UnixListener> {
+/// Bind the API socket, replacing a stale socket file. With `group`, the socket belongs to
+/// that group with mode 0660, so its members can use `hop` (connecting needs write access).
+pub fn bind_api(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -38,7 +39,18 @@ pub fn bind_api(path: &Path) -> std::io::Result<UnixListener> {
     if path.exists() {
         std::fs::remove_file(path)?;
     }
-    UnixListener::bind(path)
+    let l = UnixListener::bind(path)?;
+    if let Some(gid) = group {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("giving {} to group {gid}: {e}", path.display()),
+            )
+        })?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    }
+    Ok(l)
 }
 
 pub async fn serve_api(listener: UnixListener, cmds: mpsc::Sender<Cmd>) {

@@ -126,3 +126,29 @@ fn hop_bad_input_has_distinct_exit_codes() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("neighbours:"));
 }
+
+/// `api_group`: an unknown group is a configuration error with its line; a known one makes
+/// the API socket its group's, mode 0660, so its members can use `hop` without root.
+#[test]
+fn the_api_socket_can_belong_to_a_group() {
+    let (code, out) = check(&base().replace(
+        "node_id = 1\n",
+        "node_id = 1\napi_group = \"no-such-group-hop\"\n",
+    ));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(":2:") && out.contains("no group named"),
+        "{out}"
+    );
+    if !is_root() {
+        eprintln!("skipped the socket part: needs root to give the socket away");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(1, work.path(), "api_group = \"65534\"");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = std::fs::metadata(nodes[0].socket()).unwrap();
+    assert_eq!(m.gid(), 65534);
+    assert_eq!(m.permissions().mode() & 0o777, 0o660);
+    assert_eq!(nodes[0].status()["node_id"], 1);
+}

@@ -146,7 +146,7 @@ async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Resul
         ),
         None => None,
     };
-    let api = hopd::server::bind_api(&cfg.api_socket)?;
+    let api = hopd::server::bind_api(&cfg.api_socket, cfg.api_gid)?;
     let kernel_routes = cfg.kernel_routes;
     let api_path = cfg.api_socket.clone();
     let (ctx, crx) = mpsc::channel(1024);
