@@ -163,3 +163,54 @@ fn an_inbox_file_deleted_behind_the_daemons_back_is_dropped_not_offered_for_ever
     assert_ok(&client.wait(Duration::from_secs(20)));
     assert_eq!(received(&[dir]), ["file1.bin"]);
 }
+
+/// `hop recv --exec`: the command runs once per stored file with the file's facts in its
+/// environment (a file name with shell syntax in it stays data); a failing command is
+/// reported and the next file still arrives.
+#[test]
+fn the_arrival_hook_runs_per_file_with_its_facts_in_the_environment() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let dir = work.path().join("in");
+    let log = work.path().join("hook.log");
+    let files = ["a $(touch pwned).txt", "fail.bin"];
+    for (i, name) in files.iter().enumerate() {
+        let f = work.path().join(name);
+        std::fs::write(&f, pattern(20 + i as u64, 1000 + i)).unwrap();
+        let s = send(&nodes[0], &[&f], 2);
+        assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    }
+    let hook = format!(
+        "echo \"$HOP_NAME|$HOP_FROM|$HOP_SIZE|$HOP_FLOW|$(basename \"$HOP_FILE\")\" >> {}; \
+         test \"$HOP_NAME\" != fail.bin",
+        log.display()
+    );
+    let out = nodes[1].hop(&[
+        "recv",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--count",
+        "2",
+        "--exec",
+        &hook,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--exec") && err.contains("fail.bin"), "{err}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with("a $(touch pwned).txt|1|1000|1-"),
+        "{text}"
+    );
+    assert!(lines[0].ends_with("|a $(touch pwned).txt"), "{text}");
+    assert!(lines[1].starts_with("fail.bin|1|1001|"), "{text}");
+    assert!(!std::path::Path::new("pwned").exists());
+    assert!(!dir.join("pwned").exists());
+}
