@@ -78,16 +78,23 @@ impl FlowHeader {
     }
 }
 
-/// A safe final path component from a name a peer sent, or `None`.
+/// A safe relative path (plain components joined by `/`) from a name a peer sent, or `None`.
 pub fn sanitize_name(name: &str) -> Option<String> {
-    let base = name.rsplit(['/', '\\']).next().unwrap_or("");
-    if base.is_empty() || base == "." || base == ".." || base.len() > MAX_NAME {
+    // A relative path of plain components: a file sent from a directory keeps its place
+    // in it (`photos/2026/a.jpg`), and nothing can name a place outside the receiving
+    // directory (no root, no `..`).
+    if name.ends_with(['/', '\\']) || name.chars().any(|c| c.is_control()) {
         return None;
     }
-    if base.chars().any(|c| c.is_control()) {
+    let parts: Vec<&str> = name
+        .split(['/', '\\'])
+        .filter(|c| !c.is_empty() && *c != "." && *c != "..")
+        .collect();
+    let path = parts.join("/");
+    if path.is_empty() || path.len() > MAX_NAME {
         return None;
     }
-    Some(base.to_string())
+    Some(path)
 }
 
 /// Hex of a hash.
@@ -178,7 +185,16 @@ mod tests {
 
     #[test]
     fn names_are_sanitized() {
-        assert_eq!(sanitize_name("../../etc/passwd").as_deref(), Some("passwd"));
+        assert_eq!(
+            sanitize_name("../../etc/passwd").as_deref(),
+            Some("etc/passwd")
+        );
+        assert_eq!(sanitize_name("/abs/a.txt").as_deref(), Some("abs/a.txt"));
+        assert_eq!(
+            sanitize_name("photos/./2026//a.jpg").as_deref(),
+            Some("photos/2026/a.jpg")
+        );
+        assert_eq!(sanitize_name("a\\b").as_deref(), Some("a/b"));
         assert_eq!(sanitize_name(".."), None);
         assert_eq!(sanitize_name("a/"), None);
         assert_eq!(sanitize_name("x\ny"), None);

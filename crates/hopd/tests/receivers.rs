@@ -214,3 +214,75 @@ fn the_arrival_hook_runs_per_file_with_its_facts_in_the_environment() {
     assert!(!std::path::Path::new("pwned").exists());
     assert!(!dir.join("pwned").exists());
 }
+
+/// `hop send DIR` sends every file under the directory and `hop recv` rebuilds its tree;
+/// `hop send - --name NAME` sends standard input; a name that tries to leave the receiving
+/// directory is kept inside it.
+#[test]
+fn a_directory_tree_and_standard_input_arrive_in_place() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let tree = work.path().join("photos");
+    std::fs::create_dir_all(tree.join("2026/may")).unwrap();
+    std::fs::create_dir_all(tree.join("empty")).unwrap();
+    let files = [
+        ("a.jpg", 1500usize),
+        ("2026/b.jpg", 2500),
+        ("2026/may/c.jpg", 10),
+    ];
+    for (i, (rel, len)) in files.iter().enumerate() {
+        std::fs::write(tree.join(rel), pattern(30 + i as u64, *len)).unwrap();
+    }
+    let s = nodes[0].hop(&["send", "--quiet", tree.to_str().unwrap(), "--to", "2"]);
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hop"))
+        .arg("--socket")
+        .arg(nodes[0].socket())
+        .args(["send", "-", "--name", "../notes.txt", "--to", "2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from a pipe\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("notes.txt (standard input)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let dir = work.path().join("in");
+    let r = nodes[1].hop(&["recv", "--dir", dir.to_str().unwrap(), "--count", "4"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    for (i, (rel, len)) in files.iter().enumerate() {
+        let got = std::fs::read(dir.join("photos").join(rel)).unwrap();
+        assert!(got == pattern(30 + i as u64, *len), "{rel}");
+    }
+    assert_eq!(
+        std::fs::read(dir.join("notes.txt")).unwrap(),
+        b"from a pipe\n"
+    );
+    assert!(!work.path().join("notes.txt").exists());
+    let leftovers = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("hop-stdin-{pid}-"))
+        })
+        .count();
+    assert_eq!(leftovers, 0, "the spooled standard input was left behind");
+}

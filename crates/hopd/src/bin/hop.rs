@@ -34,9 +34,13 @@ enum Cmd {
     /// Send files to a node; exits 0 once the destination acknowledged every byte.
     /// Interrupting it (Ctrl-C) before then cancels the transfer along its path.
     Send {
-        /// Files to send.
+        /// Files to send; a directory sends every file under it (its tree is rebuilt under
+        /// the receiver's directory); `-` sends standard input (see --name).
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// The name standard input is sent under (with `-`).
+        #[arg(long, default_value = "stdin")]
+        name: String,
         /// Destination node id.
         #[arg(long)]
         to: u32,
@@ -256,28 +260,55 @@ async fn run(args: Args) -> Result<(), Fail> {
         }
         Cmd::Send {
             files,
+            name,
             to,
             quiet,
             detach,
             lifetime,
         } => {
+            // Every input is checked (and directories walked) before the first transfer.
+            let mut items: Vec<(PathBuf, String)> = Vec::new();
+            let mut stdin = None;
             for f in &files {
-                if !f.is_file() {
+                if f.as_os_str() == "-" {
+                    if stdin.is_some() {
+                        return Err(fail(exit::USAGE, "`-` (standard input) given twice"));
+                    }
+                    let spooled = spool_stdin()?;
+                    items.push((spooled.path.clone(), name.clone()));
+                    stdin = Some(spooled);
+                } else if f.is_dir() {
+                    let before = items.len();
+                    walk_dir(f, &dir_label(f)?, &mut items)?;
+                    if items.len() == before {
+                        return Err(fail(
+                            exit::USAGE,
+                            format!("{}: no files in this directory", f.display()),
+                        ));
+                    }
+                } else if f.is_file() {
+                    items.push((f.clone(), file_label(f)?));
+                } else {
                     return Err(fail(
                         exit::USAGE,
-                        format!("{}: no such file (or not a regular file)", f.display()),
+                        format!(
+                            "{}: no such file or directory (or not a regular file)",
+                            f.display()
+                        ),
                     ));
                 }
             }
-            for f in &files {
+            for (path, label) in &items {
                 let how = SendHow {
                     quiet: quiet || args.json,
                     json: args.json,
                     detach,
                     lifetime,
+                    stdin: stdin.as_ref().is_some_and(|s| &s.path == path),
                 };
-                send_one(&args.socket, f, to, &how).await?;
+                send_one(&args.socket, path, label, to, &how).await?;
             }
+            drop(stdin);
             Ok(())
         }
         Cmd::Recv { dir, count, exec } => {
@@ -292,14 +323,118 @@ struct SendHow {
     json: bool,
     detach: bool,
     lifetime: Option<std::time::Duration>,
+    /// The file is standard input, spooled.
+    stdin: bool,
 }
 
-async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<(), Fail> {
+/// A file's name as sent: its last component.
+fn file_label(path: &Path) -> Result<String, Fail> {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            fail(
+                exit::USAGE,
+                format!("{}: not a valid file name", path.display()),
+            )
+        })
+}
+
+/// A directory's name as the first component of its files' names (`.` and `/` have none:
+/// their files go to the top of the receiver's directory).
+fn dir_label(path: &Path) -> Result<String, Fail> {
+    let canonical = path
+        .canonicalize()
+        .map_err(|e| fail(exit::USAGE, format!("{}: {e}", path.display())))?;
+    Ok(canonical
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_string())
+}
+
+/// Every regular file under `dir` (symbolic links are not followed), with its name as
+/// sent: `prefix/relative/path`, in a stable order.
+fn walk_dir(dir: &Path, prefix: &str, out: &mut Vec<(PathBuf, String)>) -> Result<(), Fail> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| fail(exit::USAGE, format!("{}: {e}", dir.display())))?
+        .filter_map(Result::ok)
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let Some(n) = e.file_name().to_str().map(str::to_string) else {
+            return Err(fail(
+                exit::USAGE,
+                format!("{}: not a valid file name", e.path().display()),
+            ));
+        };
+        let label = if prefix.is_empty() {
+            n
+        } else {
+            format!("{prefix}/{n}")
+        };
+        let kind = e
+            .file_type()
+            .map_err(|err| fail(exit::USAGE, format!("{}: {err}", e.path().display())))?;
+        if kind.is_dir() {
+            walk_dir(&e.path(), &label, out)?;
+        } else if kind.is_file() {
+            out.push((e.path(), label));
+        }
+    }
+    Ok(())
+}
+
+/// Standard input, spooled to a temporary file: the daemon takes a file of known size.
+struct Spooled {
+    path: PathBuf,
+}
+
+impl Drop for Spooled {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn spool_stdin() -> Result<Spooled, Fail> {
+    let path = std::env::temp_dir().join(format!(
+        "hop-stdin-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let spooled = Spooled { path };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&spooled.path)
+        .map_err(|e| fail(exit::USAGE, format!("{}: {e}", spooled.path.display())))?;
+    std::io::copy(&mut std::io::stdin().lock(), &mut f).map_err(|e| {
+        let code = if e.raw_os_error() == Some(libc::ENOSPC) {
+            exit::NO_SPACE
+        } else {
+            exit::USAGE
+        };
+        fail(code, format!("reading standard input: {e}"))
+    })?;
+    Ok(spooled)
+}
+
+async fn send_one(
+    socket: &Path,
+    path: &Path,
+    label: &str,
+    to: u32,
+    how: &SendHow,
+) -> Result<(), Fail> {
     let SendHow {
         quiet,
         json,
         detach,
         lifetime,
+        ..
     } = *how;
     let file = std::fs::File::open(path)
         .map_err(|e| fail(exit::USAGE, format!("{}: {e}", path.display())))?;
@@ -307,16 +442,13 @@ async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<
         .metadata()
         .map_err(|e| fail(exit::USAGE, format!("{}: {e}", path.display())))?
         .len();
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| {
-            fail(
-                exit::USAGE,
-                format!("{}: not a valid file name", path.display()),
-            )
-        })?
-        .to_string();
+    let name = label.to_string();
+    // Standard input is shown by the name it is sent under, a file by its path.
+    let shown = if how.stdin {
+        format!("{label} (standard input)")
+    } else {
+        path.display().to_string()
+    };
     let s = connect(socket).await?;
     let (mut rd, mut wr) = s.into_split();
     api::write_json(
@@ -413,13 +545,13 @@ async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<
             }
             Ok(Reply::Waiting { reason }) => {
                 let line = match &reason {
-                    Some(r) => format!("{}: {r}", path.display()),
-                    None => format!("{}: moving again", path.display()),
+                    Some(r) => format!("{shown}: {r}"),
+                    None => format!("{shown}: moving again"),
                 };
                 if json {
                     println!(
                         "{}",
-                        serde_json::json!({"waiting": reason.is_some(), "file": path.display().to_string(), "reason": reason})
+                        serde_json::json!({"waiting": reason.is_some(), "file": shown, "reason": reason})
                     );
                 } else if quiet {
                     eprintln!("hop: {line}");
@@ -448,19 +580,17 @@ async fn send_one(socket: &Path, path: &Path, to: u32, how: &SendHow) -> Result<
     if json {
         println!(
             "{}",
-            serde_json::json!({"ok": true, "file": path.display().to_string(), "to": to, "flow": flow, "bytes": bytes, "queued": queued, "seconds": (secs * 1000.0).round() / 1000.0, "bits_per_second": bps.round()})
+            serde_json::json!({"ok": true, "file": shown, "to": to, "flow": flow, "bytes": bytes, "queued": queued, "seconds": (secs * 1000.0).round() / 1000.0, "bits_per_second": bps.round()})
         );
     } else if queued {
         if !quiet {
             println!(
-                "{}: {bytes} bytes queued for node {to} (flow {flow}; `hop list`, `hop cancel {flow}`)",
-                path.display()
+                "{shown}: {bytes} bytes queued for node {to} (flow {flow}; `hop list`, `hop cancel {flow}`)"
             );
         }
     } else if !quiet {
         println!(
-            "{}: {} delivered to node {to} in {} ({}; flow {flow})",
-            path.display(),
+            "{shown}: {} delivered to node {to} in {} ({}; flow {flow})",
             human_bytes(bytes),
             human_secs(secs),
             human_rate(bps)
@@ -497,7 +627,14 @@ async fn recv(
         };
         let name = hopd::flowfmt::sanitize_name(&name)
             .ok_or_else(|| fail(exit::PROTOCOL, format!("bad file name from hopd: {name}")))?;
-        let tmp = dir.join(format!(".{name}.{flow}.part"));
+        // A name with directories (a file sent from a directory) lands in them.
+        let (sub, base) = match name.rsplit_once('/') {
+            Some((d, b)) => (dir.join(d), b.to_string()),
+            None => (dir.to_path_buf(), name.clone()),
+        };
+        std::fs::create_dir_all(&sub)
+            .map_err(|e| fail(exit::USAGE, format!("cannot create {}: {e}", sub.display())))?;
+        let tmp = sub.join(format!(".{base}.{flow}.part"));
         let mut out = std::fs::File::create(&tmp).map_err(|e| {
             fail(
                 exit::NO_SPACE,
@@ -541,14 +678,14 @@ async fn recv(
             )
         })?;
         drop(out);
-        let dest = hopd::flowfmt::place_received(&tmp, dir, &name, &flow).map_err(|e| {
+        let dest = hopd::flowfmt::place_received(&tmp, &sub, &base, &flow).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             fail(
                 exit::USAGE,
                 format!("cannot move {name} into {}: {e}", dir.display()),
             )
         })?;
-        if let Ok(d) = std::fs::File::open(dir) {
+        if let Ok(d) = std::fs::File::open(&sub) {
             let _ = d.sync_all();
         }
         api::write_json(
