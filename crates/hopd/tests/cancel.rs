@@ -105,6 +105,14 @@ fn a_detached_send_is_listed_and_cancelled() {
         table.contains("big.bin") && table.contains("detached"),
         "{table}"
     );
+    // `hop status` shows it too, with units, not raw JSON.
+    let st = nodes[0].hop(&["status"]);
+    let st = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        st.contains("outgoing transfers: 1") && st.contains("300.0 kB"),
+        "{st}"
+    );
+    assert!(st.contains("never heard") && !st.contains("{\""), "{st}");
     let c = nodes[0].hop(&["cancel", &flow]);
     assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
     assert!(list(&nodes[0]).is_empty());

@@ -752,17 +752,20 @@ async fn run_hook(
 
 fn print_status(v: &serde_json::Value) {
     let g = |k: &str| v.get(k).cloned().unwrap_or_default();
+    let u = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
     println!(
-        "node {} listening on {} (up {} s)",
+        "hop {} on node {}, listening on {}, up {}",
+        env!("CARGO_PKG_VERSION"),
         g("node_id"),
         g("listen").as_str().unwrap_or("?"),
-        g("uptime_s")
+        human_age(u(&g("uptime_s")))
     );
     println!("neighbours:");
     for n in g("neighbours").as_array().into_iter().flatten() {
         let heard = match n.get("last_heard_ms").and_then(|x| x.as_u64()) {
-            Some(ms) => format!("heard {ms} ms ago"),
-            None => "never heard".into(),
+            Some(ms) if ms < 10_000 => format!("heard {:.1} s ago", ms as f64 / 1000.0),
+            Some(ms) => format!("heard {} ago", human_age(ms / 1000)),
+            None => "never heard (check its hopd, address, port, firewall, mesh key)".into(),
         };
         println!(
             "  {:>6}  {:<24} {heard}",
@@ -770,29 +773,50 @@ fn print_status(v: &serde_json::Value) {
             n.get("address").and_then(|x| x.as_str()).unwrap_or("?")
         );
     }
-    println!("outgoing flows:");
-    for f in g("outgoing").as_array().into_iter().flatten() {
-        println!("  {f}");
+    let outgoing: Vec<api::OutgoingFlow> = g("outgoing")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| serde_json::from_value(f.clone()).ok())
+        .collect();
+    println!("outgoing transfers: {}", outgoing.len());
+    if !outgoing.is_empty() {
+        print_list(&outgoing);
     }
-    println!("incoming flows:");
-    for f in g("incoming").as_array().into_iter().flatten() {
-        println!("  {f}");
+    let incoming = g("incoming");
+    let incoming = incoming.as_array().map(Vec::as_slice).unwrap_or(&[]);
+    println!("incoming transfers: {}", incoming.len());
+    for f in incoming {
+        println!(
+            "  {:<14} {:>10} delivered, {:>10} received",
+            f.get("flow").and_then(|x| x.as_str()).unwrap_or("?"),
+            human_bytes(u(&f["bytes"])),
+            human_bytes(u(&f["received_bytes"]))
+        );
     }
     println!(
-        "storage: {} of {} bytes; inbox {} file(s)",
-        g("storage_bytes"),
-        g("storage_limit_bytes"),
+        "storage: {} of {} used; {} file(s) waiting in the inbox for `hop recv`",
+        human_bytes(u(&g("storage_bytes"))),
+        human_bytes(u(&g("storage_limit_bytes"))),
         g("inbox")
     );
-    if let Some(c) = g("custody").as_object() {
-        println!("custody: {}", serde_json::Value::Object(c.clone()));
+    let c = g("custody");
+    if c.is_object() {
+        println!(
+            "custody: {} block(s), {} held for neighbours ({} stored in all; refused for lack of room: {})",
+            u(&c["blocks"]),
+            human_bytes(u(&c["bytes"])),
+            u(&c["stored_total"]),
+            u(&c["full_total"])
+        );
     }
     if let Some(line) = disk_waits(&g("custody"), &g("spool")) {
         println!("{line}");
     }
     if let Some(c) = g("counters").as_object() {
-        println!("counters:");
-        for (k, val) in c {
+        let nonzero: Vec<_> = c.iter().filter(|(_, val)| u(val) > 0).collect();
+        println!("counters (non-zero; all in --json):");
+        for (k, val) in nonzero {
             println!("  {k:<28} {val}");
         }
     }
@@ -900,11 +924,11 @@ fn disk_waits(custody: &serde_json::Value, spool: &serde_json::Value) -> Option<
     (!parts.is_empty()).then(|| format!("disk: {}", parts.join("; ")))
 }
 
-/// A size for people: bytes up to 10 kB, then kB, MB, GB with one decimal.
+/// A size for people: bytes below 10 kB, then kB, MB, GB with one decimal.
 fn human_bytes(n: u64) -> String {
     const UNITS: [(&str, f64); 3] = [("GB", 1e9), ("MB", 1e6), ("kB", 1e3)];
     for (unit, scale) in UNITS {
-        if n as f64 >= scale * 10.0 || (unit == "kB" && n >= 10_000) {
+        if n as f64 >= scale && (unit != "kB" || n >= 10_000) {
             return format!("{:.1} {unit}", n as f64 / scale);
         }
     }
@@ -1019,6 +1043,8 @@ mod tests {
         assert_eq!(super::human_bytes(999), "999 B");
         assert_eq!(super::human_bytes(300_000), "300.0 kB");
         assert_eq!(super::human_bytes(25_000_000), "25.0 MB");
+        assert_eq!(super::human_bytes(4_294_967_296), "4.3 GB");
+        assert_eq!(super::human_bytes(9_999), "9999 B");
         assert_eq!(super::human_age(42), "42s");
         assert_eq!(super::human_age(185), "3m05s");
         assert_eq!(super::human_age(7620), "2h07m");
