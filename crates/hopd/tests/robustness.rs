@@ -211,3 +211,77 @@ fn a_second_hopd_with_a_running_nodes_config_refuses_before_touching_its_storage
     // The running node still answers on its socket.
     assert!(nodes[0].status()["node_id"].as_u64() == Some(1));
 }
+
+/// Under systemd (`Type=notify`, `WatchdogSec`): hopd says READY=1 once its API socket
+/// exists, pings the watchdog from its event loop at half the interval, and says
+/// STOPPING=1 on SIGTERM. The test plays systemd's notification socket.
+#[test]
+fn systemd_hears_ready_watchdog_pings_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let work = tempfile::tempdir().unwrap();
+    let notify = work.path().join("notify.sock");
+    let sd = UnixDatagram::bind(&notify).unwrap();
+    sd.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let port = free_port();
+    let addr = |i: u32| -> std::net::SocketAddr { format!("127.0.0.{i}:{port}").parse().unwrap() };
+    let spec = chain_spec(1, 1, addr(1), &|j| addr(j), None, "");
+    let dir = work.path().join("n1");
+    std::fs::create_dir_all(&dir).unwrap();
+    Hopd::write_config(
+        &spec,
+        &dir,
+        format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap(),
+    );
+    // systemd names the main process in WATCHDOG_PID: the shell's pid is hopd's after exec.
+    let log = std::fs::File::create(work.path().join("hopd.log")).unwrap();
+    let child = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg("WATCHDOG_PID=$$ exec \"$0\" --config \"$1\"")
+        .arg(HOPD)
+        .arg(dir.join("hopd.toml"))
+        .env("NOTIFY_SOCKET", &notify)
+        .env("WATCHDOG_USEC", "400000")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut child = ChildGuard(Some(child));
+    let mut buf = [0u8; 256];
+    let mut next = || {
+        let n = sd.recv(&mut buf).unwrap_or_else(|e| {
+            panic!(
+                "no notification ({e}); hopd log:\n{}",
+                std::fs::read_to_string(work.path().join("hopd.log")).unwrap_or_default()
+            )
+        });
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    };
+    let first = next();
+    assert!(first.contains("READY=1"), "{first}");
+    assert!(
+        dir.join("hopd.sock").exists(),
+        "READY before the API socket"
+    );
+    let t0 = Instant::now();
+    let mut pings = 0;
+    while pings < 3 {
+        if next().contains("WATCHDOG=1") {
+            pings += 1;
+        }
+    }
+    // Three pings at half of 400 ms: 0.6 s, not much more.
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // SAFETY: a signal to our own child process.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let mut stopping = false;
+    for _ in 0..10 {
+        if next().contains("STOPPING=1") {
+            stopping = true;
+            break;
+        }
+    }
+    assert!(stopping);
+    assert!(child.wait(Duration::from_secs(10)).status.success());
+}

@@ -180,7 +180,16 @@ async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Resul
         }
         let _ = stx.send(());
     });
+    // systemd (Type=notify): ready once the API socket exists; the watchdog, if the unit
+    // sets WatchdogSec, pinged at half its interval from the event loop. Outside systemd
+    // these do nothing.
+    let mut usec = 0u64;
+    if sd_notify::watchdog_enabled(false, &mut usec) && usec > 0 {
+        daemon.set_watchdog(std::time::Duration::from_micros(usec / 2));
+    }
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
     let res = daemon.run(crx, srx).await;
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     let _ = std::fs::remove_file(&api_path);
     res
 }

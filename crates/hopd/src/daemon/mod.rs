@@ -32,6 +32,8 @@ pub struct Daemon {
     cfg: Config,
     /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
     config_path: Option<std::path::PathBuf>,
+    /// systemd's watchdog: the event loop tells it it is alive this often.
+    watchdog: Option<std::time::Duration>,
     /// The authentication counter's lease on disk.
     lease: crate::counter::CounterLease,
     /// Rate-limited warnings of datagrams that fail authentication, and of replays.
@@ -163,6 +165,7 @@ impl Daemon {
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             config_path: None,
+            watchdog: None,
             lease,
             warn_auth: Default::default(),
             warn_replay: Default::default(),
@@ -222,6 +225,12 @@ impl Daemon {
         Ok(())
     }
 
+    /// Ping systemd's watchdog every `every` from the event loop (so a stuck loop is
+    /// restarted).
+    pub fn set_watchdog(&mut self, every: std::time::Duration) {
+        self.watchdog = Some(every);
+    }
+
     /// The configuration file to re-read on SIGHUP and `hop reload`.
     pub fn set_config_path(&mut self, path: std::path::PathBuf) {
         self.config_path = Some(path);
@@ -246,6 +255,7 @@ impl Daemon {
         mut shutdown: oneshot::Receiver<()>,
     ) -> std::io::Result<()> {
         info!(node = self.cfg.node_id, listen = %self.cfg.listen, "hopd running");
+        let mut watchdog_at = self.watchdog.map(|w| tokio::time::Instant::now() + w);
         loop {
             self.flush_tx();
             self.renew_lease()?;
@@ -297,6 +307,10 @@ impl Daemon {
                 _ = sleep_opt(deadline) => {
                     let now = self.now();
                     self.node.handle_timeout(now);
+                }
+                _ = sleep_opt(watchdog_at), if watchdog_at.is_some() => {
+                    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                    watchdog_at = self.watchdog.map(|w| tokio::time::Instant::now() + w);
                 }
             }
         }
