@@ -33,10 +33,19 @@ pub enum Request {
         /// expired then (Hop only). Without it: the node's `give_up_after` without progress.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lifetime_s: Option<u64>,
+        /// The service (endpoint) at the destination the file is for; none: its default
+        /// inbox.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        service: Option<String>,
     },
     /// Receive files: the daemon sends each complete, verified file as a `file` reply plus
     /// data frames; the client answers `ack` once it has stored it.
-    Recv { v: u32 },
+    Recv {
+        v: u32,
+        /// Only files for this service; none: files sent without a service.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        service: Option<String>,
+    },
     /// Confirms a received file; the daemon then deletes its copy.
     Ack { v: u32, flow: String },
     /// Daemon status.
@@ -224,6 +233,7 @@ mod tests {
             size: 9,
             detach: false,
             lifetime_s: None,
+            service: None,
         };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"op":"send","v":1,"to":3,"name":"f","size":9}"#);

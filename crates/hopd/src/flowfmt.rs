@@ -3,11 +3,20 @@
 //!
 //! ```text
 //! "HOPF" | version=1 | name length (u16) | name (UTF-8) | size (u64) | bytes... | BLAKE3 (32)
+//! "HOPF" | version=2 | name length (u16) | name | size (u64) | service length (u8) | service
+//!        | bytes... | BLAKE3 (32)
 //! ```
+//!
+//! Version 2 names the service (endpoint) the file is for at the destination (`hop send
+//! --to NODE/SERVICE`, `hop recv --service SERVICE`); a file without one is version 1.
 
 /// Magic at the start of every flow.
 pub const MAGIC: &[u8; 4] = b"HOPF";
 pub const VERSION: u8 = 1;
+/// The version of a header that names a service.
+pub const VERSION_SERVICE: u8 = 2;
+/// Longest service name.
+pub const MAX_SERVICE: usize = 64;
 pub const HASH_LEN: usize = 32;
 /// Longest file name carried.
 pub const MAX_NAME: usize = 255;
@@ -17,6 +26,17 @@ pub const MAX_NAME: usize = 255;
 pub struct FlowHeader {
     pub name: String,
     pub size: u64,
+    /// The service (endpoint) at the destination; none: the node's default inbox.
+    pub service: Option<String>,
+}
+
+/// A valid service name: 1-64 of `a-z`, `0-9`, `.`, `_`, `-`, not starting with `.`.
+pub fn valid_service(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_SERVICE
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,15 +58,23 @@ impl FlowHeader {
         let name = self.name.as_bytes();
         let mut v = Vec::with_capacity(15 + name.len());
         v.extend_from_slice(MAGIC);
-        v.push(VERSION);
+        v.push(if self.service.is_some() {
+            VERSION_SERVICE
+        } else {
+            VERSION
+        });
         v.extend_from_slice(&(name.len() as u16).to_be_bytes());
         v.extend_from_slice(name);
         v.extend_from_slice(&self.size.to_be_bytes());
+        if let Some(s) = &self.service {
+            v.push(s.len() as u8);
+            v.extend_from_slice(s.as_bytes());
+        }
         v
     }
 
     pub fn encoded_len(&self) -> usize {
-        15 + self.name.len()
+        15 + self.name.len() + self.service.as_ref().map_or(0, |s| 1 + s.len())
     }
 
     /// Parse a header at the start of `buf`; returns it and its length.
@@ -54,7 +82,7 @@ impl FlowHeader {
         if buf.len() < 7 {
             return Err(FlowFormatError::Incomplete);
         }
-        if &buf[..4] != MAGIC || buf[4] != VERSION {
+        if &buf[..4] != MAGIC || !(buf[4] == VERSION || buf[4] == VERSION_SERVICE) {
             return Err(FlowFormatError::BadMagic);
         }
         let n = usize::from(u16::from_be_bytes([buf[5], buf[6]]));
@@ -68,12 +96,30 @@ impl FlowHeader {
         let name = sanitize_name(name).ok_or(FlowFormatError::BadName)?;
         let mut sz = [0u8; 8];
         sz.copy_from_slice(&buf[7 + n..15 + n]);
+        let mut len = 15 + n;
+        let mut service = None;
+        if buf[4] == VERSION_SERVICE {
+            let Some(&k) = buf.get(len) else {
+                return Err(FlowFormatError::Incomplete);
+            };
+            let k = usize::from(k);
+            let Some(s) = buf.get(len + 1..len + 1 + k) else {
+                return Err(FlowFormatError::Incomplete);
+            };
+            let s = std::str::from_utf8(s).map_err(|_| FlowFormatError::BadName)?;
+            if !valid_service(s) {
+                return Err(FlowFormatError::BadName);
+            }
+            service = Some(s.to_string());
+            len += 1 + k;
+        }
         Ok((
             FlowHeader {
                 name,
                 size: u64::from_be_bytes(sz),
+                service,
             },
-            15 + n,
+            len,
         ))
     }
 }
@@ -170,17 +216,22 @@ mod tests {
 
     #[test]
     fn header_round_trip() {
-        let h = FlowHeader {
-            name: "a.bin".into(),
-            size: 12345,
-        };
-        let e = h.encode();
-        assert_eq!(e.len(), h.encoded_len());
-        assert_eq!(FlowHeader::decode(&e).unwrap(), (h, e.len()));
-        assert_eq!(
-            FlowHeader::decode(&e[..e.len() - 1]),
-            Err(FlowFormatError::Incomplete)
-        );
+        for service in [None, Some("photos".to_string())] {
+            let h = FlowHeader {
+                name: "a.bin".into(),
+                size: 12345,
+                service,
+            };
+            let e = h.encode();
+            assert_eq!(e.len(), h.encoded_len());
+            assert_eq!(FlowHeader::decode(&e).unwrap(), (h, e.len()));
+            assert_eq!(
+                FlowHeader::decode(&e[..e.len() - 1]),
+                Err(FlowFormatError::Incomplete)
+            );
+        }
+        assert!(valid_service("bundle-in.v7_x"));
+        assert!(!valid_service("") && !valid_service(".x") && !valid_service("A/b"));
     }
 
     #[test]

@@ -90,7 +90,7 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
     };
     let v = match &req {
         Request::Send { v, .. }
-        | Request::Recv { v }
+        | Request::Recv { v, .. }
         | Request::Ack { v, .. }
         | Request::Status { v }
         | Request::List { v }
@@ -120,10 +120,18 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
             size,
             detach,
             lifetime_s,
+            service,
             ..
         } => {
-            let lifetime = lifetime_s.map(std::time::Duration::from_secs);
-            send(s, cmds, to, name, size, detach, lifetime).await
+            let req = SendReq {
+                to,
+                name,
+                size,
+                detach,
+                lifetime: lifetime_s.map(std::time::Duration::from_secs),
+                service,
+            };
+            send(s, cmds, req).await
         }
         Request::List { .. } => {
             let (tx, rx) = oneshot::channel();
@@ -162,7 +170,7 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
                 Err(msg) => error(&mut s, ErrorCode::BadRequest, msg).await,
             }
         }
-        Request::Recv { .. } => recv(s, cmds).await,
+        Request::Recv { service, .. } => recv(s, cmds, service).await,
         Request::Ack { .. } => {
             error(
                 &mut s,
@@ -210,15 +218,50 @@ async fn client_gone(s: &UnixStream) {
     }
 }
 
-async fn send(
-    mut s: UnixStream,
-    cmds: mpsc::Sender<Cmd>,
+/// A `send` request's parameters.
+struct SendReq {
     to: u32,
     name: String,
     size: u64,
     detach: bool,
     lifetime: Option<std::time::Duration>,
-) -> std::io::Result<()> {
+    service: Option<String>,
+}
+
+impl SendReq {
+    #[cfg(test)]
+    fn file(name: &str, size: u64) -> Self {
+        SendReq {
+            to: 2,
+            name: name.into(),
+            size,
+            detach: false,
+            lifetime: None,
+            service: None,
+        }
+    }
+}
+
+async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> std::io::Result<()> {
+    let SendReq {
+        to,
+        name,
+        size,
+        detach,
+        lifetime,
+        service,
+    } = req;
+    if let Some(sv) = service
+        .as_deref()
+        .filter(|s| !crate::flowfmt::valid_service(s))
+    {
+        return error(
+            &mut s,
+            ErrorCode::BadRequest,
+            format!("bad service name `{sv}`: 1-64 of a-z, 0-9, `.`, `_`, `-`"),
+        )
+        .await;
+    }
     let Some(name) = sanitize_name(&name) else {
         return error(
             &mut s,
@@ -259,6 +302,7 @@ async fn send(
     let header = FlowHeader {
         name: name.clone(),
         size,
+        service: service.clone(),
     }
     .encode();
     // The flow's bytes are the header, the file, the hash: what the destination acknowledged
@@ -449,9 +493,24 @@ async fn send(
 /// next. A file this client was offered and did not acknowledge, because it left (e.g. a
 /// `hop recv --count 1` after its file) or the connection failed, goes back to the daemon
 /// for the other clients: files are never left with a client that is gone.
-async fn recv(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<()> {
+async fn recv(
+    mut s: UnixStream,
+    cmds: mpsc::Sender<Cmd>,
+    service: Option<String>,
+) -> std::io::Result<()> {
+    if let Some(sv) = service
+        .as_deref()
+        .filter(|s| !crate::flowfmt::valid_service(s))
+    {
+        return error(
+            &mut s,
+            ErrorCode::BadRequest,
+            format!("bad service name `{sv}`: 1-64 of a-z, 0-9, `.`, `_`, `-`"),
+        )
+        .await;
+    }
     let (tx, mut rx) = mpsc::unbounded_channel();
-    cmds.send(Cmd::Subscribe { tx })
+    cmds.send(Cmd::Subscribe { tx, service })
         .await
         .map_err(|_| closed())?;
     let mut current: Option<InboxEntry> = None;
@@ -584,7 +643,7 @@ mod tests {
         let (mut client, server) = UnixStream::pair().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let size = 10 * DATA_CHUNK as u64;
-        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size, false, None));
+        let task = tokio::spawn(send(server, tx, SendReq::file("f.bin", size)));
         let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
             panic!("no open");
         };
@@ -633,7 +692,7 @@ mod tests {
         let (mut client, server) = UnixStream::pair().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let size = 3000u64;
-        let task = tokio::spawn(send(server, tx, 2, "f.bin".into(), size, false, None));
+        let task = tokio::spawn(send(server, tx, SendReq::file("f.bin", size)));
         let Some(Cmd::Open { reply, updates, .. }) = rx.recv().await else {
             panic!("no open");
         };
@@ -655,6 +714,7 @@ mod tests {
         let header = FlowHeader {
             name: "f.bin".into(),
             size,
+            service: None,
         }
         .encode()
         .len() as u64;
@@ -696,15 +756,7 @@ mod tests {
         let (mut client, server) = UnixStream::pair().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let size: usize = frames.iter().sum();
-        let task = tokio::spawn(send(
-            server,
-            tx,
-            2,
-            "f.bin".into(),
-            size as u64,
-            false,
-            None,
-        ));
+        let task = tokio::spawn(send(server, tx, SendReq::file("f.bin", size as u64)));
         let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
             panic!("no open");
         };
@@ -747,6 +799,7 @@ mod tests {
         let header = FlowHeader {
             name: "f.bin".into(),
             size: size as u64,
+            service: None,
         }
         .encode()
         .len();

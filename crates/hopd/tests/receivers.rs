@@ -286,3 +286,45 @@ fn a_directory_tree_and_standard_input_arrive_in_place() {
         .count();
     assert_eq!(leftovers, 0, "the spooled standard input was left behind");
 }
+
+/// Services (endpoints): a file sent to NODE/SERVICE goes only to `hop recv --service
+/// SERVICE`, one sent to the node to the receivers without a service; each waits in the
+/// inbox for its own receiver.
+#[test]
+fn files_for_a_service_reach_only_its_receivers() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let photo = work.path().join("p.jpg");
+    let note = work.path().join("n.txt");
+    std::fs::write(&photo, pattern(40, 4000)).unwrap();
+    std::fs::write(&note, pattern(41, 500)).unwrap();
+    for (f, to) in [(&photo, "2/photos"), (&note, "2")] {
+        let s = nodes[0].hop(&["send", "--quiet", f.to_str().unwrap(), "--to", to]);
+        assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    }
+    let bad = nodes[0].hop(&["send", note.to_str().unwrap(), "--to", "2/Bad Name"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let plain = work.path().join("plain");
+    let photos = work.path().join("photos");
+    let r = nodes[1].hop(&["recv", "--dir", plain.to_str().unwrap(), "--count", "1"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = nodes[1].hop(&[
+        "recv",
+        "--dir",
+        photos.to_str().unwrap(),
+        "--service",
+        "photos",
+        "--count",
+        "1",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let names = |d: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect()
+    };
+    assert_eq!(names(&plain), ["n.txt"]);
+    assert_eq!(names(&photos), ["p.jpg"]);
+    assert_eq!(nodes[1].status()["inbox"], 0);
+}

@@ -41,9 +41,10 @@ enum Cmd {
         /// The name standard input is sent under (with `-`).
         #[arg(long, default_value = "stdin")]
         name: String,
-        /// Destination node id.
-        #[arg(long)]
-        to: u32,
+        /// Destination: a node id, or NODE/SERVICE for a service (endpoint) there, received by
+        /// `hop recv --service SERVICE`.
+        #[arg(long, value_parser = parse_destination, value_name = "NODE[/SERVICE]")]
+        to: (u32, Option<String>),
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
@@ -73,6 +74,10 @@ enum Cmd {
         /// Directory the files are written to.
         #[arg(long)]
         dir: PathBuf,
+        /// Receive the files sent to this service (`hop send --to NODE/SERVICE`); without
+        /// it, the files sent to the node itself.
+        #[arg(long)]
+        service: Option<String>,
         /// Exit after this many files (default: run until interrupted).
         #[arg(long)]
         count: Option<u64>,
@@ -306,13 +311,24 @@ async fn run(args: Args) -> Result<(), Fail> {
                     lifetime,
                     stdin: stdin.as_ref().is_some_and(|s| &s.path == path),
                 };
-                send_one(&args.socket, path, label, to, &how).await?;
+                send_one(&args.socket, path, label, &to, &how).await?;
             }
             drop(stdin);
             Ok(())
         }
-        Cmd::Recv { dir, count, exec } => {
-            recv(&args.socket, &dir, count, args.json, exec.as_deref()).await
+        Cmd::Recv {
+            dir,
+            count,
+            exec,
+            service,
+        } => {
+            let how = RecvHow {
+                count,
+                json: args.json,
+                exec,
+                service,
+            };
+            recv(&args.socket, &dir, &how).await
         }
     }
 }
@@ -325,6 +341,25 @@ struct SendHow {
     lifetime: Option<std::time::Duration>,
     /// The file is standard input, spooled.
     stdin: bool,
+}
+
+/// `NODE` or `NODE/SERVICE`.
+fn parse_destination(s: &str) -> Result<(u32, Option<String>), String> {
+    let (node, service) = match s.split_once('/') {
+        Some((n, sv)) => (n, Some(sv.to_string())),
+        None => (s, None),
+    };
+    let node = node
+        .parse::<u32>()
+        .map_err(|_| format!("`{node}` is not a node id (a number)"))?;
+    if let Some(sv) = service.as_deref() {
+        if !hopd::flowfmt::valid_service(sv) {
+            return Err(format!(
+                "`{sv}` is not a service name: 1-64 of a-z, 0-9, `.`, `_`, `-`"
+            ));
+        }
+    }
+    Ok((node, service))
 }
 
 /// A file's name as sent: its last component.
@@ -426,9 +461,10 @@ async fn send_one(
     socket: &Path,
     path: &Path,
     label: &str,
-    to: u32,
+    dest: &(u32, Option<String>),
     how: &SendHow,
 ) -> Result<(), Fail> {
+    let (to, service) = (dest.0, &dest.1);
     let SendHow {
         quiet,
         json,
@@ -460,6 +496,7 @@ async fn send_one(
             size,
             detach,
             lifetime_s: lifetime.map(|l| l.as_secs().max(1)),
+            service: service.clone(),
         },
     )
     .await
@@ -599,19 +636,24 @@ async fn send_one(
     Ok(())
 }
 
-async fn recv(
-    socket: &Path,
-    dir: &Path,
+/// How `hop recv` receives.
+struct RecvHow {
     count: Option<u64>,
     json: bool,
-    exec: Option<&str>,
-) -> Result<(), Fail> {
+    exec: Option<String>,
+    service: Option<String>,
+}
+
+async fn recv(socket: &Path, dir: &Path, how: &RecvHow) -> Result<(), Fail> {
+    let (count, json, exec) = (how.count, how.json, how.exec.as_deref());
     std::fs::create_dir_all(dir)
         .map_err(|e| fail(exit::USAGE, format!("cannot create {}: {e}", dir.display())))?;
     let mut s = connect(socket).await?;
-    api::write_json(&mut s, &Request::Recv { v: API_VERSION })
-        .await
-        .map_err(io_fail)?;
+    let req = Request::Recv {
+        v: API_VERSION,
+        service: how.service.clone(),
+    };
+    api::write_json(&mut s, &req).await.map_err(io_fail)?;
     let mut got = 0u64;
     while count.map_or(true, |c| got < c) {
         let (flow, from, name, size, blake3) = match next_reply(&mut s).await? {

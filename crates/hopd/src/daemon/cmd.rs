@@ -39,6 +39,8 @@ pub struct InboxEntry {
     pub size: u64,
     pub content_offset: u64,
     pub blake3: String,
+    /// The service it was sent to (none: the default inbox).
+    pub service: Option<String>,
 }
 
 /// A flow the daemon opened for a sending client.
@@ -97,8 +99,10 @@ pub enum Cmd {
     List {
         reply: oneshot::Sender<Vec<crate::api::OutgoingFlow>>,
     },
+    /// A receiving client, for the files of one service (none: the default inbox).
     Subscribe {
         tx: mpsc::UnboundedSender<InboxEntry>,
+        service: Option<String>,
     },
     Ack {
         flow: String,

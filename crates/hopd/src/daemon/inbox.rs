@@ -108,6 +108,7 @@ impl Daemon {
                     size: header.size,
                     content_offset,
                     blake3: hash,
+                    service: header.service,
                 };
                 self.inbox.insert(name, entry.clone());
                 self.publish_inbox();
@@ -140,10 +141,12 @@ impl Daemon {
         if self.offered.contains(&entry.flow) {
             return;
         }
-        self.subscribers.retain(|s| !s.is_closed());
+        self.subscribers.retain(|(_, s)| !s.is_closed());
         let flow = entry.flow.clone();
         let mut entry = entry;
-        for s in &self.subscribers {
+        // A file goes only to the clients of its service.
+        let service = entry.service.clone();
+        for (_, s) in self.subscribers.iter().filter(|(sv, _)| *sv == service) {
             match s.send(entry) {
                 Ok(()) => {
                     self.offered.insert(flow);
@@ -187,6 +190,7 @@ impl Daemon {
                         size: header.size,
                         content_offset,
                         blake3: hash,
+                        service: header.service,
                     },
                 );
             }

@@ -62,7 +62,8 @@ pub struct Daemon {
     /// store writes and fsyncs them itself before the end-to-end BACK.
     spool: crate::custody::Spool,
     inbox: BTreeMap<String, InboxEntry>,
-    subscribers: Vec<mpsc::UnboundedSender<InboxEntry>>,
+    /// Receiving clients, newest first, each with its service (none: the default inbox).
+    subscribers: Vec<(Option<String>, mpsc::UnboundedSender<InboxEntry>)>,
     /// Inbox files offered to a client and not yet acknowledged or returned by it: each
     /// file is offered to one client at a time.
     offered: BTreeSet<String>,
@@ -491,10 +492,10 @@ impl Daemon {
                     let _ = reply.send(r);
                 }
             }
-            Cmd::Subscribe { tx } => {
-                // The new client gets every file no other client holds; what it does not
-                // take comes back (`Return`) for the others.
-                self.subscribers.insert(0, tx);
+            Cmd::Subscribe { tx, service } => {
+                // The new client gets every file of its service no other client holds; what
+                // it does not take comes back (`Return`) for the others.
+                self.subscribers.insert(0, (service, tx));
                 let waiting: Vec<InboxEntry> = self.inbox.values().cloned().collect();
                 for e in waiting {
                     self.offer(e);
