@@ -586,7 +586,8 @@ async fn send_one(
                     None => format!("{shown}: moving again"),
                 };
                 if json {
-                    println!(
+                    // On stderr: stdout carries one JSON result per file, for scripts.
+                    eprintln!(
                         "{}",
                         serde_json::json!({"waiting": reason.is_some(), "file": shown, "reason": reason})
                     );
