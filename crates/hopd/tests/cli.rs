@@ -152,3 +152,22 @@ fn the_api_socket_can_belong_to_a_group() {
     assert_eq!(m.permissions().mode() & 0o777, 0o660);
     assert_eq!(nodes[0].status()["node_id"], 1);
 }
+
+/// The package's template configuration (packaging/hopd.toml) is valid once its key file
+/// exists (and its group, which the package creates).
+#[test]
+fn the_packaged_template_configuration_checks_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("mesh.key");
+    std::fs::write(&key, KEY).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../packaging/hopd.toml"
+    ))
+    .unwrap()
+    .replace("/etc/hopd/mesh.key", key.to_str().unwrap())
+    .replace("api_group = \"hop\"", "api_group = \"0\"");
+    let (code, out) = check(&text);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("node 1, 1 neighbours"), "{out}");
+}

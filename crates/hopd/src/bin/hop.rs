@@ -4,92 +4,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use hopd::api::{self, exit, ErrorCode, Reply, Request, API_VERSION, DATA_CHUNK};
+use hopd::cli::{Args, Cmd};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
-
-/// Send and receive files over a Hop mesh through the local hopd.
-#[derive(Parser, Debug)]
-#[command(name = "hop", version)]
-struct Args {
-    /// The daemon's API socket.
-    #[arg(
-        long,
-        env = "HOPD_SOCKET",
-        default_value = "/var/lib/hopd/hopd.sock",
-        global = true
-    )]
-    socket: PathBuf,
-    /// Print machine-readable JSON lines instead of text.
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Send files to a node; exits 0 once the destination acknowledged every byte.
-    /// Interrupting it (Ctrl-C) before then cancels the transfer along its path.
-    Send {
-        /// Files to send; a directory sends every file under it (its tree is rebuilt under
-        /// the receiver's directory); `-` sends standard input (see --name).
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// The name standard input is sent under (with `-`).
-        #[arg(long, default_value = "stdin")]
-        name: String,
-        /// Destination: a node id, or NODE/SERVICE for a service (endpoint) there, received by
-        /// `hop recv --service SERVICE`.
-        #[arg(long, value_parser = parse_destination, value_name = "NODE[/SERVICE]")]
-        to: (u32, Option<String>),
-        /// No progress bar.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Exit once hopd holds every byte and leave the transfer to it (`hop list` shows
-        /// it, `hop cancel` cancels it).
-        #[arg(long)]
-        detach: bool,
-        /// Keep trying this long, however long the path is down (e.g. 90m, 3d); the
-        /// transfer fails as expired then. Default: hopd's `give_up_after` without progress.
-        #[arg(long, value_parser = humantime::parse_duration)]
-        lifetime: Option<std::time::Duration>,
-    },
-    /// List this node's outgoing transfers.
-    List,
-    /// Make hopd re-read its configuration file (as SIGHUP does): neighbours and routes
-    /// change at once, without dropping transfers; other changed settings are named and
-    /// wait for a restart.
-    Reload,
-    /// Cancel outgoing transfers (ids as `hop list` prints them): each is aborted along its
-    /// path, and what nodes hold of it is freed and never delivered.
-    Cancel {
-        #[arg(required = true)]
-        flows: Vec<String>,
-    },
-    /// Receive files into a directory (each written atomically after its integrity check).
-    Recv {
-        /// Directory the files are written to.
-        #[arg(long)]
-        dir: PathBuf,
-        /// Receive the files sent to this service (`hop send --to NODE/SERVICE`); without
-        /// it, the files sent to the node itself.
-        #[arg(long)]
-        service: Option<String>,
-        /// Exit after this many files (default: run until interrupted).
-        #[arg(long)]
-        count: Option<u64>,
-        /// Run this shell command after each file is stored, with HOP_FILE (its path),
-        /// HOP_NAME, HOP_FROM (sender node), HOP_FLOW, HOP_SIZE and HOP_BLAKE3 in its
-        /// environment. A command that fails is reported; the file stays received.
-        #[arg(long, value_name = "COMMAND")]
-        exec: Option<String>,
-    },
-    /// Show flows, neighbours, storage use and counters.
-    Status,
-}
 
 struct Fail {
     code: i32,
@@ -199,6 +119,19 @@ async fn run(args: Args) -> Result<(), Fail> {
                 Reply::Error { code, message } => Err(reply_fail(code, message)),
                 other => Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
             }
+        }
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Args::command(), "hop", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Generate { dir } => {
+            let written = hopd::cli::generate(&dir)
+                .map_err(|e| fail(exit::USAGE, format!("{}: {e}", dir.display())))?;
+            for p in written {
+                println!("{}", p.display());
+            }
+            Ok(())
         }
         Cmd::Reload => {
             let mut s = connect(&args.socket).await?;
@@ -341,25 +274,6 @@ struct SendHow {
     lifetime: Option<std::time::Duration>,
     /// The file is standard input, spooled.
     stdin: bool,
-}
-
-/// `NODE` or `NODE/SERVICE`.
-fn parse_destination(s: &str) -> Result<(u32, Option<String>), String> {
-    let (node, service) = match s.split_once('/') {
-        Some((n, sv)) => (n, Some(sv.to_string())),
-        None => (s, None),
-    };
-    let node = node
-        .parse::<u32>()
-        .map_err(|_| format!("`{node}` is not a node id (a number)"))?;
-    if let Some(sv) = service.as_deref() {
-        if !hopd::flowfmt::valid_service(sv) {
-            return Err(format!(
-                "`{sv}` is not a service name: 1-64 of a-z, 0-9, `.`, `_`, `-`"
-            ));
-        }
-    }
-    Ok((node, service))
 }
 
 /// A file's name as sent: its last component.

@@ -1,6 +1,5 @@
 //! hopd: the Hop node daemon.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -9,26 +8,8 @@ use hopd::daemon::cmd::Cmd;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
 
-/// Hop node daemon: reliable block-switched transfer over multi-hop wireless meshes.
-#[derive(Parser, Debug)]
-#[command(version)]
-struct Args {
-    /// Configuration file (TOML; see docs/hopd.md).
-    #[arg(short, long, default_value = "/etc/hopd/hopd.toml")]
-    config: PathBuf,
-    /// Check the configuration file and exit (0 if it is valid).
-    #[arg(long, value_name = "FILE")]
-    check_config: Option<PathBuf>,
-    /// Log level (error, warn, info, debug, trace) or a tracing filter; overrides the file.
-    #[arg(long)]
-    log_level: Option<String>,
-    /// Write logs as JSON lines.
-    #[arg(long)]
-    log_json: bool,
-}
-
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = hopd::cli::DaemonArgs::parse();
     if let Some(path) = &args.check_config {
         return match Config::load(path) {
             Ok(c) => {
