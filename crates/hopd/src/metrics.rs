@@ -1,8 +1,13 @@
-//! Counters of the daemon and their Prometheus text rendering.
-
-use std::fmt::Write;
+//! Counters of the daemon and their Prometheus exposition (OpenMetrics text, through
+//! `prometheus-client`): a snapshot of the daemon's and the core's counters is taken on each
+//! scrape and encoded by a collector.
 
 use hop_proto::NodeStats;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
 
 /// Daemon-level counters (the core's own are in [`NodeStats`]).
@@ -34,290 +39,506 @@ pub struct Counters {
     pub tx_budget_exhausted: bool,
 }
 
-fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
-    let _ = writeln!(out, "# HELP hopd_{name} {help}");
-    let _ = writeln!(out, "# TYPE hopd_{name} {kind}");
-    let _ = writeln!(out, "hopd_{name} {value}");
+/// One neighbour's series.
+#[derive(Debug, Clone)]
+pub struct NeighbourSample {
+    pub id: u32,
+    /// Seconds since it was last heard (none: never).
+    pub last_heard_s: Option<f64>,
+    pub rx_datagrams: u64,
+    pub rx_bytes: u64,
 }
 
-/// Prometheus text exposition of everything the daemon counts.
-pub fn render(
-    custody: &crate::custody::CustodyUsage,
-    stats: &NodeStats,
-    c: &Counters,
-    flows_out: u64,
-    flows_in: u64,
-    storage_bytes: u64,
-    peers: u64,
-) -> String {
-    let mut o = String::new();
-    let counters: [(&str, &str, u64); 28] = [
-        (
-            "rx_datagrams_total",
-            "UDP datagrams received",
-            c.rx_datagrams,
-        ),
-        (
-            "rx_overheard_total",
-            "neighbours' datagrams to each other read from the overhearing socket",
-            c.rx_overheard,
-        ),
-        ("rx_bytes_total", "UDP bytes received", c.rx_bytes),
-        (
-            "rx_rejected_total",
-            "authenticated datagrams the core rejected",
-            c.rx_rejected,
-        ),
-        ("tx_datagrams_total", "UDP datagrams sent", c.tx_datagrams),
-        ("tx_bytes_total", "UDP bytes sent", c.tx_bytes),
-        ("tx_errors_total", "UDP send errors", c.tx_errors),
-        (
-            "tx_no_address_total",
-            "datagrams for a next hop without address",
-            c.tx_no_address,
-        ),
-        (
-            "auth_failures_total",
-            "datagrams dropped: missing or bad authentication tag",
-            c.auth_failures,
-        ),
-        (
-            "auth_replays_total",
-            "datagrams dropped: replayed or too old",
-            c.auth_replays,
-        ),
-        (
-            "auth_malformed_total",
-            "datagrams dropped: malformed envelope",
-            c.auth_malformed,
-        ),
-        (
-            "auth_peer_limit_total",
-            "datagrams dropped: per-peer state full",
-            c.auth_peer_limit,
-        ),
-        (
-            "flows_completed_total",
-            "local sends acknowledged end to end",
-            c.flows_completed,
-        ),
-        (
-            "flows_failed_total",
-            "local sends that failed",
-            c.flows_failed,
-        ),
-        (
-            "flows_cancelled_total",
-            "local sends cancelled (their client left before the end, or `hop cancel`)",
-            c.flows_cancelled,
-        ),
-        (
-            "files_received_total",
-            "files received and verified",
-            c.files_received,
-        ),
-        (
-            "files_handed_over_total",
-            "received files acknowledged by an application",
-            c.files_handed_over,
-        ),
-        (
-            "flows_abandoned_total",
-            "incoming flows that ended unfinished (aborted by their source, or idle)",
-            c.flows_abandoned,
-        ),
-        (
-            "integrity_failures_total",
-            "received files whose BLAKE3 check failed",
-            c.integrity_failures,
-        ),
-        (
-            "delivered_bytes_total",
-            "flow bytes delivered to this destination",
-            c.delivered_bytes,
-        ),
-        (
-            "storage_errors_total",
-            "storage write errors",
-            c.storage_errors,
-        ),
-        (
-            "custody_blocks_stored_total",
-            "blocks persisted in custody",
-            custody.stored_total,
-        ),
-        (
-            "custody_full_total",
+/// What a scrape reports: taken by the daemon's event loop, encoded off it.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub custody: crate::custody::CustodyUsage,
+    pub stats: NodeStats,
+    pub counters: Counters,
+    pub flows_out: u64,
+    pub flows_in: u64,
+    pub storage_bytes: u64,
+    pub peers: u64,
+    pub neighbours: Vec<NeighbourSample>,
+    /// Unix time the daemon started, in seconds.
+    pub start_time_s: f64,
+    pub packet_payload_bytes: u64,
+}
+
+/// The OpenMetrics text of a snapshot, names prefixed `hopd_`.
+pub fn render(snapshot: Snapshot) -> String {
+    let mut registry = Registry::with_prefix("hopd");
+    registry.register_collector(Box::new(snapshot));
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn counter(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    v: u64,
+) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(e.encode_descriptor(name, help, unit.as_ref(), c.metric_type())?)
+}
+
+fn counter_f(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    v: f64,
+) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(e.encode_descriptor(name, help, unit.as_ref(), c.metric_type())?)
+}
+
+fn gauge(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    v: i64,
+) -> std::fmt::Result {
+    let g = ConstGauge::new(v);
+    g.encode(e.encode_descriptor(name, help, unit.as_ref(), g.metric_type())?)
+}
+
+/// A counter family: one sample per label set.
+fn counters<N: prometheus_client::encoding::EncodeCounterValue + Clone>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    samples: &[(Labels, N)],
+) -> std::fmt::Result
+where
+    ConstCounter<N>: EncodeMetric,
+{
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let kind = ConstCounter::new(samples[0].1.clone()).metric_type();
+    let mut m = e.encode_descriptor(name, help, unit.as_ref(), kind)?;
+    for (labels, v) in samples {
+        ConstCounter::new(v.clone()).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// A gauge family: one sample per label set.
+fn gauges(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    samples: &[(Labels, f64)],
+) -> std::fmt::Result {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let kind = ConstGauge::new(0.0f64).metric_type();
+    let mut m = e.encode_descriptor(name, help, unit.as_ref(), kind)?;
+    for (labels, v) in samples {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// The transport's name as the configuration spells it (`hop`, `hxh`, `atp`).
+fn transport_label(t: &hop_wire::TransportId) -> String {
+    format!("{t:?}").to_lowercase()
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let (c, custody, stats) = (&self.counters, &self.custody, &self.stats);
+        let daemon: [(&str, &str, u64); 21] = [
+            ("rx_datagrams", "UDP datagrams received", c.rx_datagrams),
+            (
+                "rx_overheard",
+                "neighbours' datagrams to each other read from the overhearing socket",
+                c.rx_overheard,
+            ),
+            ("rx_bytes", "UDP bytes received", c.rx_bytes),
+            (
+                "rx_rejected",
+                "authenticated datagrams the core rejected",
+                c.rx_rejected,
+            ),
+            ("tx_datagrams", "UDP datagrams sent", c.tx_datagrams),
+            ("tx_bytes", "UDP bytes sent", c.tx_bytes),
+            ("tx_errors", "UDP send errors", c.tx_errors),
+            (
+                "tx_no_address",
+                "datagrams for a next hop without address",
+                c.tx_no_address,
+            ),
+            (
+                "auth_failures",
+                "datagrams dropped: missing or bad authentication tag",
+                c.auth_failures,
+            ),
+            (
+                "auth_replays",
+                "datagrams dropped: replayed or too old",
+                c.auth_replays,
+            ),
+            (
+                "auth_malformed",
+                "datagrams dropped: malformed envelope",
+                c.auth_malformed,
+            ),
+            (
+                "auth_peer_limit",
+                "datagrams dropped: per-peer state full",
+                c.auth_peer_limit,
+            ),
+            (
+                "flows_completed",
+                "local sends acknowledged end to end",
+                c.flows_completed,
+            ),
+            ("flows_failed", "local sends that failed", c.flows_failed),
+            (
+                "flows_cancelled",
+                "local sends cancelled (their client left before the end, or `hop cancel`)",
+                c.flows_cancelled,
+            ),
+            (
+                "files_received",
+                "files received and verified",
+                c.files_received,
+            ),
+            (
+                "files_handed_over",
+                "received files acknowledged by an application",
+                c.files_handed_over,
+            ),
+            (
+                "flows_abandoned",
+                "incoming flows that ended unfinished (aborted by their source, or idle)",
+                c.flows_abandoned,
+            ),
+            (
+                "integrity_failures",
+                "received files whose BLAKE3 check failed",
+                c.integrity_failures,
+            ),
+            (
+                "delivered_bytes",
+                "flow bytes delivered to this destination",
+                c.delivered_bytes,
+            ),
+            ("storage_errors", "storage write errors", c.storage_errors),
+        ];
+        for (name, help, v) in daemon {
+            counter(&mut e, name, help, None, v)?;
+        }
+        counter(
+            &mut e,
+            "custody_full",
             "custody writes refused, storage full (ack withheld)",
+            None,
             custody.full_events,
-        ),
-        (
-            "spool_full_total",
+        )?;
+        counter(
+            &mut e,
+            "spool_full",
             "deliveries refused, disk budget full (end-to-end ack withheld)",
+            None,
             custody.spool_full_events,
-        ),
-        (
-            "custody_writes_timed_total",
+        )?;
+        counter(
+            &mut e,
+            "custody_writes_timed",
             "custody writes finished (durable or failed)",
+            None,
             custody.writes_timed,
-        ),
-        (
-            "custody_write_wait_microseconds_total",
+        )?;
+        counter_f(
+            &mut e,
+            "custody_write_wait",
             "time custody writes held their blocks' completing BACKs, queueing included",
-            custody.write_wait_us,
-        ),
-        (
-            "spool_deliveries_timed_total",
+            Some(Unit::Seconds),
+            custody.write_wait_us as f64 / 1e6,
+        )?;
+        counter(
+            &mut e,
+            "spool_deliveries_timed",
             "deliveries written to the spool",
+            None,
             custody.deliveries_timed,
-        ),
-        (
-            "spool_deliver_microseconds_total",
+        )?;
+        counter_f(
+            &mut e,
+            "spool_deliver",
             "time the event loop spent writing deliveries to the spool (fsync included)",
-            custody.deliver_us,
-        ),
-    ];
-    for (n, h, v) in counters {
-        metric(&mut o, n, "counter", h, v);
-    }
-    metric(
-        &mut o,
-        "flows_outgoing",
-        "gauge",
-        "local outgoing flows",
-        flows_out,
-    );
-    metric(
-        &mut o,
-        "flows_incoming",
-        "gauge",
-        "incoming flows being spooled",
-        flows_in,
-    );
-    metric(
-        &mut o,
-        "storage_bytes",
-        "gauge",
-        "bytes in the spool and inbox",
-        storage_bytes,
-    );
-    metric(
-        &mut o,
-        "custody_blocks",
-        "gauge",
-        "blocks held in custody on disk",
-        custody.blocks,
-    );
-    metric(
-        &mut o,
-        "custody_bytes",
-        "gauge",
-        "bytes held in custody on disk",
-        custody.bytes,
-    );
-    metric(
-        &mut o,
-        "custody_limit_bytes",
-        "gauge",
-        "custody storage limit",
-        custody.limit,
-    );
-    metric(
-        &mut o,
-        "auth_peers",
-        "gauge",
-        "peers with replay state",
-        peers,
-    );
-    metric(
-        &mut o,
-        "core_datagrams_received_total",
-        "counter",
-        "datagrams the core accepted",
-        stats.datagrams_received,
-    );
-    metric(
-        &mut o,
-        "core_datagrams_overheard_total",
-        "counter",
-        "datagrams the core overheard",
-        stats.datagrams_overheard,
-    );
-    metric(
-        &mut o,
-        "core_datagrams_rejected_total",
-        "counter",
-        "datagrams the core rejected",
-        stats.datagrams_rejected,
-    );
-    let _ = writeln!(
-        o,
-        "# HELP hopd_transport_sent_total transport messages sent, by type"
-    );
-    let _ = writeln!(o, "# TYPE hopd_transport_sent_total counter");
-    for (t, s) in &stats.transports {
-        for (ty, v) in &s.sent_by_type {
-            let _ = writeln!(
-                o,
-                "hopd_transport_sent_total{{transport=\"{t:?}\",type=\"{ty}\"}} {v}"
-            );
+            Some(Unit::Seconds),
+            custody.deliver_us as f64 / 1e6,
+        )?;
+        counter(
+            &mut e,
+            "custody_blocks_stored",
+            "blocks taken into custody on disk",
+            None,
+            custody.stored_total,
+        )?;
+        gauge(
+            &mut e,
+            "flows_outgoing",
+            "local outgoing flows",
+            None,
+            self.flows_out as i64,
+        )?;
+        gauge(
+            &mut e,
+            "flows_incoming",
+            "incoming flows being spooled",
+            None,
+            self.flows_in as i64,
+        )?;
+        gauge(
+            &mut e,
+            "storage",
+            "bytes in the spool and inbox",
+            Some(Unit::Bytes),
+            self.storage_bytes as i64,
+        )?;
+        gauge(
+            &mut e,
+            "custody_blocks",
+            "blocks held in custody on disk",
+            None,
+            custody.blocks as i64,
+        )?;
+        gauge(
+            &mut e,
+            "custody",
+            "bytes held in custody on disk",
+            Some(Unit::Bytes),
+            custody.bytes as i64,
+        )?;
+        gauge(
+            &mut e,
+            "custody_limit",
+            "custody storage limit",
+            Some(Unit::Bytes),
+            custody.limit as i64,
+        )?;
+        gauge(
+            &mut e,
+            "auth_peers",
+            "peers with replay state",
+            None,
+            self.peers as i64,
+        )?;
+        gauge(
+            &mut e,
+            "packet_payload",
+            "payload bytes per data packet (fitted to the path MTU)",
+            Some(Unit::Bytes),
+            self.packet_payload_bytes as i64,
+        )?;
+        counter(
+            &mut e,
+            "core_datagrams_received",
+            "datagrams the core accepted",
+            None,
+            stats.datagrams_received,
+        )?;
+        counter(
+            &mut e,
+            "core_datagrams_overheard",
+            "datagrams the core overheard",
+            None,
+            stats.datagrams_overheard,
+        )?;
+        counter(
+            &mut e,
+            "core_datagrams_rejected",
+            "datagrams the core rejected",
+            None,
+            stats.datagrams_rejected,
+        )?;
+        let mut sent = Vec::new();
+        let mut received = Vec::new();
+        let mut retrans = Vec::new();
+        let mut cache = Vec::new();
+        let mut cache_peak = Vec::new();
+        let mut flows = Vec::new();
+        let mut events = Vec::new();
+        let mut states = Vec::new();
+        let mut withholding = Vec::new();
+        for (t, s) in &stats.transports {
+            let tl = transport_label(t);
+            let one = || -> Labels { vec![("transport", tl.clone())] };
+            for (ty, v) in &s.sent_by_type {
+                sent.push((
+                    vec![("transport", tl.clone()), ("type", ty.to_string())],
+                    *v,
+                ));
+            }
+            for (ty, v) in &s.received_by_type {
+                received.push((
+                    vec![("transport", tl.clone()), ("type", ty.to_string())],
+                    *v,
+                ));
+            }
+            retrans.push((one(), s.data_retransmissions));
+            cache.push((one(), s.cache_bytes as f64));
+            cache_peak.push((one(), s.cache_bytes_peak as f64));
+            flows.push((one(), s.flows as f64));
+            for (k, v) in &s.extra {
+                // Time-in-state counters are milliseconds in the core: seconds here, apart
+                // from the event counters.
+                match k.strip_prefix("time_").and_then(|x| x.strip_suffix("_ms")) {
+                    Some(w) if w.starts_with("withholding_") => withholding.push((
+                        vec![
+                            ("transport", tl.clone()),
+                            (
+                                "reason",
+                                match w {
+                                    "withholding_bp" => "backpressure".to_string(),
+                                    "withholding_aw" => "ack_withholding".to_string(),
+                                    other => other.to_string(),
+                                },
+                            ),
+                        ],
+                        *v as f64 / 1000.0,
+                    )),
+                    Some(state) => states.push((
+                        vec![("transport", tl.clone()), ("state", state.to_string())],
+                        *v as f64 / 1000.0,
+                    )),
+                    None => {
+                        events.push((vec![("transport", tl.clone()), ("name", k.to_string())], *v))
+                    }
+                }
+            }
         }
-    }
-    let _ = writeln!(
-        o,
-        "# HELP hopd_transport_received_total transport messages received, by type"
-    );
-    let _ = writeln!(o, "# TYPE hopd_transport_received_total counter");
-    for (t, s) in &stats.transports {
-        for (ty, v) in &s.received_by_type {
-            let _ = writeln!(
-                o,
-                "hopd_transport_received_total{{transport=\"{t:?}\",type=\"{ty}\"}} {v}"
-            );
-        }
-    }
-    for (name, help, kind, f) in [
-        (
-            "transport_retransmissions_total",
+        counters(
+            &mut e,
+            "transport_sent",
+            "transport messages sent, by type",
+            None,
+            &sent,
+        )?;
+        counters(
+            &mut e,
+            "transport_received",
+            "transport messages received, by type",
+            None,
+            &received,
+        )?;
+        counters(
+            &mut e,
+            "transport_retransmissions",
             "data packets sent again on the same hop",
-            "counter",
-            (|s: &hop_proto::TransportStats| s.data_retransmissions)
-                as fn(&hop_proto::TransportStats) -> u64,
-        ),
-        (
-            "transport_cache_bytes",
+            None,
+            &retrans,
+        )?;
+        gauges(
+            &mut e,
+            "transport_cache",
             "bytes held in the transport's caches",
-            "gauge",
-            |s| s.cache_bytes,
-        ),
-        (
-            "transport_cache_bytes_peak",
-            "peak of cache bytes",
-            "gauge",
-            |s| s.cache_bytes_peak,
-        ),
-        (
+            Some(Unit::Bytes),
+            &cache,
+        )?;
+        gauges(
+            &mut e,
+            "transport_cache_peak",
+            "peak of the transport's cache",
+            Some(Unit::Bytes),
+            &cache_peak,
+        )?;
+        gauges(
+            &mut e,
             "transport_flows",
             "flows with state in the transport",
-            "gauge",
-            |s| s.flows,
-        ),
-    ] {
-        let _ = writeln!(o, "# HELP hopd_{name} {help}");
-        let _ = writeln!(o, "# TYPE hopd_{name} {kind}");
-        for (t, s) in &stats.transports {
-            let _ = writeln!(o, "hopd_{name}{{transport=\"{t:?}\"}} {}", f(s));
-        }
+            None,
+            &flows,
+        )?;
+        counters(
+            &mut e,
+            "transport_events",
+            "the transport's own event counters, by name",
+            None,
+            &events,
+        )?;
+        counters(
+            &mut e,
+            "sender_state",
+            "time the node's sending side spent in each state (docs/hopd.md, Metrics)",
+            Some(Unit::Seconds),
+            &states,
+        )?;
+        counters(
+            &mut e,
+            "withholding",
+            "time this node withheld upstream neighbours' BSYNs, by reason (§3.3, §3.5)",
+            Some(Unit::Seconds),
+            &withholding,
+        )?;
+        let heard: Vec<(Labels, f64)> = self
+            .neighbours
+            .iter()
+            .filter_map(|n| Some((vec![("neighbour", n.id.to_string())], n.last_heard_s?)))
+            .collect();
+        gauges(
+            &mut e,
+            "neighbour_last_heard_age",
+            "seconds since anything authenticated was last received from the neighbour",
+            Some(Unit::Seconds),
+            &heard,
+        )?;
+        let rx: Vec<(Labels, u64)> = self
+            .neighbours
+            .iter()
+            .map(|n| (vec![("neighbour", n.id.to_string())], n.rx_datagrams))
+            .collect();
+        counters(
+            &mut e,
+            "neighbour_received_datagrams",
+            "authenticated datagrams received from the neighbour",
+            None,
+            &rx,
+        )?;
+        let rxb: Vec<(Labels, u64)> = self
+            .neighbours
+            .iter()
+            .map(|n| (vec![("neighbour", n.id.to_string())], n.rx_bytes))
+            .collect();
+        counters(
+            &mut e,
+            "neighbour_received",
+            "authenticated bytes received from the neighbour",
+            Some(Unit::Bytes),
+            &rxb,
+        )?;
+        gauges(
+            &mut e,
+            "build_info",
+            "hopd's version",
+            None,
+            &[(
+                vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+                1.0,
+            )],
+        )?;
+        let start = ConstGauge::new(self.start_time_s);
+        start.encode(e.encode_descriptor(
+            "process_start_time",
+            "Unix time hopd started",
+            Some(&Unit::Seconds),
+            start.metric_type(),
+        )?)?;
+        Ok(())
     }
-    let _ = writeln!(o, "# HELP hopd_transport_extra transport-specific counters");
-    let _ = writeln!(o, "# TYPE hopd_transport_extra gauge");
-    for (t, s) in &stats.transports {
-        for (k, v) in &s.extra {
-            let _ = writeln!(
-                o,
-                "hopd_transport_extra{{transport=\"{t:?}\",name=\"{k}\"}} {v}"
-            );
-        }
-    }
-    o
 }

@@ -598,35 +598,57 @@ async fn hand_over(
 }
 
 /// Serve Prometheus text on every HTTP request.
+/// The metrics endpoint (axum): `GET /metrics` (OpenMetrics text, a snapshot taken by the
+/// event loop), `GET /healthz` (`ok` while the event loop answers), 404 elsewhere.
 pub async fn serve_metrics(listener: TcpListener, cmds: mpsc::Sender<Cmd>) {
-    loop {
-        let mut s = match listener.accept().await {
-            Ok((s, _)) => s,
-            Err(e) => {
-                // E.g. out of file descriptors: the connection stays queued, so retrying at
-                // once would spin.
-                warn!(error = %e, "metrics accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let cmds = cmds.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), s.read(&mut buf)).await;
-            let (tx, rx) = oneshot::channel();
-            if cmds.send(Cmd::Metrics { reply: tx }).await.is_err() {
-                return;
-            }
-            let Ok(body) = rx.await else { return };
-            let head = format!(
-                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(head.as_bytes()).await;
-            let _ = s.write_all(body.as_bytes()).await;
-            let _ = s.shutdown().await;
-        });
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/healthz", get(health))
+        .with_state(cmds);
+    if let Err(e) = axum::serve(listener, app).await {
+        warn!(error = %e, "metrics endpoint stopped");
+    }
+}
+
+async fn metrics_page(
+    axum::extract::State(cmds): axum::extract::State<mpsc::Sender<Cmd>>,
+) -> axum::response::Response {
+    use axum::http::{header, StatusCode};
+    use axum::response::IntoResponse;
+    let (tx, rx) = oneshot::channel();
+    if cmds.send(Cmd::Metrics { reply: tx }).await.is_err() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "hopd is stopping\n").into_response();
+    }
+    match rx.await {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "hopd is stopping\n").into_response(),
+    }
+}
+
+async fn health(
+    axum::extract::State(cmds): axum::extract::State<mpsc::Sender<Cmd>>,
+) -> (axum::http::StatusCode, &'static str) {
+    use axum::http::StatusCode;
+    let (tx, rx) = oneshot::channel();
+    let answered = cmds.send(Cmd::Status { reply: tx }).await.is_ok()
+        && tokio::time::timeout(std::time::Duration::from_secs(2), rx)
+            .await
+            .is_ok_and(|r| r.is_ok());
+    if answered {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the event loop does not answer\n",
+        )
     }
 }
 

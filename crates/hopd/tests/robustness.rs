@@ -126,9 +126,36 @@ fn hostile_datagrams_are_rejected_and_counted() {
     assert!(metric(&m, "hopd_auth_malformed_total") >= 400, "{m}");
     assert_eq!(metric(&m, "hopd_files_received_total"), 1);
     assert!(
-        m.contains("hopd_transport_sent_total{transport=\"Hop\",type=\"back\"}"),
+        m.contains("hopd_transport_sent_total{transport=\"hop\",type=\"back\"}"),
         "{m}"
     );
+    // Per-neighbour series, units in names, and the health endpoint.
+    assert!(
+        metric(
+            &m,
+            "hopd_neighbour_received_datagrams_total{neighbour=\"1\"}"
+        ) > 0,
+        "{m}"
+    );
+    assert!(
+        m.contains("hopd_neighbour_last_heard_age_seconds{neighbour=\"1\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("# UNIT hopd_spool_deliver_seconds seconds"),
+        "{m}"
+    );
+    assert!(!m.contains("microseconds") && m.ends_with("# EOF\n"), "{m}");
+    let get = |path: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(nodes[1].metrics).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(get("/healthz").starts_with("HTTP/1.0 200"));
+    assert!(get("/nothing").starts_with("HTTP/1.0 404"));
 }
 
 #[test]

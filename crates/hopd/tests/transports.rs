@@ -23,7 +23,7 @@ fn metrics(node: &Hopd) -> String {
     out
 }
 
-/// Sum of the samples of metric `name` whose labels include `labels` (e.g. `transport="Atp"`).
+/// Sum of the samples of metric `name` whose labels include `labels` (e.g. `transport="atp"`).
 fn metric_sum(text: &str, name: &str, labels: &str) -> u64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
@@ -115,39 +115,39 @@ fn is_empty_dir(p: &Path) -> bool {
 
 #[test]
 fn hop_two_hops() {
-    two_hops("hop", "Hop", 1, FILE_BYTES);
+    two_hops("hop", "hop", 1, FILE_BYTES);
 }
 
 #[test]
 fn hxh_two_hops() {
-    two_hops("hxh", "Hxh", 2, FILE_BYTES);
+    two_hops("hxh", "hxh", 2, FILE_BYTES);
 }
 
 #[test]
 fn atp_two_hops() {
-    two_hops("atp", "Atp", 3, FILE_BYTES);
+    two_hops("atp", "atp", 3, FILE_BYTES);
 }
 
 #[test]
 fn atp_aggressive_two_hops() {
-    two_hops("atp-aggressive", "Atp", 4, FILE_BYTES);
+    two_hops("atp-aggressive", "atp", 4, FILE_BYTES);
 }
 
 #[test]
 fn atp_adaptive_two_hops() {
-    two_hops("atp-adaptive", "Atp", 5, FILE_BYTES);
+    two_hops("atp-adaptive", "atp", 5, FILE_BYTES);
 }
 
 #[test]
 fn hxh_two_hops_past_the_send_buffer() {
     assert!(PAST_SEND_BUFFER_BYTES > hop_proto::hxh::HxhConfig::default().send_buffer_bytes);
-    two_hops("hxh", "Hxh", 6, PAST_SEND_BUFFER_BYTES);
+    two_hops("hxh", "hxh", 6, PAST_SEND_BUFFER_BYTES);
 }
 
 #[test]
 fn atp_two_hops_past_the_send_buffer() {
     assert!(PAST_SEND_BUFFER_BYTES > hop_proto::atp::AtpConfig::default().send_buffer_bytes);
-    two_hops("atp", "Atp", 7, PAST_SEND_BUFFER_BYTES);
+    two_hops("atp", "atp", 7, PAST_SEND_BUFFER_BYTES);
 }
 
 #[test]

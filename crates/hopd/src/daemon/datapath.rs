@@ -81,6 +81,9 @@ impl Daemon {
         match self.auth.open(dg) {
             Ok(src) => {
                 self.last_heard.insert(src, std::time::Instant::now());
+                let e = self.rx_by_peer.entry(src).or_default();
+                e.0 += 1;
+                e.1 += n as u64;
                 let now = Instant::from_nanos(self.clock.elapsed().as_nanos() as u64);
                 if let Err(e) = self.node.handle_datagram(now, dg) {
                     self.counters.rx_rejected += 1;

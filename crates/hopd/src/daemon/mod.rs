@@ -30,6 +30,8 @@ use outgoing::OutFlow;
 /// The daemon's state; owned by one task.
 pub struct Daemon {
     cfg: Config,
+    /// Authenticated datagrams and bytes received per sender (metrics).
+    rx_by_peer: HashMap<NodeId, (u64, u64)>,
     /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
     config_path: Option<std::path::PathBuf>,
     /// systemd's watchdog: the event loop tells it it is alive this often.
@@ -166,6 +168,7 @@ impl Daemon {
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             config_path: None,
+            rx_by_peer: HashMap::new(),
             watchdog: None,
             lease,
             warn_auth: Default::default(),

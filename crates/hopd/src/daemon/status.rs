@@ -93,14 +93,41 @@ impl Daemon {
 
     pub(super) fn metrics_text(&self) -> String {
         let u = self.custody.lock().map(|u| *u).unwrap_or_default();
-        crate::metrics::render(
-            &u,
-            &self.node.stats(),
-            &self.counters,
-            self.out.len() as u64,
-            self.inflows.len() as u64,
-            self.storage_bytes(),
-            self.auth.peers() as u64,
-        )
+        let now = std::time::Instant::now();
+        let neighbours = self
+            .cfg
+            .neighbours
+            .iter()
+            .map(|n| {
+                let (rx_datagrams, rx_bytes) =
+                    self.rx_by_peer.get(&n.id).copied().unwrap_or((0, 0));
+                crate::metrics::NeighbourSample {
+                    id: n.id,
+                    last_heard_s: self
+                        .last_heard
+                        .get(&n.id)
+                        .map(|t| now.duration_since(*t).as_secs_f64()),
+                    rx_datagrams,
+                    rx_bytes,
+                }
+            })
+            .collect();
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+            - self.clock.elapsed().as_secs_f64();
+        crate::metrics::render(crate::metrics::Snapshot {
+            custody: u,
+            stats: self.node.stats(),
+            counters: self.counters.clone(),
+            flows_out: self.out.len() as u64,
+            flows_in: self.inflows.len() as u64,
+            storage_bytes: self.storage_bytes(),
+            peers: self.auth.peers() as u64,
+            neighbours,
+            start_time_s: start,
+            packet_payload_bytes: self.cfg.hop.packet_payload_bytes as u64,
+        })
     }
 }
