@@ -277,6 +277,8 @@ async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> std::
         name: name.clone(),
         size,
         lifetime,
+        detach,
+        service: service.clone(),
         reply: otx,
         updates: utx,
     })
@@ -417,18 +419,6 @@ async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> std::
     let (c, rx) = push(Bytes::from(held.0), true);
     cmds.send(c).await.map_err(|_| closed())?;
     window.push_back(rx);
-    if detach {
-        guard.cmds = None;
-        let _ = cmds.send(Cmd::Detach { flow }).await;
-        return api::write_json(
-            &mut s,
-            &Reply::Queued {
-                flow: flow.to_string(),
-                bytes: size,
-            },
-        )
-        .await;
-    }
     while let Some(w) = window.pop_front() {
         tokio::select! {
             r = w => if r.is_err() { break },
@@ -440,6 +430,20 @@ async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> std::
             acked: e2e,
         };
         api::write_json(&mut s, &p).await?;
+    }
+    // A detached transfer is on the node's disk once its last bytes were taken: only then
+    // does the client hear `queued` (and may go).
+    if detach {
+        guard.cmds = None;
+        let _ = cmds.send(Cmd::Detach { flow }).await;
+        return api::write_json(
+            &mut s,
+            &Reply::Queued {
+                flow: flow.to_string(),
+                bytes: size,
+            },
+        )
+        .await;
     }
     // Wait for the end-to-end result, reporting what the destination acknowledged; a
     // client that goes away now cancels the transfer (the guard aborts it), so that nothing

@@ -176,3 +176,75 @@ fn hop_output_into_a_closed_pipe_ends_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(out.status.code(), Some(101));
 }
+
+/// A detached transfer is the node's: it survives a restart of the source's hopd (sent again
+/// from its first byte), completes when the destination returns, and leaves nothing in
+/// `storage/outgoing`; a cancelled one leaves nothing either.
+#[test]
+fn a_detached_transfer_survives_a_restart_of_its_source() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("field-report.pdf");
+    let data = pattern(14, 1_500_000);
+    std::fs::write(&file, &data).unwrap();
+    let other = work.path().join("draft.txt");
+    std::fs::write(&other, pattern(15, 2000)).unwrap();
+    let mut nodes = loopback_chain(2, work.path(), "");
+    nodes[1].terminate();
+    for f in [&file, &other] {
+        let o = nodes[0].hop(&[
+            "send",
+            "--detach",
+            "--quiet",
+            f.to_str().unwrap(),
+            "--to",
+            "2",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let outgoing = nodes[0].dir.join("store/outgoing");
+    let kept = || std::fs::read_dir(&outgoing).map(|d| d.count()).unwrap_or(0);
+    let names = || -> Vec<String> {
+        std::fs::read_dir(&outgoing)
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        kept(),
+        4,
+        "a record and a data file per transfer: {:?}",
+        names()
+    );
+    // The draft is cancelled: its files go.
+    let draft = list(&nodes[0])
+        .into_iter()
+        .find(|f| f["name"] == "draft.txt")
+        .unwrap();
+    let c = nodes[0].hop(&["cancel", draft["flow"].as_str().unwrap()]);
+    assert!(c.status.success());
+    assert_eq!(kept(), 2);
+    nodes[0].terminate();
+    let runs = nodes[0].log().matches("hopd running").count();
+    nodes[0].restart();
+    while nodes[0].log().matches("hopd running").count() <= runs {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let flows = list(&nodes[0]);
+    assert_eq!(flows.len(), 1, "{flows:?}");
+    assert_eq!(flows[0]["name"], "field-report.pdf");
+    assert_eq!(flows[0]["attached"], false);
+    nodes[1].restart();
+    wait_for(
+        "the kept transfer delivered",
+        Duration::from_secs(60),
+        || list(&nodes[0]).is_empty(),
+    );
+    assert_eq!(kept(), 0);
+    let dir = work.path().join("in");
+    let r = recv(&nodes[1], &dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(dir.join("field-report.pdf")).unwrap() == data);
+    assert_eq!(nodes[1].status()["inbox"], 0);
+}

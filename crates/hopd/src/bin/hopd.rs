@@ -131,6 +131,8 @@ async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Resul
     let kernel_routes = cfg.kernel_routes;
     let api_path = cfg.api_socket.clone();
     let (ctx, crx) = mpsc::channel(1024);
+    // Detached transfers a previous run kept on disk are sent again.
+    daemon.restore_outgoing(ctx.clone());
     info!(addr = %daemon.local_addr()?, api = %api_path.display(), "listening");
     tokio::spawn(hopd::server::serve_api(api, ctx.clone()));
     if let Some(m) = metrics {

@@ -64,6 +64,9 @@ pub enum Cmd {
         size: u64,
         /// The transfer's lifetime (`hop send --lifetime`).
         lifetime: Option<std::time::Duration>,
+        /// The client leaves the transfer to the daemon, which keeps it on disk.
+        detach: bool,
+        service: Option<String>,
         reply: oneshot::Sender<Result<Opened, (ErrorCode, String)>>,
         updates: mpsc::UnboundedSender<FlowUpdate>,
     },

@@ -5,6 +5,7 @@ pub mod cmd;
 mod datapath;
 mod inbox;
 mod outgoing;
+mod persist;
 pub mod reload;
 mod status;
 
@@ -34,6 +35,8 @@ pub struct Daemon {
     rx_by_peer: HashMap<NodeId, (u64, u64)>,
     /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
     config_path: Option<std::path::PathBuf>,
+    /// The core's own command channel, for tasks that feed kept transfers from disk.
+    cmds: Option<mpsc::Sender<Cmd>>,
     /// systemd's watchdog: the event loop tells it it is alive this often.
     watchdog: Option<std::time::Duration>,
     /// The authentication counter's lease on disk.
@@ -168,6 +171,7 @@ impl Daemon {
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             config_path: None,
+            cmds: None,
             rx_by_peer: HashMap::new(),
             watchdog: None,
             lease,
@@ -351,14 +355,14 @@ impl Daemon {
                 Event::SendComplete { flow, bytes } => {
                     info!(%flow, bytes, "send complete");
                     self.counters.flows_completed += 1;
-                    if let Some(f) = self.out.remove(&flow) {
+                    if let Some(f) = self.end_outgoing(flow) {
                         let _ = f.updates.send(FlowUpdate::Complete { bytes });
                     }
                 }
                 Event::SendFailed { flow, reason } => {
                     warn!(%flow, %reason, "send failed");
                     self.counters.flows_failed += 1;
-                    if let Some(f) = self.out.remove(&flow) {
+                    if let Some(f) = self.end_outgoing(flow) {
                         let _ = f.updates.send(FlowUpdate::Failed {
                             reason: reason.to_string(),
                         });
@@ -392,6 +396,8 @@ impl Daemon {
                 name,
                 size,
                 lifetime,
+                detach,
+                service,
                 reply,
                 updates,
             } => {
@@ -430,14 +436,33 @@ impl Daemon {
                                 bytes_accepted: 0,
                                 to,
                                 finish: false,
-                                name,
+                                name: name.clone(),
                                 size,
                                 opened: std::time::Instant::now(),
                                 detached: false,
                                 expires,
                                 bytes_acked: 0,
+                                persisted: None,
                             },
                         );
+                        if detach {
+                            match self.persist_open(flow, to, &name, size, service, lifetime) {
+                                Ok(p) => {
+                                    if let Some(f) = self.out.get_mut(&flow) {
+                                        f.persisted = Some(p);
+                                    }
+                                }
+                                Err(e) => {
+                                    let _ = self.node.abort(now, flow);
+                                    self.out.remove(&flow);
+                                    let _ = reply.send(Err((
+                                        ErrorCode::NoSpace,
+                                        format!("cannot keep the detached transfer on disk: {e}"),
+                                    )));
+                                    return;
+                                }
+                            }
+                        }
                         let _ = reply.send(Ok(Opened {
                             flow,
                             first_bytes: self.first_bytes,
@@ -461,14 +486,39 @@ impl Daemon {
                 done,
                 last,
             } => {
-                if let Some(f) = self.out.get_mut(&flow) {
-                    f.pending.push_back((data, Some(done)));
-                    f.finish |= last;
-                    self.feed(flow);
+                let Some(f) = self.out.get_mut(&flow) else {
+                    return;
+                };
+                // A detached transfer's bytes go to disk, not to memory: the client may go
+                // once they are there, and the transport reads them back from the disk
+                // (persist.rs), however long its path is down.
+                if let Some(p) = f.persisted.as_mut().filter(|p| p.writing()) {
+                    match p.append(&data, last) {
+                        Ok(()) => {
+                            let _ = done.send(());
+                            if last {
+                                let (path, len) = p.data_file();
+                                self.feed_persisted(flow, path, len);
+                            }
+                        }
+                        Err(e) => {
+                            warn!(%flow, error = %e, "cannot keep the detached transfer on disk; aborting it");
+                            let _ = self.node.abort(now, flow);
+                            if let Some(f) = self.end_outgoing(flow) {
+                                let _ = f.updates.send(FlowUpdate::Failed {
+                                    reason: format!("cannot keep the transfer on disk: {e}"),
+                                });
+                            }
+                        }
+                    }
+                    return;
                 }
+                f.pending.push_back((data, Some(done)));
+                f.finish |= last;
+                self.feed(flow);
             }
             Cmd::Abort { flow } => {
-                if let Some(f) = self.out.remove(&flow) {
+                if let Some(f) = self.end_outgoing(flow) {
                     let _ = self.node.abort(now, flow);
                     self.counters.flows_cancelled += 1;
                     info!(%flow, to = f.to, name = %f.name, "flow cancelled: its client left before the end");

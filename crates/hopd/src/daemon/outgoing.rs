@@ -26,9 +26,21 @@ pub(super) struct OutFlow {
     pub(super) expires: Option<std::time::Instant>,
     /// Flow bytes (header, file, hash) the destination acknowledged end to end.
     pub(super) bytes_acked: u64,
+    /// A detached transfer kept on disk until it ends (persist.rs).
+    pub(super) persisted: Option<super::persist::Persisted>,
 }
 
 impl Daemon {
+    /// An outgoing flow ended (completed, failed, cancelled): its state and, if it was kept
+    /// on disk, its files go.
+    pub(super) fn end_outgoing(&mut self, flow: FlowKey) -> Option<OutFlow> {
+        let mut f = self.out.remove(&flow)?;
+        if let Some(p) = f.persisted.take() {
+            p.forget();
+        }
+        Some(f)
+    }
+
     /// The outgoing flows, oldest first, for `hop list`.
     pub(super) fn outgoing_list(&self) -> Vec<crate::api::OutgoingFlow> {
         let now = std::time::Instant::now();
@@ -61,7 +73,7 @@ impl Daemon {
                 "no outgoing flow {flow} on this node (`hop list` shows them)"
             ));
         };
-        let f = self.out.remove(&key).expect("found above");
+        let f = self.end_outgoing(key).expect("found above");
         let now = self.now();
         let _ = self.node.abort(now, key);
         info!(%key, to = f.to, name = %f.name, "flow cancelled");

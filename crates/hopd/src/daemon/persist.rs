@@ -1,0 +1,288 @@
+//! Detached transfers survive a restart of their source: `hop send --detach` hands the file
+//! to the node, so the node keeps it on disk (`storage/outgoing/`: the flow's bytes as handed
+//! to the transport, and a record of where they go) until the transfer completes, fails,
+//! expires or is cancelled. A restarted hopd sends each complete record again, as a new flow
+//! from its first byte, with what is left of its lifetime. (Resuming at the byte the
+//! destination had reached is not done: the old flow's partial data there is reclaimed by
+//! the destination's idle timeout.)
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hop_proto::{FlowKey, NodeId};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
+
+use super::cmd::Cmd;
+use super::outgoing::OutFlow;
+use super::Daemon;
+
+/// Where a persisted transfer goes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    to: NodeId,
+    name: String,
+    size: u64,
+    service: Option<String>,
+    /// End of its lifetime, Unix seconds.
+    lifetime_until_unix: Option<u64>,
+    /// Every byte is on disk (a record without it is a transfer cut off while handed over).
+    complete: bool,
+}
+
+/// A transfer kept on disk.
+#[derive(Debug)]
+pub(super) struct Persisted {
+    data: PathBuf,
+    record: PathBuf,
+    file: Option<std::fs::File>,
+    rec: Record,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn name_of(flow: FlowKey) -> String {
+    format!("{}-{:08x}", flow.src, flow.id)
+}
+
+/// Write `bytes` to `path` durably (temporary file, fsync, rename, directory fsync).
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(d) = path.parent() {
+        std::fs::File::open(d)?.sync_all()?;
+    }
+    Ok(())
+}
+
+impl Persisted {
+    /// Append the flow's next bytes; with `last`, make them durable and mark the record
+    /// complete.
+    pub(super) fn append(&mut self, data: &[u8], last: bool) -> std::io::Result<()> {
+        let f = self
+            .file
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the transfer was already complete"))?;
+        f.write_all(data)?;
+        if last {
+            f.sync_all()?;
+            self.file = None;
+            self.rec.complete = true;
+            let json = serde_json::to_vec(&self.rec).map_err(std::io::Error::other)?;
+            write_durably(&self.record, &json)?;
+        }
+        Ok(())
+    }
+
+    /// The data file and its length.
+    pub(super) fn data_file(&self) -> (PathBuf, u64) {
+        let len = std::fs::metadata(&self.data).map(|m| m.len()).unwrap_or(0);
+        (self.data.clone(), len)
+    }
+
+    /// Still receiving its bytes from the client.
+    pub(super) fn writing(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// The transfer ended: its files go.
+    pub(super) fn forget(self) {
+        let _ = std::fs::remove_file(&self.record);
+        let _ = std::fs::remove_file(&self.data);
+    }
+}
+
+impl Daemon {
+    fn outgoing_dir(&self) -> PathBuf {
+        self.cfg.storage_dir.join("outgoing")
+    }
+
+    /// Start keeping a detached transfer on disk.
+    pub(super) fn persist_open(
+        &self,
+        flow: FlowKey,
+        to: NodeId,
+        name: &str,
+        size: u64,
+        service: Option<String>,
+        lifetime: Option<Duration>,
+    ) -> std::io::Result<Persisted> {
+        let dir = self.outgoing_dir();
+        std::fs::create_dir_all(&dir)?;
+        let base = dir.join(name_of(flow));
+        let rec = Record {
+            to,
+            name: name.to_string(),
+            size,
+            service,
+            lifetime_until_unix: lifetime.map(|l| unix_now() + l.as_secs()),
+            complete: false,
+        };
+        let record = base.with_extension("json");
+        write_durably(
+            &record,
+            &serde_json::to_vec(&rec).map_err(std::io::Error::other)?,
+        )?;
+        let data = base.with_extension("data");
+        let file = std::fs::File::create(&data)?;
+        Ok(Persisted {
+            data,
+            record,
+            file: Some(file),
+            rec,
+        })
+    }
+
+    /// Hand a kept transfer's bytes from disk to the transport.
+    pub(super) fn feed_persisted(&self, flow: FlowKey, path: PathBuf, len: u64) {
+        let Some(cmds) = self.cmds.clone() else {
+            warn!(%flow, "no command channel to feed a kept transfer");
+            return;
+        };
+        let first = self.first_bytes.max(crate::api::DATA_CHUNK);
+        tokio::spawn(feed_from_disk(cmds, flow, path, len, first));
+    }
+
+    /// Send again the detached transfers a previous run kept, and feed later ones from disk
+    /// through `cmds` (called once, before the event loop starts). Records cut off while
+    /// being handed over are deleted.
+    pub fn restore_outgoing(&mut self, cmds: mpsc::Sender<Cmd>) {
+        self.cmds = Some(cmds);
+        let dir = self.outgoing_dir();
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let mut records: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        records.sort();
+        for record in records {
+            let data = record.with_extension("data");
+            let rec: Option<Record> = std::fs::read(&record)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let Some(rec) = rec.filter(|r| r.complete) else {
+                warn!(file = %record.display(), "dropping a transfer cut off while it was handed over");
+                let _ = std::fs::remove_file(&record);
+                let _ = std::fs::remove_file(&data);
+                continue;
+            };
+            let left = rec
+                .lifetime_until_unix
+                .map(|u| Duration::from_secs(u.saturating_sub(unix_now())));
+            if left.is_some_and(|l| l.is_zero()) {
+                warn!(name = %rec.name, to = rec.to, "detached transfer expired while hopd was down");
+                self.counters.flows_failed += 1;
+                let _ = std::fs::remove_file(&record);
+                let _ = std::fs::remove_file(&data);
+                continue;
+            }
+            let now = self.now();
+            let flow = match self.node.open(now, self.transport_id, rec.to) {
+                Ok(f) => f,
+                Err(e) => {
+                    warn!(name = %rec.name, to = rec.to, error = %e, "cannot send a kept transfer again; it stays for the next start");
+                    continue;
+                }
+            };
+            if let Some(l) = left {
+                let _ = self.node.set_lifetime(now, flow, now + l);
+            }
+            // The files take the new flow's name.
+            let base = self.outgoing_dir().join(name_of(flow));
+            let (new_record, new_data) = (base.with_extension("json"), base.with_extension("data"));
+            if std::fs::rename(&data, &new_data).is_err()
+                || std::fs::rename(&record, &new_record).is_err()
+            {
+                warn!(name = %rec.name, "cannot rename a kept transfer's files");
+                let _ = self.node.abort(now, flow);
+                continue;
+            }
+            let len = std::fs::metadata(&new_data).map(|m| m.len()).unwrap_or(0);
+            info!(%flow, to = rec.to, name = %rec.name, size = rec.size, "sending a kept (detached) transfer again");
+            let (updates, _) = mpsc::unbounded_channel();
+            self.out.insert(
+                flow,
+                OutFlow {
+                    updates,
+                    pending: Default::default(),
+                    bytes_accepted: 0,
+                    to: rec.to,
+                    finish: false,
+                    name: rec.name.clone(),
+                    size: rec.size,
+                    opened: std::time::Instant::now(),
+                    detached: true,
+                    expires: left.map(|l| std::time::Instant::now() + l),
+                    bytes_acked: 0,
+                    persisted: Some(Persisted {
+                        data: new_data.clone(),
+                        record: new_record,
+                        file: None,
+                        rec,
+                    }),
+                },
+            );
+            self.feed_persisted(flow, new_data, len);
+        }
+    }
+}
+
+/// Hand a kept transfer's bytes to the core as a sending client would: the first `first`
+/// bytes together, then chunk by chunk, at most four chunks queued.
+async fn feed_from_disk(
+    cmds: mpsc::Sender<Cmd>,
+    flow: FlowKey,
+    path: PathBuf,
+    len: u64,
+    first: usize,
+) {
+    use tokio::io::AsyncReadExt;
+    let Ok(mut f) = tokio::fs::File::open(&path).await else {
+        let _ = cmds.send(Cmd::Abort { flow }).await;
+        return;
+    };
+    let mut sent = 0u64;
+    let mut window: std::collections::VecDeque<oneshot::Receiver<()>> = Default::default();
+    let mut chunk = first;
+    while sent < len {
+        let n = (len - sent).min(chunk as u64) as usize;
+        chunk = crate::api::DATA_CHUNK;
+        let mut buf = vec![0u8; n];
+        if f.read_exact(&mut buf).await.is_err() {
+            warn!(%flow, file = %path.display(), "a kept transfer's file is shorter than it was");
+            let _ = cmds.send(Cmd::Abort { flow }).await;
+            return;
+        }
+        sent += n as u64;
+        let (tx, rx) = oneshot::channel();
+        let data = Cmd::Data {
+            flow,
+            data: Bytes::from(buf),
+            done: tx,
+            last: sent >= len,
+        };
+        if cmds.send(data).await.is_err() {
+            return;
+        }
+        window.push_back(rx);
+        while window.len() >= 4 {
+            if window.pop_front().expect("not empty").await.is_err() {
+                return;
+            }
+        }
+    }
+}
