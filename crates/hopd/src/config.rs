@@ -101,6 +101,7 @@ struct RawConfig {
     api_socket: Option<PathBuf>,
     api_group: Option<Spanned<String>>,
     metrics_listen: Option<Spanned<String>>,
+    http_listen: Option<Spanned<String>>,
     log_level: Option<String>,
     #[serde(default)]
     neighbours: Vec<RawNeighbour>,
@@ -177,6 +178,8 @@ pub struct Config {
     /// the daemon's user can.
     pub api_gid: Option<u32>,
     pub metrics_listen: Option<SocketAddr>,
+    /// The HTTP API (off unless set).
+    pub http_listen: Option<SocketAddr>,
     pub log_level: Option<String>,
     pub neighbours: Vec<Neighbour>,
     pub routes: BTreeMap<NodeId, NodeId>,
@@ -412,6 +415,10 @@ impl Config {
             Some(m) => Some(parse_addr(&ctx, m, "metrics_listen", None)?),
             None => None,
         };
+        let http_listen = match &raw.http_listen {
+            Some(m) => Some(parse_addr(&ctx, m, "http_listen", None)?),
+            None => None,
+        };
         let mut neighbours: Vec<Neighbour> = Vec::new();
         for n in &raw.neighbours {
             let id = *n.id.get_ref();
@@ -543,6 +550,7 @@ impl Config {
             api_socket,
             api_gid,
             metrics_listen,
+            http_listen,
             log_level: raw.log_level,
             neighbours,
             routes,

@@ -219,13 +219,13 @@ async fn client_gone(s: &UnixStream) {
 }
 
 /// A `send` request's parameters.
-struct SendReq {
-    to: u32,
-    name: String,
-    size: u64,
-    detach: bool,
-    lifetime: Option<std::time::Duration>,
-    service: Option<String>,
+pub struct SendReq {
+    pub to: u32,
+    pub name: String,
+    pub size: u64,
+    pub detach: bool,
+    pub lifetime: Option<std::time::Duration>,
+    pub service: Option<String>,
 }
 
 impl SendReq {
@@ -242,7 +242,8 @@ impl SendReq {
     }
 }
 
-async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> std::io::Result<()> {
+/// A client's `send` over `s` (the Unix socket API, and the HTTP API through a socket pair).
+pub async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> std::io::Result<()> {
     let SendReq {
         to,
         name,

@@ -127,6 +127,17 @@ async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Resul
         ),
         None => None,
     };
+    let http = match cfg.http_listen {
+        Some(a) => {
+            if !a.ip().is_loopback() {
+                tracing::warn!(addr = %a, "the HTTP API has no authentication: anyone who reaches this address can send and receive as this node");
+            }
+            Some(tokio::net::TcpListener::bind(a).await.map_err(|e| {
+                std::io::Error::new(e.kind(), format!("binding http_listen {a}: {e}"))
+            })?)
+        }
+        None => None,
+    };
     let api = hopd::server::bind_api(&cfg.api_socket, cfg.api_gid)?;
     let kernel_routes = cfg.kernel_routes;
     let api_path = cfg.api_socket.clone();
@@ -137,6 +148,9 @@ async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Resul
     tokio::spawn(hopd::server::serve_api(api, ctx.clone()));
     if let Some(m) = metrics {
         tokio::spawn(hopd::server::serve_metrics(m, ctx.clone()));
+    }
+    if let Some(h) = http {
+        tokio::spawn(hopd::http::serve(h, ctx.clone()));
     }
     if kernel_routes {
         hopd::netlink::spawn(cfg, ctx.clone());

@@ -98,6 +98,10 @@ pub enum Cmd {
     Reload {
         reply: Option<oneshot::Sender<Result<super::reload::ReloadReport, String>>>,
     },
+    /// The files waiting in the inbox (HTTP API).
+    Inbox {
+        reply: oneshot::Sender<Vec<InboxEntry>>,
+    },
     /// `hop list`.
     List {
         reply: oneshot::Sender<Vec<crate::api::OutgoingFlow>>,

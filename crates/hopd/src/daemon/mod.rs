@@ -533,6 +533,9 @@ impl Daemon {
             Cmd::Cancel { flow, reply } => {
                 let _ = reply.send(self.cancel(&flow));
             }
+            Cmd::Inbox { reply } => {
+                let _ = reply.send(self.inbox.values().cloned().collect());
+            }
             Cmd::List { reply } => {
                 let _ = reply.send(self.outgoing_list());
             }
