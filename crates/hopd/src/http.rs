@@ -8,6 +8,8 @@
 //! - `DELETE /v1/transfers/{flow}`: cancel.
 //! - `GET /v1/inbox[?service=S]`: files received and waiting; `GET /v1/inbox/{flow}`: one
 //!   file's bytes; `DELETE /v1/inbox/{flow}`: the application has it, the node deletes it.
+//! - `GET /v1/events` (WebSocket): one JSON text message per event: a file arrived, a
+//!   transfer completed, failed or was cancelled, a next hop fell silent or returned.
 //!
 //! Errors are JSON `{"error": CODE, "message": TEXT}` with an HTTP status per code. There is
 //! no authentication: anyone who reaches the address can send and receive as this node, so
@@ -39,6 +41,7 @@ pub async fn serve(listener: TcpListener, cmds: mpsc::Sender<Cmd>) {
         .route("/v1/transfers/{flow}", axum::routing::delete(cancel))
         .route("/v1/inbox", get(inbox))
         .route("/v1/inbox/{flow}", get(download).delete(ack))
+        .route("/v1/events", get(events))
         .with_state(cmds);
     if let Err(e) = axum::serve(listener, app).await {
         warn!(error = %e, "HTTP API stopped");
@@ -300,4 +303,36 @@ async fn ack(State(cmds): State<mpsc::Sender<Cmd>>, Path(flow): Path<String>) ->
         return stopping();
     }
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// The event stream: each event as a JSON text message; a listener too slow to keep up is
+/// told how many it missed (`{"event":"lagged","missed":N}`).
+async fn events(
+    State(cmds): State<mpsc::Sender<Cmd>>,
+    ws: axum::extract::ws::WebSocketUpgrade,
+) -> Response {
+    let Some(mut rx) = ask(&cmds, |reply| Cmd::Events { reply }).await else {
+        return stopping();
+    };
+    ws.on_upgrade(move |mut socket| async move {
+        use axum::extract::ws::Message;
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            let text = tokio::select! {
+                e = rx.recv() => match e {
+                    Ok(v) => v.to_string(),
+                    Err(RecvError::Lagged(n)) => serde_json::json!({"event": "lagged", "missed": n}).to_string(),
+                    Err(RecvError::Closed) => break,
+                },
+                // The listener closed (or sent something): a closed socket ends the stream.
+                m = socket.recv() => match m {
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(_)) => continue,
+                },
+            };
+            if socket.send(Message::Text(text.into())).await.is_err() {
+                break;
+            }
+        }
+    })
 }

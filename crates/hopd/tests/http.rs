@@ -59,6 +59,17 @@ fn files_cross_the_mesh_through_the_http_api() {
             Hopd::start(spec, work.path().join(format!("n{i}")))
         })
         .collect();
+    // Both nodes' event streams, open before anything happens.
+    let listen = |api: SocketAddr| {
+        let (ws, _) = tokio_tungstenite::tungstenite::connect(format!("ws://{api}/v1/events"))
+            .expect("websocket");
+        if let tokio_tungstenite::tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+        }
+        ws
+    };
+    let (mut events1, mut events2) = (listen(apis[0]), listen(apis[1]));
     let file = work.path().join("sensor.csv");
     let data = pattern(50, 300_000);
     std::fs::write(&file, &data).unwrap();
@@ -100,6 +111,17 @@ fn files_cross_the_mesh_through_the_http_api() {
     );
     assert!(std::fs::read(out.join("sensor.csv")).unwrap() == data);
     assert_eq!(nodes[1].status()["inbox"], 0, "acknowledged away");
+    let next = |ws: &mut tokio_tungstenite::tungstenite::WebSocket<_>| -> serde_json::Value {
+        let m = ws.read().expect("an event");
+        serde_json::from_str(m.to_text().unwrap()).unwrap()
+    };
+    let arrived = next(&mut events2);
+    assert_eq!(arrived["event"], "file", "{arrived}");
+    assert_eq!(arrived["name"], "sensor.csv");
+    assert_eq!(arrived["service"], "sensors");
+    let done = next(&mut events1);
+    assert_eq!(done["event"], "complete", "{done}");
+    assert_eq!(done["bytes"], 300_000);
     // Errors.
     let (code, body) = request(apis[0], "POST", "/v1/transfers?name=x", b"abc");
     assert_eq!(code, 400, "{body}");

@@ -98,6 +98,10 @@ pub enum Cmd {
     Reload {
         reply: Option<oneshot::Sender<Result<super::reload::ReloadReport, String>>>,
     },
+    /// Subscribe to the daemon's events (HTTP API, `/v1/events`).
+    Events {
+        reply: oneshot::Sender<tokio::sync::broadcast::Receiver<serde_json::Value>>,
+    },
     /// The files waiting in the inbox (HTTP API).
     Inbox {
         reply: oneshot::Sender<Vec<InboxEntry>>,

@@ -111,6 +111,10 @@ impl Daemon {
                     service: header.service,
                 };
                 self.inbox.insert(name, entry.clone());
+                self.event(serde_json::json!({
+                    "event": "file", "flow": entry.flow, "from": entry.from, "name": entry.name,
+                    "size": entry.size, "blake3": entry.blake3, "service": entry.service,
+                }));
                 self.publish_inbox();
                 if self.transport_id == TransportId::Hop {
                     // Progress records are kept after the finish (a restarted destination

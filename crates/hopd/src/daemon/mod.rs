@@ -35,6 +35,8 @@ pub struct Daemon {
     rx_by_peer: HashMap<NodeId, (u64, u64)>,
     /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
     config_path: Option<std::path::PathBuf>,
+    /// What happens to transfers and files, for the HTTP API's event stream.
+    events: tokio::sync::broadcast::Sender<serde_json::Value>,
     /// The core's own command channel, for tasks that feed kept transfers from disk.
     cmds: Option<mpsc::Sender<Cmd>>,
     /// systemd's watchdog: the event loop tells it it is alive this often.
@@ -171,6 +173,7 @@ impl Daemon {
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             config_path: None,
+            events: tokio::sync::broadcast::channel(256).0,
             cmds: None,
             rx_by_peer: HashMap::new(),
             watchdog: None,
@@ -208,6 +211,11 @@ impl Daemon {
         d.resume_incoming();
         d.publish_inbox();
         Ok(d)
+    }
+
+    /// Publish an event to the HTTP API's listeners (none: dropped).
+    pub(super) fn event(&self, e: serde_json::Value) {
+        let _ = self.events.send(e);
     }
 
     /// Keep the counter's lease ahead of the counter. A failed write (a full disk) is
@@ -343,9 +351,17 @@ impl Daemon {
             match ev.event {
                 Event::Writable { flow } => self.feed(flow),
                 Event::NeighbourSilent { neighbour, flows } => {
+                    self.event(
+                        serde_json::json!({"event": "neighbour_silent", "neighbour": neighbour}),
+                    );
                     self.neighbour_silent(neighbour, &flows)
                 }
-                Event::NeighbourReturned { neighbour } => self.neighbour_returned(neighbour),
+                Event::NeighbourReturned { neighbour } => {
+                    self.event(
+                        serde_json::json!({"event": "neighbour_returned", "neighbour": neighbour}),
+                    );
+                    self.neighbour_returned(neighbour)
+                }
                 Event::Acknowledged { flow, bytes } => {
                     if let Some(f) = self.out.get_mut(&flow) {
                         f.bytes_acked = bytes;
@@ -356,6 +372,7 @@ impl Daemon {
                     info!(%flow, bytes, "send complete");
                     self.counters.flows_completed += 1;
                     if let Some(f) = self.end_outgoing(flow) {
+                        self.event(serde_json::json!({"event": "complete", "flow": flow.to_string(), "to": f.to, "name": f.name, "bytes": f.size}));
                         let _ = f.updates.send(FlowUpdate::Complete { bytes });
                     }
                 }
@@ -363,6 +380,7 @@ impl Daemon {
                     warn!(%flow, %reason, "send failed");
                     self.counters.flows_failed += 1;
                     if let Some(f) = self.end_outgoing(flow) {
+                        self.event(serde_json::json!({"event": "failed", "flow": flow.to_string(), "to": f.to, "name": f.name, "reason": reason.to_string()}));
                         let _ = f.updates.send(FlowUpdate::Failed {
                             reason: reason.to_string(),
                         });
@@ -532,6 +550,9 @@ impl Daemon {
             }
             Cmd::Cancel { flow, reply } => {
                 let _ = reply.send(self.cancel(&flow));
+            }
+            Cmd::Events { reply } => {
+                let _ = reply.send(self.events.subscribe());
             }
             Cmd::Inbox { reply } => {
                 let _ = reply.send(self.inbox.values().cloned().collect());

@@ -77,6 +77,7 @@ impl Daemon {
         let now = self.now();
         let _ = self.node.abort(now, key);
         info!(%key, to = f.to, name = %f.name, "flow cancelled");
+        self.event(serde_json::json!({"event": "cancelled", "flow": key.to_string(), "to": f.to, "name": f.name}));
         self.counters.flows_cancelled += 1;
         let _ = f.updates.send(FlowUpdate::Failed {
             reason: "cancelled (`hop cancel`)".into(),
