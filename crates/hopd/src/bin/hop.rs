@@ -927,6 +927,24 @@ fn print_list(outgoing: &[api::OutgoingFlow]) {
         println!("no outgoing transfers");
         return;
     }
+    // Per destination: how many, how much, and the oldest (a destination that is away
+    // shows as a queue that only grows).
+    let mut per: std::collections::BTreeMap<u32, (usize, u64, u64, u64)> = Default::default();
+    for f in outgoing {
+        let e = per.entry(f.to).or_default();
+        e.0 += 1;
+        e.1 += f.size;
+        e.2 += f.bytes_acked.min(f.size);
+        e.3 = e.3.max(f.age_s);
+    }
+    for (to, (n, size, acked, oldest)) in &per {
+        println!(
+            "to node {to}: {n} transfer(s), {} ({} acknowledged), oldest {}",
+            human_bytes(*size),
+            human_bytes(*acked),
+            human_age(*oldest)
+        );
+    }
     println!(
         "{:<14} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}  {:<9} name",
         "flow", "to", "size", "handed", "acked", "age", "expires", "client"
