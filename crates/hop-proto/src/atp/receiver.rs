@@ -145,7 +145,7 @@ impl AtpTransport {
             // (an empty flow's lone FIN, say) learns of no hole from SACK blocks and would
             // otherwise probe until it gives up.
             let mut flags = wire::FLAG_SACK_REQ;
-            if !r.is_some_and(|r| now < r.last_data + self.cfg.epoch / 2) {
+            if r.is_none_or(|r| now >= r.last_data + self.cfg.epoch / 2) {
                 flags |= wire::FLAG_SACK_MORE;
             }
             let mut msg = self.feedback(key, flags, r, d.d_max_us);

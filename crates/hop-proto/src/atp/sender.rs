@@ -167,7 +167,7 @@ impl AtpTransport {
                         .then_some(s.next_send),
                 };
             if let Some(t) = due {
-                if best.map_or(true, |(b, ..)| t < b) {
+                if best.is_none_or(|(b, ..)| t < b) {
                     best = Some((t, k, nh));
                 }
             }

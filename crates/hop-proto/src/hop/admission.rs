@@ -122,7 +122,7 @@ impl HopTransport {
     fn may_start(&self, dst: Option<NodeId>) -> bool {
         self.waiting.sending < self.cfg.max_sending_flows
             && self.flows.len() < self.cfg.max_flows
-            && dst.map_or(true, |d| {
+            && dst.is_none_or(|d| {
                 self.waiting.sending_to(d) < self.cfg.max_sending_flows_per_destination
             })
     }

@@ -138,7 +138,7 @@ impl HopTransport {
                 }
             }
         }
-        let due = x.not_before.map_or(true, |t| t <= now);
+        let due = x.not_before.is_none_or(|t| t <= now);
         if !due {
             return None;
         }

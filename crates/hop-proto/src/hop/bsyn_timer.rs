@@ -23,7 +23,7 @@ impl RttEstimate {
                 rttvar: r / 2,
             },
             Some(e) => {
-                let dev = if e.srtt > r { e.srtt - r } else { r - e.srtt };
+                let dev = e.srtt.abs_diff(r);
                 Self {
                     rttvar: (e.rttvar * 3 + dev) / 4,
                     srtt: (e.srtt * 7 + r) / 8,

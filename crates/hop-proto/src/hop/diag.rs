@@ -141,9 +141,11 @@ impl HopTransport {
         // The state is looked up at most once per sample period (it walks every flow): the
         // time in between is credited to the state seen last.
         let scale = (self.flows.len() / STATE_SAMPLE_FLOWS).max(1) as u32;
-        if self.state_clock.sampled.map_or(true, |(t, ..)| {
-            now.saturating_duration_since(t) >= STATE_SAMPLE * scale
-        }) {
+        if self
+            .state_clock
+            .sampled
+            .is_none_or(|(t, ..)| now.saturating_duration_since(t) >= STATE_SAMPLE * scale)
+        {
             let withheld = [Withhold::Backpressure, Withhold::AckWithholding]
                 .map(|r| self.withholding.waiting.iter().any(|w| w.reason == r));
             self.state_clock.sampled = Some((at, self.send_state(), withheld));

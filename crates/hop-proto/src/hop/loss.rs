@@ -178,7 +178,7 @@ impl Transfer {
                 continue;
             }
             let seq = self.sent_seq[p as usize];
-            if seq > 0 && a.newest.map_or(true, |(q, _)| seq > q) {
+            if seq > 0 && a.newest.is_none_or(|(q, _)| seq > q) {
                 a.newest = Some((seq, self.sent_at[p as usize]));
             }
         }

@@ -286,7 +286,7 @@ impl Transport for HopTransport {
         if self.abort_waiting(flow) {
             return Ok(());
         }
-        if !self.flows.get(&flow).is_some_and(|f| f.source().is_some()) {
+        if self.flows.get(&flow).is_none_or(|f| f.source().is_none()) {
             return Err(AppError::UnknownFlow(flow));
         }
         self.abort_flow(ctx, flow);

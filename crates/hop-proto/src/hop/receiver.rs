@@ -318,7 +318,7 @@ impl HopTransport {
             .blocks
             .get(&n)
             .map(|b| {
-                let fresh = b.last_back.map_or(true, |t| b.last_data > t);
+                let fresh = b.last_back.is_none_or(|t| b.last_data > t);
                 (b.have.count(), b.last_data, fresh)
             })
             .unwrap_or((0, Instant::ZERO, false));

@@ -317,7 +317,7 @@ impl HxhTransport {
             if d.flags & wire::DATA_ACK_REQ != 0
                 && dst
                     .last_explicit_ack
-                    .map_or(true, |t| now >= t + cfg.explicit_ack_interval)
+                    .is_none_or(|t| now >= t + cfg.explicit_ack_interval)
             {
                 dst.last_explicit_ack = Some(now);
                 out.push(Message::Ack(wire::Ack {

@@ -126,7 +126,7 @@ impl HxhTransport {
         let r = cum;
         flow.fwd.queue.retain(|&s, _| s >= r);
         flow.fwd.delivered.retain(|&s| s >= r);
-        if flow.fwd.highest_tx.map_or(true, |h| r > h) {
+        if flow.fwd.highest_tx.is_none_or(|h| r > h) {
             flow.fwd.in_sync = true;
         }
         let mut done = None;

@@ -17,7 +17,7 @@ impl HxhTransport {
         for (&key, flow) in self.flows.iter_mut() {
             if Self::eligible(cfg, ctx, flow) {
                 let start = flow.fwd.vtime.max(vclock);
-                if best.map_or(true, |(b, _)| start < b) {
+                if best.is_none_or(|(b, _)| start < b) {
                     best = Some((start, key));
                 }
             }

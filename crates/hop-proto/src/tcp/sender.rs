@@ -154,7 +154,7 @@ impl Sender {
                 self.rttvar = r / 2;
             }
             Some(srtt) => {
-                let diff = if srtt > r { srtt - r } else { r - srtt };
+                let diff = srtt.abs_diff(r);
                 self.rttvar = (self.rttvar * 3 + diff) / 4;
                 self.srtt = Some((srtt * 7 + r) / 8);
             }

@@ -119,7 +119,7 @@ impl Net {
             if t.poll_timeout().is_some_and(|d| d <= now) {
                 t.handle_timeout(&mut env.ctx(now, id));
                 assert!(
-                    t.poll_timeout().map_or(true, |d| d > now),
+                    t.poll_timeout().is_none_or(|d| d > now),
                     "a handled deadline is not reported again"
                 );
             }
@@ -436,7 +436,7 @@ mod arbitrary {
                     }
                     1 if t.poll_timeout().is_some_and(|d| d <= now) => {
                         t.handle_timeout(&mut env.ctx(now, 1));
-                        prop_assert!(t.poll_timeout().map_or(true, |d| d > now));
+                        prop_assert!(t.poll_timeout().is_none_or(|d| d > now));
                     }
                     2 => { let _ = t.finish(&mut env.ctx(now, 1), F); }
                     _ => {}

@@ -318,7 +318,7 @@ impl Net {
             return;
         }
         for id in ids {
-            if self.busy_until.get(&id).map_or(true, |&t| t <= self.now) {
+            if self.busy_until.get(&id).is_none_or(|&t| t <= self.now) {
                 self.transmit_one(id);
             }
         }

@@ -58,7 +58,7 @@ impl Simulation {
             let mut at = 0;
             while at < pairs.len() {
                 let end = at + pairs[at..].partition_point(|p| p.0 == pairs[at].0);
-                ranges.extend(std::iter::repeat(at..end).take(set.count as usize));
+                ranges.extend(std::iter::repeat_n(at..end, set.count as usize));
                 at = end;
             }
             ranges

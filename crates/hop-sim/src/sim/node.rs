@@ -215,7 +215,7 @@ impl Simulation {
 
     /// Make sure an event fires at or before `t` for node `n`'s timer.
     fn queue_timer(&mut self, n: usize, t: u64) {
-        if self.nodes[n].timer_queued.map_or(true, |q| q > t) {
+        if self.nodes[n].timer_queued.is_none_or(|q| q > t) {
             self.nodes[n].timer_queued = Some(t);
             self.push(t, Ev::Timer { n });
         }

@@ -289,7 +289,7 @@ impl Simulation {
     pub(super) fn scenario_event(&mut self, idx: usize, rep: u32) {
         let e: EventSpec = self.sc.events[idx].clone();
         if let Some(every) = e.every {
-            if e.count.map_or(true, |c| rep + 1 < c) {
+            if e.count.is_none_or(|c| rep + 1 < c) {
                 let t = self.now.saturating_add(ns_from_secs(every));
                 self.push(t, Ev::Scenario { idx, rep: rep + 1 });
             }

@@ -570,7 +570,7 @@ async fn recv(socket: &Path, dir: &Path, how: &RecvHow) -> Result<(), Fail> {
     };
     api::write_json(&mut s, &req).await.map_err(io_fail)?;
     let mut got = 0u64;
-    while count.map_or(true, |c| got < c) {
+    while count.is_none_or(|c| got < c) {
         let (flow, from, name, size, blake3) = match next_reply(&mut s).await? {
             Reply::File {
                 flow,
