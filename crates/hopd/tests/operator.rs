@@ -47,3 +47,32 @@ fn a_wrong_mesh_key_is_logged_on_both_nodes_and_the_sender_says_why_it_waits() {
     assert!(log2.contains("mesh_key"), "{log2}");
     assert!(nodes[1].counter("auth_failures") > 1);
 }
+
+/// Node 2 does not list node 1 among its neighbours: it cannot answer it, and it says so,
+/// naming the node and what to add (once, not per datagram).
+#[test]
+fn a_node_missing_from_neighbours_is_named_with_the_fix() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("f.txt");
+    std::fs::write(&file, pattern(16, 10_000)).unwrap();
+    let mut nodes = loopback_chain(2, work.path(), "");
+    nodes[1].kill9();
+    nodes[1].spec.neighbours.clear();
+    Hopd::write_config(&nodes[1].spec, &nodes[1].dir, nodes[1].metrics);
+    let runs = nodes[1].log().matches("hopd running").count();
+    nodes[1].restart();
+    while nodes[1].log().matches("hopd running").count() <= runs {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 2)));
+    let t0 = Instant::now();
+    while !nodes[1].log().contains("not among [[neighbours]]") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", nodes[1].log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = sender.0.as_mut().unwrap().kill();
+    let log = nodes[1].log();
+    assert_eq!(log.matches("not among [[neighbours]]").count(), 1, "{log}");
+    assert!(log.contains("node=1"), "{log}");
+}

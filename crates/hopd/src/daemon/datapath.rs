@@ -80,6 +80,22 @@ impl Daemon {
         }
         match self.auth.open(dg) {
             Ok(src) => {
+                if !overheard
+                    && !self.addrs.contains_key(&src)
+                    && self.cfg.link_mode == LinkMode::Unicast
+                {
+                    // An authenticated node this one cannot answer: its address is missing.
+                    let now = std::time::Instant::now();
+                    if let Some(n) = self.warn_unknown.due(now) {
+                        warn!(
+                            node = src,
+                            from = ?from,
+                            datagrams = n,
+                            "datagrams from a node that is not among [[neighbours]]: this node cannot \
+                             answer it; add it (id and address) to [[neighbours]] and `hop reload`"
+                        );
+                    }
+                }
                 self.last_heard.insert(src, std::time::Instant::now());
                 let e = self.rx_by_peer.entry(src).or_default();
                 e.0 += 1;

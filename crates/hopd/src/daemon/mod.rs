@@ -47,6 +47,7 @@ pub struct Daemon {
     warn_auth: datapath::RateLimited,
     warn_replay: datapath::RateLimited,
     warn_lease: datapath::RateLimited,
+    warn_unknown: datapath::RateLimited,
     /// After a failed lease write, the next attempt waits until then.
     lease_retry_at: Option<std::time::Instant>,
     custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
@@ -181,6 +182,7 @@ impl Daemon {
             warn_auth: Default::default(),
             warn_replay: Default::default(),
             warn_lease: Default::default(),
+            warn_unknown: Default::default(),
             lease_retry_at: None,
             custody: built.custody,
             custody_done: built.custody_done.unwrap_or_default(),
