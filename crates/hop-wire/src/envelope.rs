@@ -56,6 +56,8 @@ pub enum TransportId {
     Atp = 3,
     /// TCP-like baseline (NewReno with SACK, end to end; relays forward).
     Tcp = 4,
+    /// A node's hello (neighbour discovery, hopd): not a transport; the daemon handles it.
+    Hello = 5,
 }
 
 impl TransportId {
@@ -65,6 +67,7 @@ impl TransportId {
             2 => Ok(TransportId::Hxh),
             3 => Ok(TransportId::Atp),
             4 => Ok(TransportId::Tcp),
+            5 => Ok(TransportId::Hello),
             other => Err(Error::UnknownTransport(other)),
         }
     }

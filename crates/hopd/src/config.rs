@@ -102,6 +102,8 @@ struct RawConfig {
     api_group: Option<Spanned<String>>,
     metrics_listen: Option<Spanned<String>>,
     http_listen: Option<Spanned<String>>,
+    discovery_address: Option<Spanned<String>>,
+    hello_interval: Option<Spanned<String>>,
     log_level: Option<String>,
     #[serde(default)]
     neighbours: Vec<RawNeighbour>,
@@ -180,6 +182,10 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// The HTTP API (off unless set).
     pub http_listen: Option<SocketAddr>,
+    /// Hellos go to this IPv4 broadcast address:port, and neighbours are learned from theirs
+    /// (off unless set).
+    pub discovery_address: Option<SocketAddr>,
+    pub hello_interval: std::time::Duration,
     pub log_level: Option<String>,
     pub neighbours: Vec<Neighbour>,
     pub routes: BTreeMap<NodeId, NodeId>,
@@ -419,6 +425,36 @@ impl Config {
             Some(m) => Some(parse_addr(&ctx, m, "http_listen", None)?),
             None => None,
         };
+        let discovery_address = match &raw.discovery_address {
+            Some(m) => {
+                let a = parse_addr(&ctx, m, "discovery_address", None)?;
+                if !a.is_ipv4() {
+                    return Err(ctx.err(
+                        Some(m.span()),
+                        "discovery_address: only IPv4 broadcast is supported".into(),
+                        "give the mesh link's IPv4 broadcast address and hopd's port, e.g. \"10.0.0.255:7470\"",
+                    ));
+                }
+                Some(a)
+            }
+            None => None,
+        };
+        let hello_interval = match &raw.hello_interval {
+            None => std::time::Duration::from_secs(5),
+            Some(h) => humantime::parse_duration(h.get_ref())
+                .ok()
+                .filter(|d| *d >= std::time::Duration::from_millis(100))
+                .ok_or_else(|| {
+                    ctx.err(
+                        Some(h.span()),
+                        format!(
+                            "hello_interval = {:?} is not a duration of 100ms or more",
+                            h.get_ref()
+                        ),
+                        "a duration such as \"5s\"",
+                    )
+                })?,
+        };
         let mut neighbours: Vec<Neighbour> = Vec::new();
         for n in &raw.neighbours {
             let id = *n.id.get_ref();
@@ -551,6 +587,8 @@ impl Config {
             api_gid,
             metrics_listen,
             http_listen,
+            discovery_address,
+            hello_interval,
             log_level: raw.log_level,
             neighbours,
             routes,

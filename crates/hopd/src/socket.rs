@@ -36,7 +36,7 @@ pub(crate) fn make_socket(
     } else {
         s.set_tclass_v6(tos)?;
     }
-    if cfg.link_mode == LinkMode::Broadcast {
+    if cfg.link_mode == LinkMode::Broadcast || cfg.discovery_address.is_some() {
         s.set_broadcast(true)?;
     }
     if let Some(ifname) = &cfg.interface {

@@ -724,8 +724,13 @@ fn print_status(v: &serde_json::Value) {
             Some(ms) => format!("heard {} ago", human_age(ms / 1000)),
             None => "never heard (check its hopd, address, port, firewall, mesh key)".into(),
         };
+        let how = if n.get("discovered").and_then(|x| x.as_bool()) == Some(true) {
+            " (discovered)"
+        } else {
+            ""
+        };
         println!(
-            "  {:>6}  {:<24} {heard}",
+            "  {:>6}  {:<24} {heard}{how}",
             n.get("id").cloned().unwrap_or_default(),
             n.get("address").and_then(|x| x.as_str()).unwrap_or("?")
         );

@@ -74,11 +74,22 @@ impl Daemon {
             self.counters.rx_datagrams += 1;
             self.counters.rx_bytes += n as u64;
         }
+        // Hellos (neighbour discovery) are the daemon's, not the core's; one with this node's
+        // id may be another node's (discovery.rs), so it is not dropped as an echo.
+        let hello = n >= 4 && dg[3] == hop_wire::TransportId::Hello as u8;
         // Our own broadcasts come back to us: drop them before authentication.
-        if n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
+        if !hello && n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
             return;
         }
         match self.auth.open(dg) {
+            Ok(src) if hello => {
+                if src != self.cfg.node_id {
+                    self.last_heard.insert(src, std::time::Instant::now());
+                }
+                if let Ok(env) = hop_wire::Envelope::parse(dg) {
+                    self.on_hello(src, from, env.body);
+                }
+            }
             Ok(src) => {
                 if !overheard
                     && !self.addrs.contains_key(&src)

@@ -3,6 +3,7 @@
 
 pub mod cmd;
 mod datapath;
+mod discovery;
 mod inbox;
 mod outgoing;
 mod persist;
@@ -31,6 +32,14 @@ use outgoing::OutFlow;
 /// The daemon's state; owned by one task.
 pub struct Daemon {
     cfg: Config,
+    /// Neighbours learned from their hellos (discovery.rs).
+    discovered: HashMap<NodeId, discovery::Discovered>,
+    /// This run's random nonce in hellos (tells a node with the same id from an echo).
+    boot_nonce: u64,
+    warn_hello: datapath::RateLimited,
+    warn_duplicate: datapath::RateLimited,
+    /// Hellos to the discovery address when the event socket does not receive broadcasts.
+    discovery_rx: Option<Arc<UdpSocket>>,
     /// Authenticated datagrams and bytes received per sender (metrics).
     rx_by_peer: HashMap<NodeId, (u64, u64)>,
     /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
@@ -127,6 +136,14 @@ impl Daemon {
             }
         };
         let ctrl = make_socket(&cfg, recv_bind, tos(cfg.control_dscp))?;
+        // Hellos are broadcast: a socket bound to one address does not receive them, so one
+        // more listens on the discovery address itself.
+        let discovery_rx = match cfg.discovery_address {
+            Some(a) if !recv_bind.ip().is_unspecified() => {
+                Some(Arc::new(UdpSocket::from_std(discovery::bind(&cfg, a)?)?))
+            }
+            _ => None,
+        };
         let gro = {
             use std::os::fd::AsRawFd;
             crate::io::enable_gro(ctrl.as_raw_fd())
@@ -174,6 +191,11 @@ impl Daemon {
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             config_path: None,
+            discovered: HashMap::new(),
+            boot_nonce: discovery::random_u64(),
+            warn_hello: Default::default(),
+            warn_duplicate: Default::default(),
+            discovery_rx,
             events: tokio::sync::broadcast::channel(256).0,
             cmds: None,
             rx_by_peer: HashMap::new(),
@@ -274,6 +296,11 @@ impl Daemon {
     ) -> std::io::Result<()> {
         info!(node = self.cfg.node_id, listen = %self.cfg.listen, "hopd running");
         let mut watchdog_at = self.watchdog.map(|w| tokio::time::Instant::now() + w);
+        let mut hello_at = self
+            .cfg
+            .discovery_address
+            .map(|_| tokio::time::Instant::now());
+        let discovery_rx = self.discovery_rx.clone();
         loop {
             self.flush_tx();
             self.renew_lease()?;
@@ -325,6 +352,15 @@ impl Daemon {
                 _ = sleep_opt(deadline) => {
                     let now = self.now();
                     self.node.handle_timeout(now);
+                }
+                _ = sleep_opt(hello_at), if hello_at.is_some() => {
+                    self.say_hello();
+                    self.expire_discovered();
+                    hello_at = Some(tokio::time::Instant::now() + self.next_hello());
+                }
+                r = readable_opt(&discovery_rx), if discovery_rx.is_some() => {
+                    r?;
+                    self.receive_discovery();
                 }
                 _ = sleep_opt(watchdog_at), if watchdog_at.is_some() => {
                     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
@@ -614,8 +650,7 @@ impl Daemon {
                 if kernel != self.kernel_routes {
                     info!(routes = kernel.len(), "kernel routes changed");
                     self.kernel_routes = kernel;
-                    let merged = merged_routes(&self.cfg, &self.kernel_routes);
-                    self.node.set_routing(Box::new(merged));
+                    self.apply_routes();
                 }
             }
         }
@@ -636,6 +671,13 @@ pub fn merged_routes(cfg: &Config, kernel: &BTreeMap<NodeId, NodeId>) -> StaticR
         r.insert(*d, *n);
     }
     r
+}
+
+async fn readable_opt(s: &Option<Arc<UdpSocket>>) -> std::io::Result<()> {
+    match s {
+        Some(s) => s.readable().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_opt(deadline: Option<tokio::time::Instant>) {

@@ -6,7 +6,7 @@ use std::fmt::Debug;
 
 use tracing::{info, warn};
 
-use super::{merged_routes, Daemon};
+use super::Daemon;
 use crate::config::Config;
 
 /// What a reload did.
@@ -148,8 +148,7 @@ impl Daemon {
             }
             self.cfg.neighbours = new.neighbours;
             self.cfg.routes = new.routes;
-            let merged = merged_routes(&self.cfg, &self.kernel_routes);
-            self.node.set_routing(Box::new(merged));
+            self.apply_routes();
         }
         r
     }

@@ -21,7 +21,7 @@ impl Daemon {
     pub(super) fn status(&self) -> serde_json::Value {
         let stats = self.node.stats();
         let now = std::time::Instant::now();
-        let neighbours: Vec<_> = self
+        let mut neighbours: Vec<_> = self
             .cfg
             .neighbours
             .iter()
@@ -33,6 +33,16 @@ impl Daemon {
                 })
             })
             .collect();
+        let mut found: Vec<_> = self.discovered.iter().collect();
+        found.sort_by_key(|(id, _)| **id);
+        for (id, d) in found {
+            neighbours.push(serde_json::json!({
+                "id": id,
+                "address": d.addr.to_string(),
+                "last_heard_ms": self.last_heard.get(id).map(|t| now.duration_since(*t).as_millis() as u64),
+                "discovered": true,
+            }));
+        }
         let outgoing = self.outgoing_list();
         // `bytes`: delivered in order and spooled; `received_bytes`: unique payload bytes
         // the transport holds for the flow, including packets of blocks not complete yet

@@ -1,0 +1,219 @@
+//! Neighbour discovery: with `discovery_address` set, a node says hello every
+//! `hello_interval` (an authenticated datagram to the IPv4 broadcast address of its mesh
+//! link), and learns its neighbours and their addresses from the hellos it hears, so that
+//! `[[neighbours]]` becomes an optional override. A neighbour not heard for three and a half
+//! intervals is forgotten. Two nodes with the same node id are detected by the random boot
+//! nonce each puts in its hellos. Hellos go through the same authentication as everything
+//! else: a node without the mesh key is not learned.
+//!
+//! Hello body: `"HELO"` | version 1 | listening port (u16) | boot nonce (u64).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use hop_proto::NodeId;
+use hop_wire::{EnvelopeRepr, TransportId};
+use tracing::{info, warn};
+
+use super::{merged_routes, Daemon};
+
+const MAGIC: &[u8; 4] = b"HELO";
+const VERSION: u8 = 1;
+
+/// A neighbour learned from its hellos.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Discovered {
+    pub(super) addr: SocketAddr,
+    pub(super) last: Instant,
+}
+
+/// The socket that hears hellos on the broadcast address `a` when the event socket is bound
+/// to one address. Several daemons on one host (tests, a second node id) may each have one:
+/// the address is shared (`SO_REUSEADDR`: every such socket gets each broadcast).
+pub(super) fn bind(
+    cfg: &crate::config::Config,
+    a: SocketAddr,
+) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    s.set_broadcast(true)?;
+    if let Some(ifname) = &cfg.interface {
+        s.bind_device(Some(ifname.as_bytes()))?;
+    }
+    s.bind(&a.into()).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("binding discovery_address {a}: {e}"))
+    })?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// A random number from the system's generator (hello nonces and jitter).
+pub(super) fn random_u64() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 8];
+    let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    u64::from_be_bytes(b)
+}
+
+/// The hello of node `id`, listening on `port`, this boot's `nonce`.
+pub(super) fn hello(id: NodeId, port: u16, nonce: u64) -> Vec<u8> {
+    let mut body = Vec::with_capacity(15);
+    body.extend_from_slice(MAGIC);
+    body.push(VERSION);
+    body.extend_from_slice(&port.to_be_bytes());
+    body.extend_from_slice(&nonce.to_be_bytes());
+    let repr = EnvelopeRepr {
+        transport: TransportId::Hello,
+        flags: 0,
+        link_src: id,
+        link_dst: hop_wire::envelope::BROADCAST_NODE,
+    };
+    let mut out = Vec::new();
+    let _ = repr.emit(&body, &mut out);
+    out
+}
+
+/// (port, nonce) of a hello body.
+fn parse(body: &[u8]) -> Option<(u16, u64)> {
+    if body.len() < 15 || &body[..4] != MAGIC || body[4] != VERSION {
+        return None;
+    }
+    let port = u16::from_be_bytes([body[5], body[6]]);
+    let nonce = u64::from_be_bytes(body[7..15].try_into().ok()?);
+    Some((port, nonce))
+}
+
+impl Daemon {
+    /// Send this node's hello now.
+    pub(super) fn say_hello(&mut self) {
+        let Some(to) = self.cfg.discovery_address else {
+            return;
+        };
+        let mut dg = hello(self.cfg.node_id, self.cfg.listen.port(), self.boot_nonce);
+        if self
+            .auth
+            .seal(&mut dg, crate::auth::Stream::Control)
+            .is_err()
+        {
+            return;
+        }
+        match self.ctrl.try_send_to(&dg, to) {
+            Ok(_) => {
+                self.counters.tx_datagrams += 1;
+                self.counters.tx_bytes += dg.len() as u64;
+            }
+            Err(e) => {
+                if let Some(n) = self.warn_hello.due(Instant::now()) {
+                    warn!(to = %to, error = %e, failures = n, "cannot send hellos (discovery_address)");
+                }
+            }
+        }
+    }
+
+    /// An authenticated hello from node `src` at `from`.
+    pub(super) fn on_hello(&mut self, src: NodeId, from: Option<SocketAddr>, body: &[u8]) {
+        let Some((port, nonce)) = parse(body) else {
+            self.counters.auth_malformed += 1;
+            return;
+        };
+        let Some(from) = from else { return };
+        if src == self.cfg.node_id {
+            if nonce != self.boot_nonce {
+                if let Some(n) = self.warn_duplicate.due(Instant::now()) {
+                    warn!(node = src, other = %from, hellos = n, "another node uses this node's id: give each node its own node_id");
+                }
+            }
+            return;
+        }
+        if self.cfg.neighbours.iter().any(|n| n.id == src) {
+            // Configured neighbours keep their configured address.
+            return;
+        }
+        let addr = SocketAddr::new(from.ip(), port);
+        let now = Instant::now();
+        let known = self.discovered.insert(src, Discovered { addr, last: now });
+        match known {
+            None => info!(neighbour = src, %addr, "neighbour discovered"),
+            Some(d) if d.addr != addr => {
+                info!(neighbour = src, %addr, old = %d.addr, "neighbour's address changed")
+            }
+            Some(_) => return,
+        }
+        self.addrs.insert(src, addr);
+        self.apply_routes();
+    }
+
+    /// Hellos that reached the discovery socket.
+    pub(super) fn receive_discovery(&mut self) {
+        let Some(s) = self.discovery_rx.clone() else {
+            return;
+        };
+        let mut buf = [0u8; 256];
+        for _ in 0..64 {
+            match s.try_recv_from(&mut buf) {
+                Ok((n, from)) => self.receive_one(Some(from), &buf[..n], false),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Forget discovered neighbours not heard for three and a half hello intervals.
+    pub(super) fn expire_discovered(&mut self) {
+        let limit = self.cfg.hello_interval.mul_f32(3.5);
+        let now = Instant::now();
+        let gone: Vec<NodeId> = self
+            .discovered
+            .iter()
+            .filter(|(_, d)| now.duration_since(d.last) > limit)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &gone {
+            self.discovered.remove(id);
+            self.addrs.remove(id);
+            info!(
+                neighbour = id,
+                "neighbour lost: no hello for {:.0} s",
+                limit.as_secs_f64()
+            );
+        }
+        if !gone.is_empty() {
+            self.apply_routes();
+        }
+    }
+
+    /// The core's routes: configured neighbours and routes, kernel routes, and discovered
+    /// neighbours as their own next hops.
+    pub(super) fn apply_routes(&mut self) {
+        let mut r = merged_routes(&self.cfg, &self.kernel_routes);
+        for id in self.discovered.keys() {
+            if hop_proto::routing::Routing::next_hop(&r, *id).is_none() {
+                r.insert(*id, *id);
+            }
+        }
+        self.node.set_routing(Box::new(r));
+    }
+
+    /// When the next hello goes: the interval, less up to a tenth at random so that nodes
+    /// started together do not stay in step.
+    pub(super) fn next_hello(&self) -> Duration {
+        let i = self.cfg.hello_interval;
+        let jitter = (random_u64() % 1000) as f64 / 10_000.0;
+        i.mul_f64(1.0 - jitter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hello_round_trips() {
+        let dg = hello(7, 7470, 42);
+        let env = hop_wire::Envelope::parse(&dg).unwrap();
+        assert_eq!(env.repr.transport, TransportId::Hello);
+        assert_eq!(env.repr.link_src, 7);
+        assert_eq!(parse(env.body), Some((7470, 42)));
+        assert_eq!(parse(&env.body[..10]), None);
+    }
+}
