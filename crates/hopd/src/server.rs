@@ -218,6 +218,39 @@ async fn client_gone(s: &UnixStream) {
     }
 }
 
+/// A sending client's hand-overs still in the core, and the file bytes handed so far.
+struct Window<'a> {
+    pending: &'a mut VecDeque<oneshot::Receiver<()>>,
+    sizes: &'a mut VecDeque<u64>,
+    handed: &'a mut u64,
+}
+
+impl Window<'_> {
+    /// Wait for hand-overs until at most `keep` are outstanding, reporting progress after
+    /// each. False if the client went away meanwhile.
+    async fn drain(
+        &mut self,
+        s: &mut UnixStream,
+        keep: usize,
+        e2e: Option<u64>,
+    ) -> std::io::Result<bool> {
+        while self.pending.len() > keep {
+            let w = self.pending.pop_front().expect("more than `keep` pending");
+            tokio::select! {
+                r = w => if r.is_err() { break },
+                _ = client_gone(s) => return Ok(false),
+            }
+            *self.handed += self.sizes.pop_front().unwrap_or(0);
+            let p = Reply::Progress {
+                bytes: *self.handed,
+                acked: e2e,
+            };
+            api::write_json(s, &p).await?;
+        }
+        Ok(true)
+    }
+}
+
 /// A `send` request's parameters.
 pub struct SendReq {
     pub to: u32,
@@ -339,19 +372,14 @@ pub async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> s
     let mut handed = 0u64;
     let mut sizes: VecDeque<u64> = VecDeque::new();
     let failed = loop {
-        while window.len() >= SEND_WINDOW {
-            let w = window.pop_front().expect("window is not empty");
-            tokio::select! {
-                r = w => if r.is_err() { break },
-                // The guard aborts the flow.
-                _ = client_gone(&s) => return Ok(()),
-            }
-            handed += sizes.pop_front().unwrap_or(0);
-            let p = Reply::Progress {
-                bytes: handed,
-                acked: e2e,
-            };
-            api::write_json(&mut s, &p).await?;
+        let mut w = Window {
+            pending: &mut window,
+            sizes: &mut sizes,
+            handed: &mut handed,
+        };
+        if !w.drain(&mut s, SEND_WINDOW - 1, e2e).await? {
+            // The client went away: the guard aborts the flow.
+            return Ok(());
         }
         let mut failed = None;
         while let Ok(u) = urx.try_recv() {
@@ -420,17 +448,13 @@ pub async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> s
     let (c, rx) = push(Bytes::from(held.0), true);
     cmds.send(c).await.map_err(|_| closed())?;
     window.push_back(rx);
-    while let Some(w) = window.pop_front() {
-        tokio::select! {
-            r = w => if r.is_err() { break },
-            _ = client_gone(&s) => return Ok(()),
-        }
-        handed += sizes.pop_front().unwrap_or(0);
-        let p = Reply::Progress {
-            bytes: handed,
-            acked: e2e,
-        };
-        api::write_json(&mut s, &p).await?;
+    let mut w = Window {
+        pending: &mut window,
+        sizes: &mut sizes,
+        handed: &mut handed,
+    };
+    if !w.drain(&mut s, 0, e2e).await? {
+        return Ok(());
     }
     // A detached transfer is on the node's disk once its last bytes were taken: only then
     // does the client hear `queued` (and may go).

@@ -226,11 +226,7 @@ fn a_detached_transfer_survives_a_restart_of_its_source() {
     assert!(c.status.success());
     assert_eq!(kept(), 2);
     nodes[0].terminate();
-    let runs = nodes[0].log().matches("hopd running").count();
-    nodes[0].restart();
-    while nodes[0].log().matches("hopd running").count() <= runs {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    nodes[0].restart_serving();
     let flows = list(&nodes[0]);
     assert_eq!(flows.len(), 1, "{flows:?}");
     assert_eq!(flows[0]["name"], "field-report.pdf");

@@ -59,11 +59,7 @@ fn a_node_missing_from_neighbours_is_named_with_the_fix() {
     nodes[1].kill9();
     nodes[1].spec.neighbours.clear();
     Hopd::write_config(&nodes[1].spec, &nodes[1].dir, nodes[1].metrics);
-    let runs = nodes[1].log().matches("hopd running").count();
-    nodes[1].restart();
-    while nodes[1].log().matches("hopd running").count() <= runs {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    nodes[1].restart_serving();
     let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 2)));
     let t0 = Instant::now();
     while !nodes[1].log().contains("not among [[neighbours]]") {

@@ -23,11 +23,7 @@ fn sighup_applies_a_corrected_neighbour_address_without_dropping_the_transfer() 
     nodes[0].kill9();
     nodes[0].spec.neighbours[0].1 = wrong;
     Hopd::write_config(&nodes[0].spec, &nodes[0].dir, nodes[0].metrics);
-    let runs = nodes[0].log().matches("hopd running").count();
-    nodes[0].restart();
-    while nodes[0].log().matches("hopd running").count() <= runs {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    nodes[0].restart_serving();
     let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 2)));
     std::thread::sleep(Duration::from_secs(2));
     if !sender.running() {

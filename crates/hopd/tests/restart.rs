@@ -7,22 +7,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Restart a killed node and wait until the new process serves (the killed one left its
-/// socket file behind, so its existence proves nothing).
-fn restart(node: &mut Hopd) {
-    let runs = node.log().matches("hopd running").count();
-    node.restart();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while node.log().matches("hopd running").count() <= runs {
-        assert!(
-            Instant::now() < deadline,
-            "node {} did not restart",
-            node.spec.id
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 fn wait_incoming(node: &Hopd, at_least: u64, limit: Duration) {
     let deadline = Instant::now() + limit;
     while incoming_bytes(node) < at_least {
@@ -54,7 +38,7 @@ fn destination_killed_twice_resumes_and_delivers_exactly_once() {
         );
         nodes[2].kill9();
         std::thread::sleep(Duration::from_millis(500));
-        restart(&mut nodes[2]);
+        Hopd::restart_serving(&mut nodes[2]);
         assert!(
             nodes[2].log().contains("resuming incoming flows"),
             "destination did not resume; log:\n{}",
@@ -110,7 +94,7 @@ fn source_killed_fails_the_send_clearly_and_a_new_send_completes() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(took < Duration::from_secs(30), "hop send hung for {took:?}");
-    restart(&mut nodes[0]);
+    Hopd::restart_serving(&mut nodes[0]);
     // The transfer is sent again as a new flow; the abandoned one is never delivered.
     let out = send(&nodes[0], &[&file], 3);
     assert!(

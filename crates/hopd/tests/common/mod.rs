@@ -179,6 +179,22 @@ impl Hopd {
         }
     }
 
+    /// Restart a stopped node and wait until the new process serves (a killed one leaves its
+    /// socket file behind, so the file's existence proves nothing).
+    pub fn restart_serving(&mut self) {
+        let runs = self.log().matches("hopd running").count();
+        self.restart();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.log().matches("hopd running").count() <= runs {
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not restart",
+                self.spec.id
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
