@@ -218,6 +218,14 @@ async fn client_gone(s: &UnixStream) {
     }
 }
 
+/// Why a requested service name is refused, if it is.
+fn bad_service(service: Option<&str>) -> Option<String> {
+    let sv = service.filter(|s| !crate::flowfmt::valid_service(s))?;
+    Some(format!(
+        "bad service name `{sv}`: 1-64 of a-z, 0-9, `.`, `_`, `-`"
+    ))
+}
+
 /// A sending client's hand-overs still in the core, and the file bytes handed so far.
 struct Window<'a> {
     pending: &'a mut VecDeque<oneshot::Receiver<()>>,
@@ -285,16 +293,8 @@ pub async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> s
         lifetime,
         service,
     } = req;
-    if let Some(sv) = service
-        .as_deref()
-        .filter(|s| !crate::flowfmt::valid_service(s))
-    {
-        return error(
-            &mut s,
-            ErrorCode::BadRequest,
-            format!("bad service name `{sv}`: 1-64 of a-z, 0-9, `.`, `_`, `-`"),
-        )
-        .await;
+    if let Some(msg) = bad_service(service.as_deref()) {
+        return error(&mut s, ErrorCode::BadRequest, msg).await;
     }
     let Some(name) = sanitize_name(&name) else {
         return error(
@@ -527,16 +527,8 @@ async fn recv(
     cmds: mpsc::Sender<Cmd>,
     service: Option<String>,
 ) -> std::io::Result<()> {
-    if let Some(sv) = service
-        .as_deref()
-        .filter(|s| !crate::flowfmt::valid_service(s))
-    {
-        return error(
-            &mut s,
-            ErrorCode::BadRequest,
-            format!("bad service name `{sv}`: 1-64 of a-z, 0-9, `.`, `_`, `-`"),
-        )
-        .await;
+    if let Some(msg) = bad_service(service.as_deref()) {
+        return error(&mut s, ErrorCode::BadRequest, msg).await;
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
     cmds.send(Cmd::Subscribe { tx, service })
