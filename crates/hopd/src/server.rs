@@ -687,18 +687,8 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(16);
         let size = 10 * DATA_CHUNK as u64;
         let task = tokio::spawn(send(server, tx, SendReq::file("f.bin", size)));
-        let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
-            panic!("no open");
-        };
-        let flow = FlowKey { src: 1, id: 7 };
-        reply
-            .send(Ok(Opened {
-                flow,
-                first_bytes: 0,
-            }))
-            .unwrap();
-        assert!(api::read_frame(&mut client).await.unwrap().is_some()); // accepted
-                                                                        // One frame more than the window: the server holds one back and queues the rest.
+        let (flow, _updates) = accept_open(&mut rx, &mut client, 7, 0).await;
+        // One frame more than the window: the server holds one back and queues the rest.
         for _ in 0..=SEND_WINDOW {
             api::write_frame(&mut client, &[7u8; 1024]).await.unwrap();
         }
@@ -736,17 +726,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(16);
         let size = 3000u64;
         let task = tokio::spawn(send(server, tx, SendReq::file("f.bin", size)));
-        let Some(Cmd::Open { reply, updates, .. }) = rx.recv().await else {
-            panic!("no open");
-        };
-        let flow = FlowKey { src: 1, id: 9 };
-        reply
-            .send(Ok(Opened {
-                flow,
-                first_bytes: 0,
-            }))
-            .unwrap();
-        assert!(api::read_frame(&mut client).await.unwrap().is_some()); // accepted
+        let (_flow, updates) = accept_open(&mut rx, &mut client, 9, 0).await;
         api::write_frame(&mut client, &[1u8; 3000]).await.unwrap();
         api::write_frame(&mut client, &[]).await.unwrap();
         let Some(Cmd::Data { done, last, .. }) = rx.recv().await else {
@@ -788,6 +768,23 @@ mod tests {
         task.await.unwrap().unwrap();
     }
 
+    /// The core's side of a send's start: take the `Open`, answer with flow `id`, and read
+    /// the `accepted` reply the client gets. Returns the flow and the client's update channel.
+    async fn accept_open(
+        rx: &mut mpsc::Receiver<Cmd>,
+        client: &mut UnixStream,
+        id: u32,
+        first_bytes: usize,
+    ) -> (FlowKey, mpsc::UnboundedSender<FlowUpdate>) {
+        let Some(Cmd::Open { reply, updates, .. }) = rx.recv().await else {
+            panic!("no open");
+        };
+        let flow = FlowKey { src: 1, id };
+        reply.send(Ok(Opened { flow, first_bytes })).unwrap();
+        assert!(matches!(reply_of(client).await, Reply::Accepted { .. }));
+        (flow, updates)
+    }
+
     async fn reply_of(client: &mut UnixStream) -> Reply {
         api::parse_reply(&api::read_frame(client).await.unwrap().unwrap()).unwrap()
     }
@@ -800,12 +797,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(16);
         let size: usize = frames.iter().sum();
         let task = tokio::spawn(send(server, tx, SendReq::file("f.bin", size as u64)));
-        let Some(Cmd::Open { reply, .. }) = rx.recv().await else {
-            panic!("no open");
-        };
-        let flow = FlowKey { src: 1, id: 7 };
-        reply.send(Ok(Opened { flow, first_bytes })).unwrap();
-        assert!(api::read_frame(&mut client).await.unwrap().is_some()); // accepted
+        let _ = accept_open(&mut rx, &mut client, 7, first_bytes).await;
         let frames = frames.to_vec();
         let writer = tokio::spawn(async move {
             for (i, n) in frames.iter().enumerate() {

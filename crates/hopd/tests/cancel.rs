@@ -239,8 +239,6 @@ fn a_detached_transfer_survives_a_restart_of_its_source() {
     );
     assert_eq!(kept(), 0);
     let dir = work.path().join("in");
-    let r = recv(&nodes[1], &dir, 1);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(std::fs::read(dir.join("field-report.pdf")).unwrap() == data);
+    receive_one_file(&nodes[1], &dir, "field-report.pdf", &data);
     assert_eq!(nodes[1].status()["inbox"], 0);
 }

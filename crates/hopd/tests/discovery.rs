@@ -73,9 +73,7 @@ fn nodes_without_neighbour_tables_find_each_other_and_move_a_file() {
         String::from_utf8_lossy(&out.stderr)
     );
     let dir = work.path().join("in");
-    let r = recv(&nodes[1], &dir, 1);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(std::fs::read(dir.join("f.bin")).unwrap() == data);
+    receive_one_file(&nodes[1], &dir, "f.bin", &data);
     // A second node with id 1 on the link: node 1 says so.
     let _dup = start(2, 1, free_port(), "dup");
     wait_log(

@@ -57,9 +57,7 @@ fn sighup_applies_a_corrected_neighbour_address_without_dropping_the_transfer() 
         "hopd ended on SIGHUP"
     );
     let dir = work.path().join("out");
-    let r = recv(&nodes[1], &dir, 1);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(std::fs::read(dir.join("f.bin")).unwrap() == data);
+    receive_one_file(&nodes[1], &dir, "f.bin", &data);
     assert!(
         nodes[0].log().contains("configuration re-read"),
         "{}",

@@ -304,6 +304,19 @@ pub fn chain_spec(
     }
 }
 
+/// Receive one file at `dst` into `dir` and check it is `name` with exactly `data`.
+pub fn receive_one_file(dst: &Hopd, dir: &Path, name: &str, data: &[u8]) {
+    let r = recv(dst, dir, 1);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let got = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        got == data,
+        "{name}: {} bytes received, not the {} sent",
+        got.len(),
+        data.len()
+    );
+}
+
 /// Send `files` from `src` to node `to`; returns the hop output.
 pub fn send(src: &Hopd, files: &[&Path], to: u32) -> Output {
     let mut args: Vec<String> = vec!["send".into(), "--quiet".into()];
