@@ -102,6 +102,9 @@ pub enum Event {
     },
     /// A silent next hop was heard again.
     NeighbourReturned { neighbour: NodeId },
+    /// The destination of a local flow holds its next block but cannot deliver it: its
+    /// application store is full (Hop). The flow waits; nothing is lost.
+    DestinationFull { flow: FlowKey },
 }
 
 /// Errors from the application-facing calls.
@@ -119,6 +122,8 @@ pub enum AppError {
     TooManyFlows(usize),
     #[error("too many flows waiting to start (limit {0}, `max_waiting_flows`)")]
     TooManyWaitingFlows(usize),
+    #[error("transport {0:?} cannot do that")]
+    Unsupported(TransportId),
 }
 
 /// Errors from [`Node::handle_datagram`]; the datagram is dropped and counted.

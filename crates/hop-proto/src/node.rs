@@ -190,6 +190,25 @@ impl Node {
         self.with_ctx(now, idx, |t, ctx| t.abort(ctx, flow))
     }
 
+    /// Abort along its path a flow this node sent to `dst` before a restart (see
+    /// [`Transport::abort_earlier`]).
+    pub fn abort_earlier(
+        &mut self,
+        now: Instant,
+        transport: TransportId,
+        flow: FlowKey,
+        dst: NodeId,
+    ) -> Result<(), AppError> {
+        let idx = self.index_of(transport)?;
+        if flow.src != self.id {
+            return Err(AppError::UnknownFlow(flow));
+        }
+        if self.local_flows.contains_key(&flow) {
+            return self.abort(now, flow);
+        }
+        self.with_ctx(now, idx, |t, ctx| t.abort_earlier(ctx, flow, dst))
+    }
+
     /// A datagram arrived from the medium (addressed to us, broadcast, or overheard).
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Result<(), RecvError> {
         let env = match Envelope::parse(datagram) {

@@ -114,6 +114,18 @@ pub trait Transport: Send {
         Ok(())
     }
 
+    /// Abort along its path a flow this node sent in an earlier run (a restart lost its
+    /// state): the nodes downstream free what they hold of it. A transport without aborts
+    /// that reach the path answers [`AppError::Unsupported`] (the default).
+    fn abort_earlier(
+        &mut self,
+        _ctx: &mut Ctx<'_>,
+        _flow: FlowKey,
+        _dst: NodeId,
+    ) -> Result<(), AppError> {
+        Err(AppError::Unsupported(self.id()))
+    }
+
     /// A message from a neighbour. Malformed bodies are reported, never panicked on.
     fn handle(&mut self, ctx: &mut Ctx<'_>, rx: Received<'_>) -> Result<(), hop_wire::Error>;
 

@@ -320,6 +320,41 @@ fn an_abort_reaches_a_relay_that_was_cut_off_and_its_custody_is_never_delivered(
     );
 }
 
+/// A source that restarted (and lost its state) aborts a flow of its earlier run: the relay
+/// holding that flow's block in custody frees it, and the destination never gets it.
+#[test]
+fn a_restarted_source_aborts_a_flow_of_its_earlier_run_along_the_path() {
+    let mut net = Net::chain(4, LinkSpec::default(), HopConfig::default(), 9);
+    net.set_link_up(3, 4, false);
+    let app = net.transfer(1, 4, 300_000);
+    let limit = Instant::ZERO + secs(60.0);
+    net.run_until(limit, |n| n.stats(3).cache_bytes >= 300_000);
+    assert!(
+        net.stats(3).cache_bytes >= 300_000,
+        "the block never reached node 3"
+    );
+    net.crash(1);
+    net.apps[app].finished_sending = true;
+    let up = net.now + secs(1.0);
+    net.run_until(up, |_| false);
+    net.restart(1);
+    let (now, flow) = (net.now, net.apps[app].flow);
+    net.nodes
+        .get_mut(&1)
+        .unwrap()
+        .abort_earlier(now, hop_proto::TransportId::Hop, flow, 4)
+        .unwrap();
+    let limit = net.now + secs(20.0);
+    net.run_until(limit, |_| false);
+    assert_eq!(net.stats(3).flows, 0, "the relay still holds the flow");
+    assert_eq!(net.stats(3).cache_bytes, 0);
+    net.set_link_up(3, 4, true);
+    let limit = net.now + secs(60.0);
+    net.run_until(limit, |_| false);
+    assert!(net.apps[app].delivered_at.is_none());
+    assert!(net.apps[app].received.is_empty());
+}
+
 /// A destination flow whose source went silent is reclaimed once the source would have given
 /// up (its idle time and the source's give-up time both past), and the runtime is told.
 #[test]

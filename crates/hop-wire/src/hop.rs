@@ -45,7 +45,8 @@ pub const FLAG_COMPLETE: u8 = 0x10;
 pub const FLAG_ASK: u8 = 0x20;
 /// Flag: the BACK is a wait notice. The receiver holds the BSYN for later (ack withholding,
 /// §3.5, or backpressure, §3.3) and will send the real BACK when the sender's turn comes; the
-/// notice carries no bitmap (0 packets).
+/// notice carries no bitmap (0 packets). On an E2E_BACK: the destination holds the block but
+/// cannot deliver it (its application store is full); nothing is acknowledged.
 pub const FLAG_WAIT: u8 = 0x40;
 const KNOWN_FLAGS: u8 =
     FLAG_VTX | FLAG_FIN | FLAG_MICRO | FLAG_ABORT | FLAG_COMPLETE | FLAG_ASK | FLAG_WAIT;

@@ -26,6 +26,27 @@ impl HopTransport {
         }
     }
 
+    /// Destination: tell the source that block `n` waits for room in the application's
+    /// store (an end-to-end BACK with the wait flag, which acknowledges nothing): without it
+    /// the source sees a flow that stopped and cannot tell a full disk from a broken path.
+    /// Once per stall; relays pass it on and keep their custody.
+    fn send_full_notice(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, n: u32) {
+        let Some(f) = self.flows.get(&key) else {
+            return;
+        };
+        let Some(d) = f.dest() else { return };
+        let msg = HopMessage {
+            header: Self::header(key, f.dst, n, FLAG_WAIT, 0),
+            body: HopBody::E2eBack {
+                cum_blocks: d.next_deliver,
+            },
+        };
+        if let Some(nh) = ctx.routing.next_hop(key.src) {
+            self.push_ctrl(nh, &msg);
+            self.extra("full_notice_sent");
+        }
+    }
+
     /// Destination: deliver complete blocks in order and acknowledge them end to end.
     pub(super) fn deliver(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
         loop {
@@ -52,6 +73,7 @@ impl HopTransport {
                     if !d.blocked {
                         d.blocked = true;
                         bump(&mut self.stats.extra, "delivery_withheld");
+                        self.send_full_notice(ctx, key, n);
                     }
                     return;
                 }

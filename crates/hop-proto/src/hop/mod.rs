@@ -294,6 +294,23 @@ impl Transport for HopTransport {
         Ok(())
     }
 
+    fn abort_earlier(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        flow: FlowKey,
+        dst: NodeId,
+    ) -> Result<(), AppError> {
+        self.tick(ctx.now);
+        if dst == ctx.local {
+            return Err(AppError::SelfDestination);
+        }
+        // The FIN the source would have sent, repeated until the next hop has it (abort.rs);
+        // the bytes the earlier run sent are not known here, and no node needs them.
+        self.start_abort(ctx, flow, dst, 0);
+        self.refresh_timer(ctx.now);
+        Ok(())
+    }
+
     fn set_lifetime(
         &mut self,
         ctx: &mut Ctx<'_>,

@@ -63,6 +63,18 @@ impl HopTransport {
         let key = flow_key(h);
         let fin = h.flags & FLAG_FIN != 0;
         let n = h.block_num;
+        if h.flags & FLAG_WAIT != 0 {
+            // A full destination's notice: for the source's application; it acknowledges
+            // nothing, so no node drops a block for it.
+            if key.src == ctx.local {
+                if self.flows.get(&key).is_some_and(|f| f.source().is_some()) {
+                    self.events.push_back(Event::DestinationFull { flow: key });
+                }
+            } else {
+                self.forward_e2e(ctx, h, cum);
+            }
+            return;
+        }
         let Some(f) = self.flows.get_mut(&key) else {
             // Still pass it on toward the source.
             if key.src != ctx.local {

@@ -196,6 +196,7 @@ impl Net {
                 Event::Acknowledged { .. } => "acknowledged",
                 Event::NeighbourSilent { .. } => "silent",
                 Event::NeighbourReturned { .. } => "returned",
+                Event::DestinationFull { .. } => "full",
             })
             .collect()
     }

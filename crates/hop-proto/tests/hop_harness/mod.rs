@@ -507,7 +507,9 @@ impl Net {
                     a.acked.push(bytes);
                 }
             }
-            Event::NeighbourSilent { .. } | Event::NeighbourReturned { .. } => {}
+            Event::NeighbourSilent { .. }
+            | Event::NeighbourReturned { .. }
+            | Event::DestinationFull { .. } => {}
             Event::Writable { flow } => {
                 if let Some(i) = self
                     .apps

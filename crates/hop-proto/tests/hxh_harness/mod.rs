@@ -240,7 +240,8 @@ impl Net {
                     Event::Writable { .. }
                     | Event::Acknowledged { .. }
                     | Event::NeighbourSilent { .. }
-                    | Event::NeighbourReturned { .. } => {}
+                    | Event::NeighbourReturned { .. }
+                    | Event::DestinationFull { .. } => {}
                 }
             }
         }

@@ -197,7 +197,8 @@ impl Simulation {
             }
             Event::Acknowledged { .. }
             | Event::NeighbourSilent { .. }
-            | Event::NeighbourReturned { .. } => {}
+            | Event::NeighbourReturned { .. }
+            | Event::DestinationFull { .. } => {}
             Event::Writable { flow } => {
                 if let Some(&i) = self.flow_by_key.get(&flow) {
                     if self.flows[i].src == n {

@@ -182,6 +182,8 @@ fn refused_delivery_withholds_the_end_to_end_back_until_the_store_has_room() {
     );
     assert!(delivered(&mut h.t).is_empty());
     assert_eq!(h.t.stats().extra["delivery_withheld"], 1);
+    // The source hears why (once), toward it through node 1.
+    assert_eq!(full_notices(&out), vec![(1, 0)]);
     // Room again: the next timer delivers and acknowledges.
     log.lock().unwrap().0 = false;
     h.now = h.t.poll_timeout().expect("a retry is scheduled");

@@ -364,13 +364,28 @@ fn two_flow_source_window(cfg: HopConfig, w: usize) -> Harness {
     h
 }
 
+/// The acknowledgements among the end-to-end BACKs in `out` (not a full destination's wait
+/// notices).
 fn e2e_cums(out: &[Outgoing]) -> Vec<u32> {
     out.iter()
         .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
             HopMessage {
+                header,
                 body: HopBody::E2eBack { cum_blocks },
-                ..
-            } => Some(cum_blocks),
+            } if header.flags & FLAG_WAIT == 0 => Some(cum_blocks),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The full destination's wait notices in `out`: (next hop, block).
+fn full_notices(out: &[Outgoing]) -> Vec<(NodeId, u32)> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+            HopMessage {
+                header,
+                body: HopBody::E2eBack { .. },
+            } if header.flags & FLAG_WAIT != 0 => Some((o.next_hop, header.block_num)),
             _ => None,
         })
         .collect()
