@@ -30,6 +30,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hop_proto::hop::{CustodyStore, Delivery, DestProgress, Persist, StoreFull, StoredBlock};
 use hop_proto::FlowKey;
+
+use crate::flowfmt::ResumeHeader;
 use tracing::{info, warn};
 
 const MAGIC: &[u8; 4] = b"HOPC";
@@ -480,8 +482,11 @@ impl CustodyStore for DiskCustody {
     }
 
     fn deliver(&mut self, d: &Delivery<'_>) -> Result<(), StoreFull> {
-        if self.spool.is_none() {
+        let Some(spool) = self.spool.as_mut() else {
             return Ok(());
+        };
+        if !spool.resume_possible(d) {
+            return Err(StoreFull);
         }
         let size = d.data.len() as u64;
         let over = self.disk_bytes() + size > self.limit;
@@ -659,6 +664,8 @@ struct SpoolFlow {
 pub struct Spool {
     dir: PathBuf,
     open: HashMap<FlowKey, SpoolFlow>,
+    /// Resuming flows whose delivery is withheld (logged once each).
+    unjoinable: HashSet<FlowKey>,
 }
 
 impl Spool {
@@ -667,6 +674,7 @@ impl Spool {
         Ok(Spool {
             dir: dir.to_path_buf(),
             open: HashMap::new(),
+            unjoinable: Default::default(),
         })
     }
 
@@ -685,6 +693,25 @@ impl Spool {
                     if age >= max_age {
                         let _ = std::fs::remove_file(part);
                     }
+                }
+            }
+        }
+        // Spool files without a progress record are kept only for a flow that resumes them.
+        if let Ok(rd) = std::fs::read_dir(&self.dir) {
+            for e in rd.flatten() {
+                let path = e.path();
+                let flow = path
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .and_then(parse_flow_name);
+                let Some(flow) = flow.filter(|_| path.extension().is_some_and(|x| x == "part"))
+                else {
+                    continue;
+                };
+                if !state_path(&self.dir, flow).exists()
+                    && crate::resume::resumed_by(&self.dir, flow).is_none()
+                {
+                    let _ = std::fs::remove_file(path);
                 }
             }
         }
@@ -707,7 +734,9 @@ impl Spool {
     }
 
     /// An incoming flow ended unfinished: close and delete its files. Returns the bytes it
-    /// had delivered (counted in the disk budget until now).
+    /// had delivered (counted in the disk budget until now). A flow that another resumes
+    /// keeps its spool file for that one (resume.rs); the flows it resumed lose theirs once
+    /// nothing needs them.
     pub fn abandon(&mut self, flow: FlowKey) -> u64 {
         let state = state_path(&self.dir, flow);
         let bytes = match self.open.remove(&flow) {
@@ -716,10 +745,44 @@ impl Spool {
                 .filter(|p| !p.finished)
                 .map_or(0, |p| p.bytes),
         };
-        let _ = std::fs::remove_file(part_path(&self.dir, flow));
+        let part = part_path(&self.dir, flow);
+        let earlier = ResumeHeader::read(&part).map(|r| r.prev);
         let _ = std::fs::remove_file(state);
+        if let Some(by) = crate::resume::resumed_by(&self.dir, flow) {
+            info!(%flow, resumed_by = %by, "abandoned flow's bytes kept for the flow that resumes it");
+        } else {
+            let _ = std::fs::remove_file(part);
+        }
+        if let Some(prev) = earlier {
+            crate::resume::release_chain(&self.dir, prev);
+        }
         sync_dir(&self.dir);
         bytes
+    }
+
+    /// A delivery may go on: anything but the first block of a flow that resumes one whose
+    /// bytes are gone (resume.rs), which is withheld (and logged once).
+    fn resume_possible(&mut self, d: &Delivery<'_>) -> bool {
+        if d.offset != 0 {
+            return true;
+        }
+        let Some(r) = ResumeHeader::decode(d.data) else {
+            return true;
+        };
+        if crate::resume::possible(&self.dir, &r) {
+            self.unjoinable.remove(&d.flow);
+            return true;
+        }
+        if self.unjoinable.insert(d.flow) {
+            warn!(
+                flow = %d.flow,
+                resumes = %r.prev,
+                offset = r.offset,
+                "a flow resumes one whose bytes this node no longer holds: its delivery is \
+                 withheld, and its source sends the file again from the start once it gives up"
+            );
+        }
+        false
     }
 
     fn flow(&mut self, flow: FlowKey) -> std::io::Result<&mut SpoolFlow> {

@@ -9,6 +9,16 @@
 //!
 //! Version 2 names the service (endpoint) the file is for at the destination (`hop send
 //! --to NODE/SERVICE`, `hop recv --service SERVICE`); a file without one is version 1.
+//!
+//! A flow that resumes an earlier one (a source restarted mid-transfer) starts with a resume
+//! header instead, and carries the earlier flow's bytes from `offset` on:
+//!
+//! ```text
+//! "HOPF" | version=3 | earlier flow's source (u32) | its id (u32) | offset (u64) | bytes...
+//! ```
+//!
+//! The destination joins the earlier flow's first `offset` bytes (which it acknowledged end to
+//! end, so holds) and this flow's bytes into the file the earlier flow would have delivered.
 
 /// Magic at the start of every flow.
 pub const MAGIC: &[u8; 4] = b"HOPF";
@@ -20,6 +30,55 @@ pub const MAX_SERVICE: usize = 64;
 pub const HASH_LEN: usize = 32;
 /// Longest file name carried.
 pub const MAX_NAME: usize = 255;
+
+/// The version of a resume header.
+pub const VERSION_RESUME: u8 = 3;
+/// Length of a resume header.
+pub const RESUME_LEN: usize = 21;
+
+/// The header of a flow that resumes `prev` at byte `offset` of its flow bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeHeader {
+    pub prev: hop_proto::FlowKey,
+    pub offset: u64,
+}
+
+impl ResumeHeader {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(RESUME_LEN);
+        v.extend_from_slice(MAGIC);
+        v.push(VERSION_RESUME);
+        v.extend_from_slice(&self.prev.src.to_be_bytes());
+        v.extend_from_slice(&self.prev.id.to_be_bytes());
+        v.extend_from_slice(&self.offset.to_be_bytes());
+        v
+    }
+
+    /// The resume header at the start of `buf`, if it starts with one.
+    pub fn decode(buf: &[u8]) -> Option<ResumeHeader> {
+        if buf.len() < RESUME_LEN || &buf[..4] != MAGIC || buf[4] != VERSION_RESUME {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_be_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+        let mut off = [0u8; 8];
+        off.copy_from_slice(&buf[13..21]);
+        Some(ResumeHeader {
+            prev: hop_proto::FlowKey {
+                src: u32_at(5),
+                id: u32_at(9),
+            },
+            offset: u64::from_be_bytes(off),
+        })
+    }
+
+    /// The resume header at the start of the file at `path`, if it starts with one.
+    pub fn read(path: &std::path::Path) -> Option<ResumeHeader> {
+        use std::io::Read;
+        let mut buf = [0u8; RESUME_LEN];
+        std::fs::File::open(path).ok()?.read_exact(&mut buf).ok()?;
+        ResumeHeader::decode(&buf)
+    }
+}
 
 /// The header of a flow.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod mtu;
 pub mod netlink;
 pub mod overhear;
+pub mod resume;
 pub mod server;
 mod socket;
 

@@ -33,6 +33,8 @@ pub struct Counters {
     pub files_handed_over: u64,
     pub flows_abandoned: u64,
     pub integrity_failures: u64,
+    pub duplicates_dropped: u64,
+    pub transfers_resumed: u64,
     pub delivered_bytes: u64,
     pub storage_errors: u64,
     #[serde(skip)]
@@ -159,7 +161,7 @@ fn transport_label(t: &hop_wire::TransportId) -> String {
 impl Collector for Snapshot {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let (c, custody, stats) = (&self.counters, &self.custody, &self.stats);
-        let daemon: [(&str, &str, u64); 21] = [
+        let daemon: [(&str, &str, u64); 23] = [
             ("rx_datagrams", "UDP datagrams received", c.rx_datagrams),
             (
                 "rx_overheard",
@@ -230,6 +232,16 @@ impl Collector for Snapshot {
                 "integrity_failures",
                 "received files whose BLAKE3 check failed",
                 c.integrity_failures,
+            ),
+            (
+                "duplicates_dropped",
+                "resumed transfers dropped because the file was delivered already",
+                c.duplicates_dropped,
+            ),
+            (
+                "transfers_resumed",
+                "kept transfers resumed after a restart at the byte the destination had",
+                c.transfers_resumed,
             ),
             (
                 "delivered_bytes",

@@ -110,3 +110,86 @@ fn source_killed_fails_the_send_clearly_and_a_new_send_completes() {
     assert_eq!(st["counters"]["files_received"], 1, "{st}");
     assert_eq!(st["inbox"], 0, "{st}");
 }
+
+/// A detached transfer whose source is killed mid-transfer resumes, after the restart, at the
+/// byte the destination had acknowledged (not from the first), the destination joins the two
+/// flows into one file delivered once, and the earlier flow is aborted along the path: no
+/// spool file or custody of it is left anywhere.
+#[test]
+fn a_detached_transfer_resumes_where_it_stopped_after_its_source_is_killed() {
+    let work = tempfile::tempdir().unwrap();
+    let size = 16 * 1024 * 1024;
+    let file = work.path().join("survey.tar");
+    let data = pattern(43, size);
+    std::fs::write(&file, &data).unwrap();
+    let mut nodes = loopback_chain(3, work.path(), "");
+    let o = nodes[0].hop(&[
+        "send",
+        "--detach",
+        "--quiet",
+        file.to_str().unwrap(),
+        "--to",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_incoming(&nodes[2], (size / 4) as u64, Duration::from_secs(120));
+    nodes[0].kill9();
+    let before = incoming_bytes(&nodes[2]);
+    assert!(before < size as u64, "the transfer ended before the kill");
+    Hopd::restart_serving(&mut nodes[0]);
+    let dir = work.path().join("in");
+    receive_one_file(&nodes[2], &dir, "survey.tar", &data);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    let log = nodes[0].log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("resuming a kept (detached) transfer"))
+        .unwrap_or_else(|| panic!("no resume in the source's log:\n{log}"));
+    let at: u64 = line
+        .split(" at=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no resume point in {line}"));
+    assert!(at > 0, "resumed from the first byte: {line}");
+    // The restarted source sent the bytes from the resume point on, not the whole file.
+    let st = nodes[0].status();
+    let data_packets = st["node"]["transports"][0][1]["sent_by_type"]["data"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no data packets sent after the restart: {st}"));
+    let payload = st["packet_payload_bytes"].as_u64().unwrap();
+    let left = size as u64 - at;
+    assert!(
+        data_packets * payload < left + (left / 10),
+        "{data_packets} data packets of {payload} bytes sent after the restart for {left} bytes left"
+    );
+    let st = nodes[2].status();
+    assert_eq!(st["counters"]["files_received"], 1, "{st}");
+    assert_eq!(st["counters"]["integrity_failures"], 0, "{st}");
+    // The earlier flow is aborted along the path: nothing of it is left.
+    let incoming = nodes[2].dir.join("store/incoming");
+    let left = || -> Vec<String> {
+        std::fs::read_dir(&incoming)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".part") || n.ends_with(".joined"))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !left().is_empty() || nodes[1].status()["custody"]["blocks"] != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: spool files {:?}, relay custody {}",
+            left(),
+            nodes[1].status()["custody"]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        std::fs::read_dir(nodes[0].dir.join("store/outgoing"))
+            .unwrap()
+            .count(),
+        0
+    );
+}

@@ -148,6 +148,17 @@ fn stall_and_drain(room: Room) {
         String::from_utf8_lossy(&out.stderr),
         dst.log()
     );
+    // The sender heard why it waited, and that it moved again.
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("destination 3's storage is full") && said.contains("moving again"),
+        "hop send did not say why it waited: {said}"
+    );
+    assert!(
+        nodes[0].log().contains("the destination's storage is full"),
+        "{}",
+        nodes[0].log()
+    );
     let r = recv(dst, &dir, 1);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(

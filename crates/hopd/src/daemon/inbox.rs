@@ -77,7 +77,49 @@ impl Daemon {
             return;
         }
         self.spool.close(flow);
-        let part = crate::custody::part_path(&self.cfg.storage_dir.join("incoming"), flow);
+        let incoming = self.cfg.storage_dir.join("incoming");
+        let mut part = crate::custody::part_path(&incoming, flow);
+        let mut bytes = bytes;
+        // Resumed transfers (resume.rs): the file is delivered once, by the last flow.
+        if let Some(by) = crate::resume::resumed_by(&incoming, flow) {
+            info!(%flow, resumed_by = %by, "flow finished after another resumed it: its bytes stay for that one");
+            return;
+        }
+        let resumes = flowfmt::ResumeHeader::read(&part);
+        if let Some(r) = resumes {
+            match crate::resume::join(&incoming, flow, &r, bytes) {
+                Ok(crate::resume::Joined::File { path, len }) => {
+                    info!(%flow, resumes = %r.prev, offset = r.offset, "resumed transfer joined");
+                    let _ = std::fs::remove_file(&part);
+                    part = path;
+                    bytes = len;
+                }
+                Ok(crate::resume::Joined::Duplicate) => {
+                    info!(%flow, resumes = %r.prev, "resumed transfer was delivered already: this copy is dropped");
+                    self.counters.duplicates_dropped += 1;
+                    let _ = std::fs::remove_file(&part);
+                    crate::resume::release_chain(&incoming, r.prev);
+                    return;
+                }
+                Ok(crate::resume::Joined::Missing) => {
+                    warn!(%flow, resumes = %r.prev, offset = r.offset, "resumed transfer cannot be joined: the bytes before it are gone");
+                    self.counters.integrity_failures += 1;
+                    let _ = std::fs::rename(
+                        &part,
+                        self.cfg
+                            .storage_dir
+                            .join("rejected")
+                            .join(format!("{name}.flow")),
+                    );
+                    return;
+                }
+                Err(e) => {
+                    warn!(%flow, error = %e, "cannot join a resumed transfer");
+                    self.counters.storage_errors += 1;
+                    return;
+                }
+            }
+        }
         let checked = match File::open(&part) {
             Ok(mut file) => {
                 let r = verify_spool(&mut file, bytes);
@@ -86,6 +128,9 @@ impl Daemon {
             }
             Err(_) => Err(flowfmt::FlowFormatError::Incomplete),
         };
+        if let Some(r) = resumes {
+            crate::resume::release_chain(&incoming, r.prev);
+        }
         match checked {
             Ok((header, content_offset, hash)) => {
                 let dst = self
@@ -118,9 +163,11 @@ impl Daemon {
                 self.publish_inbox();
                 if self.transport_id == TransportId::Hop {
                     // Progress records are kept after the finish (a restarted destination
-                    // answers late retransmissions with the end-to-end BACK) until the
-                    // transport would have forgotten the flow anyway.
-                    let idle = crate::transport::hop_config(&self.cfg).flow_idle_timeout;
+                    // answers late retransmissions with the end-to-end BACK, and a flow
+                    // resuming this one is known for a duplicate, resume.rs) as long as a
+                    // source may still be trying.
+                    let idle =
+                        crate::transport::hop_config(&self.cfg).unfinished_flow_idle_timeout();
                     self.spool.prune_finished(idle);
                 }
                 self.offer(entry);

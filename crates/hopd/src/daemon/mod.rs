@@ -400,11 +400,22 @@ impl Daemon {
                     );
                     self.neighbour_returned(neighbour)
                 }
+                Event::DestinationFull { flow } => self.destination_full(flow),
                 Event::Acknowledged { flow, bytes } => {
-                    if let Some(f) = self.out.get_mut(&flow) {
-                        f.bytes_acked = bytes;
-                        let _ = f.updates.send(FlowUpdate::Acked { bytes });
+                    let Some(f) = self.out.get_mut(&flow) else {
+                        continue;
+                    };
+                    if std::mem::take(&mut f.dest_full) {
+                        let _ = f.updates.send(FlowUpdate::Waiting { reason: None });
                     }
+                    let (to, mut held) = (f.to, bytes);
+                    let mut abort = Vec::new();
+                    if let Some(p) = f.persisted.as_mut() {
+                        (abort, held) = p.acknowledged(bytes);
+                    }
+                    f.bytes_acked = held;
+                    let _ = f.updates.send(FlowUpdate::Acked { bytes: held });
+                    self.abort_earlier_flows(&abort, to);
                 }
                 Event::SendComplete { flow, bytes } => {
                     info!(%flow, bytes, "send complete");
@@ -499,6 +510,7 @@ impl Daemon {
                                 expires,
                                 bytes_acked: 0,
                                 persisted: None,
+                                dest_full: false,
                             },
                         );
                         if detach {

@@ -28,6 +28,8 @@ pub(super) struct OutFlow {
     pub(super) bytes_acked: u64,
     /// A detached transfer kept on disk until it ends (persist.rs).
     pub(super) persisted: Option<super::persist::Persisted>,
+    /// The destination said its storage is full; cleared by its next acknowledgement.
+    pub(super) dest_full: bool,
 }
 
 impl Daemon {
@@ -36,9 +38,26 @@ impl Daemon {
     pub(super) fn end_outgoing(&mut self, flow: FlowKey) -> Option<OutFlow> {
         let mut f = self.out.remove(&flow)?;
         if let Some(p) = f.persisted.take() {
-            p.forget();
+            let earlier = p.forget();
+            self.abort_earlier_flows(&earlier, f.to);
         }
         Some(f)
+    }
+
+    /// Abort along their path the flows of a transfer that a restart superseded
+    /// (persist.rs): the nodes downstream free what they hold of them.
+    pub(super) fn abort_earlier_flows(&mut self, flows: &[FlowKey], to: NodeId) {
+        let now = self.now();
+        for &flow in flows {
+            match self.node.abort_earlier(now, self.transport_id, flow, to) {
+                Ok(()) => {
+                    info!(%flow, to, "earlier flow of a resumed transfer aborted along its path")
+                }
+                Err(e) => {
+                    warn!(%flow, error = %e, "cannot abort an earlier flow of a resumed transfer")
+                }
+            }
+        }
     }
 
     /// The outgoing flows, oldest first, for `hop list`.
@@ -148,6 +167,32 @@ impl Daemon {
                 });
             }
         }
+    }
+
+    /// The destination of `flow` holds its next block but has no room to deliver it: the
+    /// sender and the operator hear why the transfer stalls, once per stall.
+    pub(super) fn destination_full(&mut self, flow: FlowKey) {
+        let Some(f) = self.out.get_mut(&flow) else {
+            return;
+        };
+        if std::mem::replace(&mut f.dest_full, true) {
+            return;
+        }
+        warn!(
+            %flow,
+            to = f.to,
+            name = %f.name,
+            "the destination's storage is full: the transfer waits until its applications take \
+             files (`hop recv` there) or its operator frees room (`[storage] max_disk_bytes`, disk)"
+        );
+        let reason = format!(
+            "destination {}'s storage is full; waiting until it has room (its receivers take \
+             files, or its operator frees space)",
+            f.to
+        );
+        let _ = f.updates.send(FlowUpdate::Waiting {
+            reason: Some(reason),
+        });
     }
 
     pub(super) fn neighbour_returned(&mut self, id: NodeId) {
