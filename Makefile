@@ -3,7 +3,7 @@
 #   make test   - install what is needed and run every test (what CI runs)
 SHELL := /bin/bash
 
-.PHONY: demo test setup build clean-lab
+.PHONY: demo test setup build clean-lab deb-test
 
 setup:
 	bash scripts/setup.sh
@@ -20,3 +20,7 @@ test:
 
 clean-lab:
 	.venv/bin/hoplab clean
+
+# The Debian package, built and tested in a clean Debian chroot (root; scripts/test-deb-install.sh).
+deb-test:
+	bash scripts/test-deb-install.sh
