@@ -183,6 +183,17 @@ impl Node {
         self.with_ctx(now, idx, |t, ctx| t.set_lifetime(ctx, flow, until))
     }
 
+    /// Give a local flow a class (see [`Transport::set_priority`]).
+    pub fn set_priority(
+        &mut self,
+        now: Instant,
+        flow: FlowKey,
+        priority: u8,
+    ) -> Result<(), AppError> {
+        let idx = self.flow_index(flow)?;
+        self.with_ctx(now, idx, |t, ctx| t.set_priority(ctx, flow, priority))
+    }
+
     /// Abandon a local flow.
     pub fn abort(&mut self, now: Instant, flow: FlowKey) -> Result<(), AppError> {
         let idx = self.flow_index(flow)?;

@@ -114,6 +114,18 @@ pub trait Transport: Send {
         Ok(())
     }
 
+    /// Give a local flow a class (hop-wire `PRIORITY_NORMAL`, `_BULK`, `_EXPEDITED`): every
+    /// node on its path sends the data of a higher class first. A transport without classes
+    /// answers [`AppError::Unsupported`] (the default).
+    fn set_priority(
+        &mut self,
+        _ctx: &mut Ctx<'_>,
+        _flow: FlowKey,
+        _priority: u8,
+    ) -> Result<(), AppError> {
+        Err(AppError::Unsupported(self.id()))
+    }
+
     /// Abort along its path a flow this node sent in an earlier run (a restart lost its
     /// state): the nodes downstream free what they hold of it. A transport without aborts
     /// that reach the path answers [`AppError::Unsupported`] (the default).

@@ -143,3 +143,44 @@ fn flow_state_is_reclaimed_everywhere() {
         assert_eq!(s.cache_bytes, 0, "node {id} keeps bytes");
     }
 }
+
+/// Two equal transfers share a 2-hop path; the second is expedited, the first bulk. Every
+/// node sends the expedited flow's data first (the relay learns the class from its BSYNs and
+/// DATA), so it arrives in about the time it would take alone; with both of one class the two
+/// share the path and arrive together.
+#[test]
+fn an_expedited_flow_goes_ahead_of_a_bulk_one_at_every_hop() {
+    use hop_wire::hop::{PRIORITY_BULK, PRIORITY_EXPEDITED, PRIORITY_NORMAL};
+    let size = 8 << 20;
+    let run = |first: u8, second: u8| {
+        let mut net = Net::chain(3, LinkSpec::default(), HopConfig::default(), 5);
+        let a = net.transfer(1, 3, size);
+        let b = net.transfer(1, 3, size);
+        let now = net.now;
+        for (app, p) in [(a, first), (b, second)] {
+            let flow = net.apps[app].flow;
+            net.nodes
+                .get_mut(&1)
+                .unwrap()
+                .set_priority(now, flow, p)
+                .unwrap();
+        }
+        net.run_to_completion(secs(600.0));
+        net.assert_all_identical();
+        let took = |app: usize| {
+            let n = &net.apps[app];
+            (n.delivered_at.expect("delivered") - n.start).as_secs_f64()
+        };
+        (took(a), took(b))
+    };
+    let (alike_a, alike_b) = run(PRIORITY_NORMAL, PRIORITY_NORMAL);
+    let (bulk, expedited) = run(PRIORITY_BULK, PRIORITY_EXPEDITED);
+    assert!(
+        alike_b > 0.8 * alike_a,
+        "flows of one class should share the path: {alike_a:.2} s and {alike_b:.2} s"
+    );
+    assert!(
+        expedited < 0.7 * bulk && expedited < 0.7 * alike_b,
+        "the expedited flow took {expedited:.2} s (bulk {bulk:.2} s; alike {alike_a:.2}/{alike_b:.2} s)"
+    );
+}

@@ -8,7 +8,7 @@
 //!  0      1   msg_type   1 DATA, 2 BSYN, 3 BACK, 4 E2E_BACK, 5 FIN
 //!  1      1   flags      VTX 0x01, FIN 0x02, MICRO 0x04, ABORT 0x08, COMPLETE 0x10, ASK 0x20
 //!  2      1   ttl        hops a virtual retransmission may still travel (0 otherwise)
-//!  3      1   reserved   must be 0
+//!  3      1   priority   0 normal, 1 bulk, 2 expedited (the flow's class)
 //!  4      4   src        end-to-end source node id (owner of the flow id)
 //!  8      4   flow_id    flow id, unique at `src`
 //! 12      4   dst        end-to-end destination node id
@@ -74,10 +74,28 @@ impl MsgType {
     }
 }
 
+/// A flow's class (the Bundle Protocol's, RFC 9171 §4.2.3's predecessor in RFC 5050): nodes
+/// send the data of flows of a higher class first. Normal is 0, so that a header that
+/// names none is normal.
+pub const PRIORITY_NORMAL: u8 = 0;
+pub const PRIORITY_BULK: u8 = 1;
+pub const PRIORITY_EXPEDITED: u8 = 2;
+
+/// The order of a priority value: bulk < normal < expedited.
+pub fn priority_rank(priority: u8) -> u8 {
+    match priority {
+        PRIORITY_BULK => 0,
+        PRIORITY_EXPEDITED => 2,
+        _ => 1,
+    }
+}
+
 /// The common header of every Hop message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HopHeader {
     pub flags: u8,
+    /// The flow's class ([`PRIORITY_NORMAL`], [`PRIORITY_BULK`], [`PRIORITY_EXPEDITED`]).
+    pub priority: u8,
     pub ttl: u8,
     /// End-to-end source (the node that opened the flow).
     pub src: NodeId,
@@ -254,12 +272,13 @@ impl<'a> HopMessage<'a> {
         }
         let kind = MsgType::from_u8(buf[0])?;
         let flags = buf[1];
-        if flags & !KNOWN_FLAGS != 0 || buf[3] != 0 {
+        if flags & !KNOWN_FLAGS != 0 || buf[3] > PRIORITY_EXPEDITED {
             return Err(Error::ReservedBits(
                 u32::from(flags & !KNOWN_FLAGS) | (u32::from(buf[3]) << 8),
             ));
         }
         let header = HopHeader {
+            priority: buf[3],
             flags,
             ttl: buf[2],
             src: be_u32(buf, 4),
@@ -433,11 +452,17 @@ impl<'a> HopMessage<'a> {
             _ => {}
         }
         let h = &self.header;
+        if h.priority > PRIORITY_EXPEDITED {
+            return Err(Error::Malformed {
+                field: "priority",
+                reason: "not 0 (normal), 1 (bulk) or 2 (expedited)",
+            });
+        }
         out.reserve(self.encoded_len());
         out.push(self.msg_type() as u8);
         out.push(h.flags);
         out.push(h.ttl);
-        out.push(0);
+        out.push(h.priority);
         out.extend_from_slice(&h.src.to_be_bytes());
         out.extend_from_slice(&h.flow_id.to_be_bytes());
         out.extend_from_slice(&h.dst.to_be_bytes());
@@ -497,6 +522,7 @@ mod tests {
 
     fn header(flags: u8) -> HopHeader {
         HopHeader {
+            priority: 0,
             flags,
             ttl: 7,
             src: 1,
@@ -512,6 +538,45 @@ mod tests {
         assert_eq!(out.len(), msg.encoded_len());
         let back = HopMessage::parse(&out).unwrap();
         assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn a_flows_class_travels_in_byte_three_and_only_known_classes_parse() {
+        for p in [PRIORITY_NORMAL, PRIORITY_BULK, PRIORITY_EXPEDITED] {
+            let msg = HopMessage {
+                header: HopHeader {
+                    priority: p,
+                    ..header(0)
+                },
+                body: HopBody::E2eBack { cum_blocks: 4 },
+            };
+            let mut out = Vec::new();
+            msg.emit(&mut out).unwrap();
+            assert_eq!(out[3], p);
+            round_trip(msg);
+        }
+        let mut out = Vec::new();
+        HopMessage {
+            header: header(0),
+            body: HopBody::E2eBack { cum_blocks: 4 },
+        }
+        .emit(&mut out)
+        .unwrap();
+        out[3] = 3;
+        assert!(matches!(
+            HopMessage::parse(&out),
+            Err(Error::ReservedBits(_))
+        ));
+        let bad = HopMessage {
+            header: HopHeader {
+                priority: 3,
+                ..header(0)
+            },
+            body: HopBody::E2eBack { cum_blocks: 4 },
+        };
+        assert!(bad.emit(&mut Vec::new()).is_err());
+        assert!(priority_rank(PRIORITY_BULK) < priority_rank(PRIORITY_NORMAL));
+        assert!(priority_rank(PRIORITY_NORMAL) < priority_rank(PRIORITY_EXPEDITED));
     }
 
     #[test]
@@ -633,7 +698,7 @@ mod tests {
             let r = geom.packet_range(u32::from(pn)).unwrap();
             let payload: Vec<u8> = (0..r.len()).map(|i| i as u8).collect();
             round_trip(HopMessage {
-                header: HopHeader { flags, ttl, src, flow_id: id, dst, block_num: bn },
+                header: HopHeader { priority: 0, flags, ttl, src, flow_id: id, dst, block_num: bn },
                 body: HopBody::Data { offset: u64::from(bn) * 7, geom, packet_num: pn, payload: &payload },
             });
         }
@@ -648,7 +713,7 @@ mod tests {
                 Vec::new()
             };
             round_trip(HopMessage {
-                header: HopHeader { flags, ttl, src: 4, flow_id: 5, dst: 6, block_num: bn },
+                header: HopHeader { priority: 0, flags, ttl, src: 4, flow_id: 5, dst: 6, block_num: bn },
                 body: HopBody::Bsyn { offset, geom, packet_num: if micro { pn } else { 0 }, expect, payload: &payload },
             });
         }

@@ -27,6 +27,7 @@ struct WaitingFlow {
     /// The application was refused bytes: it hears `Writable` once the flow takes more.
     blocked: bool,
     lifetime: Option<Instant>,
+    priority: u8,
 }
 
 impl WaitingFlow {
@@ -39,6 +40,7 @@ impl WaitingFlow {
             finish: false,
             blocked: false,
             lifetime: None,
+            priority: PRIORITY_NORMAL,
         }
     }
 }
@@ -159,9 +161,11 @@ impl HopTransport {
             finish,
             blocked,
             lifetime,
+            priority,
             ..
         } = w;
         let mut f = Flow::new(dst, ctx.now);
+        f.priority = priority;
         f.role = Role::Source(SourceState {
             pending,
             pending_bytes,
@@ -282,6 +286,21 @@ impl HopTransport {
         match self.flows.get_mut(&key).map(|f| &mut f.role) {
             Some(Role::Source(s)) => {
                 s.lifetime = Some(until);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Set the class of a local flow, waiting or sending. False if there is no such flow.
+    pub(super) fn set_source_priority(&mut self, key: FlowKey, priority: u8) -> bool {
+        if let Some(w) = self.waiting.flows.get_mut(&key) {
+            w.priority = priority;
+            return true;
+        }
+        match self.flows.get_mut(&key) {
+            Some(f) if f.source().is_some() => {
+                f.priority = priority;
                 true
             }
             _ => false,

@@ -137,6 +137,10 @@ pub(super) struct Flow {
     pub(super) e2e_cum: u32,
     pub(super) e2e_fin: bool,
     pub(super) role: Role,
+    /// The flow's class (hop-wire `PRIORITY_*`): set by the source's application, learnt by
+    /// the other nodes from the BSYNs and DATA they receive; data of a higher class goes
+    /// first (scheduler.rs).
+    pub(super) priority: u8,
 }
 
 /// What a node is to a flow: its source, a relay on its path, or its destination (a node is
@@ -160,6 +164,7 @@ impl Flow {
             e2e_cum: 0,
             e2e_fin: false,
             role: Role::Relay,
+            priority: PRIORITY_NORMAL,
         }
     }
 

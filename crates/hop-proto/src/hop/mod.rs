@@ -42,7 +42,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hop_wire::hop::{
     BlockGeom, HopBody, HopHeader, HopMessage, MsgType, FLAG_ABORT, FLAG_ASK, FLAG_COMPLETE,
-    FLAG_FIN, FLAG_MICRO, FLAG_VTX, FLAG_WAIT,
+    FLAG_FIN, FLAG_MICRO, FLAG_VTX, FLAG_WAIT, PRIORITY_EXPEDITED, PRIORITY_NORMAL,
 };
 use hop_wire::{NodeId, TransportId};
 use rand::Rng;
@@ -194,8 +194,25 @@ impl HopTransport {
         });
     }
 
+    /// Every message about a flow carries the flow's class (header byte 3), written here as
+    /// it leaves, in one place, rather than where each message is made; a message about a
+    /// flow this node holds no state for says normal.
+    fn stamp_priority(&self, mut out: Outgoing) -> Outgoing {
+        if let Some(b) = out.body.get(4..12) {
+            let key = FlowKey {
+                src: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+                id: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            };
+            if let Some(f) = self.flows.get(&key) {
+                out.body[3] = f.priority;
+            }
+        }
+        out
+    }
+
     fn header(key: FlowKey, dst: NodeId, block: u32, flags: u8, ttl: u8) -> HopHeader {
         HopHeader {
+            priority: 0,
             flags,
             ttl,
             src: key.src,
@@ -294,6 +311,22 @@ impl Transport for HopTransport {
         Ok(())
     }
 
+    fn set_priority(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        flow: FlowKey,
+        priority: u8,
+    ) -> Result<(), AppError> {
+        self.tick(ctx.now);
+        if priority > PRIORITY_EXPEDITED {
+            return Err(AppError::Unsupported(TransportId::Hop));
+        }
+        if !self.set_source_priority(flow, priority) {
+            return Err(AppError::UnknownFlow(flow));
+        }
+        Ok(())
+    }
+
     fn abort_earlier(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -386,6 +419,14 @@ impl Transport for HopTransport {
             HopBody::E2eBack { cum_blocks } => self.on_e2e(ctx, &h, cum_blocks),
             HopBody::Fin { total_bytes } => self.on_fin(ctx, &h, rx.link_src, total_bytes),
         }
+        if matches!(msg.body, HopBody::Data { .. } | HopBody::Bsyn { .. }) && !rx.overheard {
+            // The upstream's word on the flow's class (the source's, passed on).
+            if let Some(f) = self.flows.get_mut(&flow_key(&h)) {
+                if f.source().is_none() {
+                    f.priority = h.priority;
+                }
+            }
+        }
         if matches!(msg.body, HopBody::Data { .. }) && !rx.overheard {
             self.pump_flow(ctx, flow_key(&h));
         }
@@ -455,17 +496,17 @@ impl Transport for HopTransport {
             self.refresh_timer(ctx.now);
         }
         if let Some(out) = self.control.pop_front() {
-            return Some(out);
+            return Some(self.stamp_priority(out));
         }
         let out = self.next_data(ctx);
         if out.is_none() && !self.control.is_empty() {
-            return self.control.pop_front();
+            return self.control.pop_front().map(|o| self.stamp_priority(o));
         }
-        out
+        out.map(|o| self.stamp_priority(o))
     }
 
     fn poll_control(&mut self, _ctx: &mut Ctx<'_>) -> Option<Outgoing> {
-        self.control.pop_front()
+        self.control.pop_front().map(|o| self.stamp_priority(o))
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

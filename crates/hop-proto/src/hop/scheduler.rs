@@ -62,13 +62,25 @@ impl HopTransport {
         })
     }
 
+    /// The rank of a flow's class (bulk < normal < expedited).
+    pub(super) fn rank(&self, key: FlowKey) -> u8 {
+        self.flows
+            .get(&key)
+            .map_or(1, |f| hop_wire::hop::priority_rank(f.priority))
+    }
+
     /// Next data packet to send: round robin over flows, one txop per flow per turn (§3.6).
-    /// Nothing while the link window is full.
+    /// Nothing while the link window is full. Flows of the highest class that has data to
+    /// send go first; the others get the link only when none of those can use it (an
+    /// extension: the paper's flows are all alike).
     pub(super) fn next_data(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
         if self.window_full() {
             return None;
         }
         let mid_round = self.mid_round();
+        if let Some(out) = self.next_data_of_top_class(ctx, &mid_round) {
+            return Some(out);
+        }
         let mut tries = self.round_robin.len();
         while tries > 0 {
             let &key = self.round_robin.front()?;
@@ -84,6 +96,51 @@ impl HopTransport {
                 self.round_robin.push_back(key);
             }
             tries -= 1;
+        }
+        None
+    }
+
+    /// With flows of several classes waiting to send: the next packet of a flow of the
+    /// highest, in round-robin order among them. Flows of that class that cannot send now
+    /// are passed over as in [`next_data`](Self::next_data). None when all flows are of one
+    /// class (the round robin then serves them all alike) or none of the top class can send.
+    fn next_data_of_top_class(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mid_round: &BTreeMap<NodeId, (FlowKey, u32)>,
+    ) -> Option<Outgoing> {
+        let ranks: Vec<u8> = self.round_robin.iter().map(|k| self.rank(*k)).collect();
+        let top = *ranks.iter().max()?;
+        if ranks.iter().all(|r| *r == top) {
+            return None;
+        }
+        let tops: Vec<FlowKey> = self
+            .round_robin
+            .iter()
+            .zip(&ranks)
+            .filter(|(_, r)| **r == top)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in tops {
+            // To the front, where the round robin's bookkeeping expects the flow it serves.
+            let Some(at) = self.round_robin.iter().position(|k| *k == key) else {
+                continue;
+            };
+            if at > 0 {
+                self.txop_left = 0;
+                self.round_robin.remove(at);
+                self.round_robin.push_front(key);
+            }
+            let (produced, exhausted, behind_round) = self.take_packet(ctx.now, key, mid_round);
+            if let Some(out) = produced {
+                self.end_of_packet(ctx, key, exhausted);
+                return Some(out);
+            }
+            self.txop_left = 0;
+            self.round_robin.pop_front();
+            if behind_round {
+                self.round_robin.push_back(key);
+            }
         }
         None
     }

@@ -153,11 +153,14 @@ impl HopTransport {
             if !self.withholding.admitted.is_empty() {
                 return Err(Withhold::AckWithholding);
             }
-            // Fairness: a sender that just finished does not jump ahead of waiting senders.
+            // Fairness: a sender that just finished does not jump ahead of waiting senders;
+            // and no block goes ahead of a waiting block of a higher class.
+            let rank = self.rank(key);
             let waiting_first = self.withholding.waiting.iter().any(|w| {
-                w.from != from
-                    && w.reason == Withhold::AckWithholding
-                    && w.geom.block_len <= geom.block_len
+                let theirs = self.rank(w.key);
+                w.reason == Withhold::AckWithholding
+                    && (theirs > rank
+                        || (theirs == rank && w.from != from && w.geom.block_len <= geom.block_len))
             });
             if waiting_first {
                 return Err(Withhold::AckWithholding);
@@ -166,15 +169,23 @@ impl HopTransport {
         Ok(())
     }
 
-    /// Answer withheld BSYNs whose reason cleared: smallest block first (§3.6), then the
-    /// senders other than the one just served, then in the order they first asked (§3.5).
+    /// Answer withheld BSYNs whose reason cleared: the highest class first (an extension),
+    /// then smallest block first (§3.6), then the senders other than the one just served, then
+    /// in the order they first asked (§3.5).
     pub(super) fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
         if self.withholding.waiting.is_empty() {
             return;
         }
         let mut list = std::mem::take(&mut self.withholding.waiting);
         let last = self.withholding.last_holder;
-        list.sort_by_key(|w| (w.geom.block_len, Some(w.from) == last, w.since));
+        list.sort_by_key(|w| {
+            (
+                std::cmp::Reverse(self.rank(w.key)),
+                w.geom.block_len,
+                Some(w.from) == last,
+                w.since,
+            )
+        });
         // Each is evaluated against the waiters kept so far, which are put back as it goes.
         // What relays hold per next hop is counted once, and again after each admission.
         let mut relayed = self.relayed_unmoved(ctx.routing);

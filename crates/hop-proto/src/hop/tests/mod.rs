@@ -104,6 +104,7 @@ const FLOW: FlowKey = FlowKey { src: 1, id: 9 };
 
 fn hdr(block: u32, flags: u8) -> HopHeader {
     HopHeader {
+        priority: 0,
         flags,
         ttl: 0,
         src: FLOW.src,

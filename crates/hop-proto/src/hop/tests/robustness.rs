@@ -18,7 +18,7 @@ proptest! {
         let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
         let geom = BlockGeom { block_len: len, packet_size: 100 };
         let payload = geom.packet_range(u32::from(pn)).map(|r| vec![0u8; r.len()]);
-        let header = HopHeader { flags, ttl, src, flow_id: 1, dst, block_num: block };
+        let header = HopHeader { priority: 0, flags, ttl, src, flow_id: 1, dst, block_num: block };
         let body = match (kind, &payload) {
             (0, Some(p)) => HopBody::Data { offset: 0, geom, packet_num: pn, payload: p },
             (1, Some(p)) if flags & FLAG_MICRO != 0 => HopBody::Bsyn { offset: 0, geom, packet_num: pn, expect: 0, payload: p },
@@ -53,6 +53,7 @@ fn interleaved_msg(kind: u8, v: &[u32]) -> Vec<u8> {
         packet_size,
     };
     let header = HopHeader {
+        priority: 0,
         // Mostly none or one flag, sometimes any combination.
         flags: [
             0,

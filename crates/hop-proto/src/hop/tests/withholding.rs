@@ -8,6 +8,7 @@ fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
     let mut h = Harness::new(2, &[(1, 1), (3, 3), (4, 4)], HopTransport::new(small_cfg()));
     let bsyn = |src: NodeId, len: u32| HopMessage {
         header: HopHeader {
+            priority: 0,
             flags: 0,
             ttl: 0,
             src,
@@ -189,6 +190,7 @@ fn a_waiting_bsyn_for_a_block_cached_under_another_geometry_gets_its_turn() {
     };
     let mut h = Harness::new(2, &[(3, 3), (1, 1), (4, 4)], HopTransport::new(cfg));
     let theirs = HopHeader {
+        priority: 0,
         flags: 0,
         ttl: 0,
         src: 4,
