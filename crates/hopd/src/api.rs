@@ -37,6 +37,9 @@ pub enum Request {
         /// inbox.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         service: Option<String>,
+        /// The transfer's class (Hop); none: normal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        priority: Option<Priority>,
     },
     /// Receive files: the daemon sends each complete, verified file as a `file` reply plus
     /// data frames; the client answers `ack` once it has stored it.
@@ -58,6 +61,28 @@ pub enum Request {
     Reload { v: u32 },
 }
 
+/// A transfer's class: every node on its path sends the data of a higher class first (the
+/// Bundle Protocol's bulk, normal and expedited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    Bulk,
+    #[default]
+    Normal,
+    Expedited,
+}
+
+impl Priority {
+    /// The value in Hop's header (hop-wire `PRIORITY_*`).
+    pub fn wire(self) -> u8 {
+        match self {
+            Priority::Bulk => hop_wire::hop::PRIORITY_BULK,
+            Priority::Normal => hop_wire::hop::PRIORITY_NORMAL,
+            Priority::Expedited => hop_wire::hop::PRIORITY_EXPEDITED,
+        }
+    }
+}
+
 /// One outgoing transfer, as `list` reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct OutgoingFlow {
@@ -76,6 +101,8 @@ pub struct OutgoingFlow {
     pub expires_in_s: Option<u64>,
     /// A client waits for its result (false: detached, or its client left).
     pub attached: bool,
+    #[serde(default)]
+    pub priority: Priority,
 }
 
 /// A reply from the daemon.
@@ -234,6 +261,7 @@ mod tests {
             detach: false,
             lifetime_s: None,
             service: None,
+            priority: None,
         };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"op":"send","v":1,"to":3,"name":"f","size":9}"#);

@@ -51,6 +51,10 @@ pub enum Cmd {
         /// transfer fails as expired then. Default: hopd's `give_up_after` without progress.
         #[arg(long, value_parser = humantime::parse_duration)]
         lifetime: Option<std::time::Duration>,
+        /// The transfer's class: every node on its path sends the data of a higher class
+        /// first (needs transport = "hop").
+        #[arg(long, value_enum, default_value_t = crate::api::Priority::Normal)]
+        priority: crate::api::Priority,
     },
     /// List this node's outgoing transfers.
     List,

@@ -3,7 +3,7 @@
 //!
 //! - `GET /v1/status`: the node's status (as `hop status --json`).
 //! - `GET /v1/transfers`: outgoing transfers (as `hop list --json`).
-//! - `POST /v1/transfers?to=NODE[&service=S][&name=F][&lifetime_s=T]`, the file as the body
+//! - `POST /v1/transfers?to=NODE[&service=S][&name=F][&lifetime_s=T][&priority=P]`, the file as the body
 //!   (`Content-Length` required): a detached send; 202 with the flow once the node holds it.
 //! - `DELETE /v1/transfers/{flow}`: cancel.
 //! - `GET /v1/inbox[?service=S]`: files received and waiting; `GET /v1/inbox/{flow}`: one
@@ -112,6 +112,7 @@ struct SendQuery {
     service: Option<String>,
     name: Option<String>,
     lifetime_s: Option<u64>,
+    priority: Option<crate::api::Priority>,
 }
 
 /// A detached send: the body goes through the same path as a Unix-socket client's file
@@ -149,6 +150,7 @@ async fn send(
         detach: true,
         lifetime: q.lifetime_s.map(std::time::Duration::from_secs),
         service: q.service,
+        priority: q.priority.unwrap_or_default(),
     };
     let task = tokio::spawn(crate::server::send(server, cmds, req));
     let flow = match next_reply(&mut client).await {

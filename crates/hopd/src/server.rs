@@ -121,6 +121,7 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
             detach,
             lifetime_s,
             service,
+            priority,
             ..
         } => {
             let req = SendReq {
@@ -130,6 +131,7 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
                 detach,
                 lifetime: lifetime_s.map(std::time::Duration::from_secs),
                 service,
+                priority: priority.unwrap_or_default(),
             };
             send(s, cmds, req).await
         }
@@ -267,6 +269,7 @@ pub struct SendReq {
     pub detach: bool,
     pub lifetime: Option<std::time::Duration>,
     pub service: Option<String>,
+    pub priority: crate::api::Priority,
 }
 
 impl SendReq {
@@ -279,6 +282,7 @@ impl SendReq {
             detach: false,
             lifetime: None,
             service: None,
+            priority: Default::default(),
         }
     }
 }
@@ -292,6 +296,7 @@ pub async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> s
         detach,
         lifetime,
         service,
+        priority,
     } = req;
     if let Some(msg) = bad_service(service.as_deref()) {
         return error(&mut s, ErrorCode::BadRequest, msg).await;
@@ -313,6 +318,7 @@ pub async fn send(mut s: UnixStream, cmds: mpsc::Sender<Cmd>, req: SendReq) -> s
         lifetime,
         detach,
         service: service.clone(),
+        priority,
         reply: otx,
         updates: utx,
     })

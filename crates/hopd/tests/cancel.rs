@@ -86,7 +86,22 @@ fn a_detached_send_is_listed_and_cancelled() {
     let mut nodes = loopback_chain(2, work.path(), "");
     nodes[1].terminate();
     let path = file.to_str().unwrap();
-    let out = nodes[0].hop(&["--json", "send", "--detach", path, "--to", "2"]);
+    let bad = nodes[0].hop(&["send", "--priority", "urgent", path, "--to", "2"]);
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "an unknown class is a usage error"
+    );
+    let out = nodes[0].hop(&[
+        "--json",
+        "send",
+        "--detach",
+        "--priority",
+        "expedited",
+        path,
+        "--to",
+        "2",
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -98,11 +113,12 @@ fn a_detached_send_is_listed_and_cancelled() {
     assert_eq!(flows.len(), 1);
     assert_eq!(flows[0]["attached"], false);
     assert_eq!(flows[0]["size"], 300_000);
+    assert_eq!(flows[0]["priority"], "expedited");
     let flow = flows[0]["flow"].as_str().unwrap().to_string();
     let table = nodes[0].hop(&["list"]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
-        table.contains("big.bin") && table.contains("detached"),
+        table.contains("big.bin") && table.contains("detached") && table.contains("expedited"),
         "{table}"
     );
     // `hop status` shows it too, with units, not raw JSON.

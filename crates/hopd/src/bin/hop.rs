@@ -210,6 +210,7 @@ async fn run(args: Args) -> Result<(), Fail> {
             quiet,
             detach,
             lifetime,
+            priority,
         } => {
             // Every input is checked (and directories walked) before the first transfer.
             let mut items: Vec<(PathBuf, String)> = Vec::new();
@@ -249,6 +250,7 @@ async fn run(args: Args) -> Result<(), Fail> {
                     json: args.json,
                     detach,
                     lifetime,
+                    priority,
                     stdin: stdin.as_ref().is_some_and(|s| &s.path == path),
                 };
                 send_one(&args.socket, path, label, &to, &how).await?;

@@ -64,6 +64,8 @@ pub enum Cmd {
         size: u64,
         /// The transfer's lifetime (`hop send --lifetime`).
         lifetime: Option<std::time::Duration>,
+        /// The transfer's class (`hop send --priority`).
+        priority: crate::api::Priority,
         /// The client leaves the transfer to the daemon, which keeps it on disk.
         detach: bool,
         service: Option<String>,

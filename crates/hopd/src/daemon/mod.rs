@@ -465,13 +465,16 @@ impl Daemon {
                 lifetime,
                 detach,
                 service,
+                priority,
                 reply,
                 updates,
             } => {
-                if lifetime.is_some() && self.transport_id != TransportId::Hop {
+                let classed = priority != crate::api::Priority::Normal;
+                if (lifetime.is_some() || classed) && self.transport_id != TransportId::Hop {
+                    let what = if classed { "a priority" } else { "a lifetime" };
                     let _ = reply.send(Err((
                         ErrorCode::BadRequest,
-                        "a lifetime needs transport = \"hop\" (this node runs another)".into(),
+                        format!("{what} needs transport = \"hop\" (this node runs another)"),
                     )));
                     return;
                 }
@@ -494,7 +497,12 @@ impl Daemon {
                                 warn!(%flow, error = %e, "lifetime not set");
                             }
                         }
-                        info!(%flow, to, %name, size, lifetime = ?lifetime, "flow opened");
+                        if classed {
+                            if let Err(e) = self.node.set_priority(now, flow, priority.wire()) {
+                                warn!(%flow, error = %e, "priority not set");
+                            }
+                        }
+                        info!(%flow, to, %name, size, lifetime = ?lifetime, ?priority, "flow opened");
                         self.out.insert(
                             flow,
                             OutFlow {
@@ -511,10 +519,21 @@ impl Daemon {
                                 bytes_acked: 0,
                                 persisted: None,
                                 dest_full: false,
+                                priority,
                             },
                         );
                         if detach {
-                            match self.persist_open(flow, to, &name, size, service, lifetime) {
+                            match self.persist_open(
+                                flow,
+                                persist::Detached {
+                                    to,
+                                    name: name.clone(),
+                                    size,
+                                    service,
+                                    lifetime,
+                                    priority,
+                                },
+                            ) {
                                 Ok(p) => {
                                     if let Some(f) = self.out.get_mut(&flow) {
                                         f.persisted = Some(p);

@@ -30,6 +30,7 @@ pub(super) struct OutFlow {
     pub(super) persisted: Option<super::persist::Persisted>,
     /// The destination said its storage is full; cleared by its next acknowledgement.
     pub(super) dest_full: bool,
+    pub(super) priority: crate::api::Priority,
 }
 
 impl Daemon {
@@ -78,6 +79,7 @@ impl Daemon {
                     .expires
                     .map(|e| e.saturating_duration_since(now).as_secs()),
                 attached: !f.detached && !f.updates.is_closed(),
+                priority: f.priority,
             })
             .collect();
         v.sort_by(|a, b| b.age_s.cmp(&a.age_s).then_with(|| a.flow.cmp(&b.flow)));

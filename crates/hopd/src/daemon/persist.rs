@@ -52,6 +52,8 @@ struct Record {
     /// this flow's resume header.
     #[serde(default)]
     supersedes: Vec<(NodeId, u32)>,
+    #[serde(default)]
+    priority: crate::api::Priority,
 }
 
 impl Record {
@@ -68,6 +70,16 @@ impl Record {
     fn base(&self) -> u64 {
         self.resumes.map_or(0, |(_, _, at)| at)
     }
+}
+
+/// What a detached transfer is: where it goes and how.
+pub(super) struct Detached {
+    pub(super) to: NodeId,
+    pub(super) name: String,
+    pub(super) size: u64,
+    pub(super) service: Option<String>,
+    pub(super) lifetime: Option<Duration>,
+    pub(super) priority: crate::api::Priority,
 }
 
 /// A transfer kept on disk.
@@ -190,21 +202,21 @@ impl Daemon {
     }
 
     /// Start keeping a detached transfer on disk.
-    pub(super) fn persist_open(
-        &self,
-        flow: FlowKey,
-        to: NodeId,
-        name: &str,
-        size: u64,
-        service: Option<String>,
-        lifetime: Option<Duration>,
-    ) -> std::io::Result<Persisted> {
+    pub(super) fn persist_open(&self, flow: FlowKey, t: Detached) -> std::io::Result<Persisted> {
+        let Detached {
+            to,
+            name,
+            size,
+            service,
+            lifetime,
+            priority,
+        } = t;
         let dir = self.outgoing_dir();
         std::fs::create_dir_all(&dir)?;
         let base = dir.join(name_of(flow));
         let rec = Record {
             to,
-            name: name.to_string(),
+            name,
             size,
             service,
             lifetime_until_unix: lifetime.map(|l| unix_now() + l.as_secs()),
@@ -213,6 +225,7 @@ impl Daemon {
             acked: 0,
             progress_unix: unix_now(),
             supersedes: Vec::new(),
+            priority,
         };
         let record = base.with_extension("json");
         write_durably(
@@ -324,6 +337,10 @@ impl Daemon {
             if let Some(l) = left {
                 let _ = self.node.set_lifetime(now, flow, now + l);
             }
+            let priority = rec.priority;
+            if priority != crate::api::Priority::Normal {
+                let _ = self.node.set_priority(now, flow, priority.wire());
+            }
             // The files take the new flow's name.
             let base = self.outgoing_dir().join(name_of(flow));
             let (new_record, new_data) = (base.with_extension("json"), base.with_extension("data"));
@@ -378,6 +395,7 @@ impl Daemon {
                         rec,
                     }),
                     dest_full: false,
+                    priority,
                 },
             );
             self.feed_kept(flow, new_data, header, start, len);

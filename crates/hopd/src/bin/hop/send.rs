@@ -15,6 +15,7 @@ pub(crate) struct SendHow {
     pub(crate) json: bool,
     pub(crate) detach: bool,
     pub(crate) lifetime: Option<std::time::Duration>,
+    pub(crate) priority: hopd::api::Priority,
     /// The file is standard input, spooled.
     pub(crate) stdin: bool,
 }
@@ -131,6 +132,7 @@ pub(crate) async fn send_one(
         json,
         detach,
         lifetime,
+        priority,
         ..
     } = *how;
     let file = std::fs::File::open(path)
@@ -158,6 +160,7 @@ pub(crate) async fn send_one(
             detach,
             lifetime_s: lifetime.map(|l| l.as_secs().max(1)),
             service: service.clone(),
+            priority: (priority != hopd::api::Priority::Normal).then_some(priority),
         },
     )
     .await

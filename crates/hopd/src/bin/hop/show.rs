@@ -246,12 +246,12 @@ pub(crate) fn print_list(outgoing: &[api::OutgoingFlow]) {
         );
     }
     println!(
-        "{:<14} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}  {:<9} name",
-        "flow", "to", "size", "handed", "acked", "age", "expires", "client"
+        "{:<14} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}  {:<9} {:<9} name",
+        "flow", "to", "size", "handed", "acked", "age", "expires", "client", "priority"
     );
     for f in outgoing {
         println!(
-            "{:<14} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}  {:<9} {}",
+            "{:<14} {:>6} {:>10} {:>10} {:>10} {:>8} {:>8}  {:<9} {:<9} {}",
             f.flow,
             f.to,
             human_bytes(f.size),
@@ -260,6 +260,7 @@ pub(crate) fn print_list(outgoing: &[api::OutgoingFlow]) {
             human_age(f.age_s),
             f.expires_in_s.map_or("-".into(), human_age),
             if f.attached { "waiting" } else { "detached" },
+            format!("{:?}", f.priority).to_lowercase(),
             f.name
         );
     }
