@@ -183,6 +183,21 @@ impl Node {
         self.with_ctx(now, idx, |t, ctx| t.set_lifetime(ctx, flow, until))
     }
 
+    /// What the transports know of each neighbour they send to (one report per neighbour;
+    /// of several transports', the first that reports it).
+    pub fn neighbour_reports(&self) -> Vec<crate::transport::NeighbourReport> {
+        let mut all: Vec<crate::transport::NeighbourReport> = Vec::new();
+        for t in &self.transports {
+            for r in t.neighbour_reports() {
+                if !all.iter().any(|a| a.id == r.id) {
+                    all.push(r);
+                }
+            }
+        }
+        all.sort_by_key(|r| r.id);
+        all
+    }
+
     /// Give a local flow a class (see [`Transport::set_priority`]).
     pub fn set_priority(
         &mut self,

@@ -84,6 +84,16 @@ pub struct TransportStats {
     pub extra: BTreeMap<&'static str, u64>,
 }
 
+/// What a transport knows of one neighbour it sends to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NeighbourReport {
+    pub id: NodeId,
+    /// Smoothed time from a request to its answer on this hop (Hop: BSYN to BACK).
+    pub rtt: Option<std::time::Duration>,
+    /// Data packets sent to it more than once.
+    pub data_retransmissions: u64,
+}
+
 /// A transport module hosted by a node.
 pub trait Transport: Send {
     fn id(&self) -> TransportId;
@@ -124,6 +134,11 @@ pub trait Transport: Send {
         _priority: u8,
     ) -> Result<(), AppError> {
         Err(AppError::Unsupported(self.id()))
+    }
+
+    /// Per neighbour: round-trip time and retransmissions (none by default).
+    fn neighbour_reports(&self) -> Vec<NeighbourReport> {
+        Vec::new()
     }
 
     /// Abort along its path a flow this node sent in an earlier run (a restart lost its

@@ -70,6 +70,9 @@ impl HopTransport {
             if repeat { "bsyn_repeat" } else { why },
         );
         self.stats.data_retransmissions += retx;
+        if retx > 0 {
+            *self.retx_to.entry(next_hop).or_default() += retx;
+        }
         let name = name_of(MsgType::Bsyn, flags);
         for body in msgs.into_iter().flatten() {
             bump(&mut self.stats.sent_by_type, name);

@@ -117,6 +117,8 @@ pub struct HopTransport {
     link_queue: LinkQueue,
     /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
     bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
+    /// Data packets sent more than once, per next hop (for operators: a lossy link).
+    retx_to: BTreeMap<NodeId, u64>,
     /// Transfers that may have packets in flight (handed to the link and not reported): the
     /// ones the link window counts, so that counting visits no idle flow.
     in_flight: BTreeSet<(FlowKey, u32)>,
@@ -161,6 +163,7 @@ impl HopTransport {
             app_bytes: 0,
             link_queue: LinkQueue::default(),
             bsyn_rtt: BTreeMap::new(),
+            retx_to: BTreeMap::new(),
             window: LinkWindow {
                 delivered: 0,
                 rate_mark: None,
@@ -309,6 +312,20 @@ impl Transport for HopTransport {
         self.abort_flow(ctx, flow);
         self.refresh_timer(ctx.now);
         Ok(())
+    }
+
+    fn neighbour_reports(&self) -> Vec<crate::transport::NeighbourReport> {
+        let mut ids: Vec<NodeId> = self.bsyn_rtt.keys().copied().collect();
+        ids.extend(self.retx_to.keys().copied());
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .map(|id| crate::transport::NeighbourReport {
+                id,
+                rtt: self.bsyn_rtt.get(&id).map(|e| e.srtt),
+                data_retransmissions: self.retx_to.get(&id).copied().unwrap_or(0),
+            })
+            .collect()
     }
 
     fn set_priority(

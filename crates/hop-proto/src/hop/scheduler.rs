@@ -192,6 +192,7 @@ impl HopTransport {
             x.sent_since_bsyn = x.sent_since_bsyn.saturating_add(1);
             if x.stamp(p, self.link_queue.stamp(), now) {
                 self.stats.data_retransmissions += 1;
+                *self.retx_to.entry(x.next_hop).or_default() += 1;
             }
             let mut flags = if b.fin { FLAG_FIN } else { 0 };
             if x.vtx {
