@@ -7,6 +7,8 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
 
@@ -42,13 +44,27 @@ pub struct Counters {
 }
 
 /// One neighbour's series.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NeighbourSample {
     pub id: u32,
     /// Seconds since it was last heard (none: never).
     pub last_heard_s: Option<f64>,
     pub rx_datagrams: u64,
     pub rx_bytes: u64,
+    pub tx_datagrams: u64,
+    pub tx_bytes: u64,
+    /// Smoothed round trip on the hop to it (Hop: BSYN to BACK), seconds.
+    pub rtt_s: Option<f64>,
+    /// Data packets sent to it more than once.
+    pub data_retransmissions: u64,
+}
+
+/// The buckets of the transfer completion time: from a small file on one hop to a transfer
+/// across a partition of a day.
+pub fn completion_histogram() -> Histogram {
+    Histogram::new([
+        0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0,
+    ])
 }
 
 /// What a scrape reports: taken by the daemon's event loop, encoded off it.
@@ -62,6 +78,8 @@ pub struct Snapshot {
     pub storage_bytes: u64,
     pub peers: u64,
     pub neighbours: Vec<NeighbourSample>,
+    /// How long this node's completed transfers took.
+    pub completions: Histogram,
     /// Unix time the daemon started, in seconds.
     pub start_time_s: f64,
     pub packet_payload_bytes: u64,
@@ -534,6 +552,54 @@ impl Collector for Snapshot {
             Some(Unit::Bytes),
             &rxb,
         )?;
+        let per = |f: &dyn Fn(&NeighbourSample) -> u64| -> Vec<(Labels, u64)> {
+            self.neighbours
+                .iter()
+                .map(|n| (vec![("neighbour", n.id.to_string())], f(n)))
+                .collect()
+        };
+        counters(
+            &mut e,
+            "neighbour_sent_datagrams",
+            "datagrams sent to the neighbour",
+            None,
+            &per(&|n| n.tx_datagrams),
+        )?;
+        counters(
+            &mut e,
+            "neighbour_sent",
+            "bytes sent to the neighbour",
+            Some(Unit::Bytes),
+            &per(&|n| n.tx_bytes),
+        )?;
+        counters(
+            &mut e,
+            "neighbour_data_retransmissions",
+            "data packets sent to the neighbour more than once",
+            None,
+            &per(&|n| n.data_retransmissions),
+        )?;
+        let rtt: Vec<(Labels, f64)> = self
+            .neighbours
+            .iter()
+            .filter_map(|n| Some((vec![("neighbour", n.id.to_string())], n.rtt_s?)))
+            .collect();
+        gauges(
+            &mut e,
+            "neighbour_rtt",
+            "smoothed round trip on the hop to the neighbour (Hop: BSYN to BACK)",
+            Some(Unit::Seconds),
+            &rtt,
+        )?;
+        {
+            let m = e.encode_descriptor(
+                "flow_completion",
+                "time from opening to the end-to-end acknowledgement of this node's completed transfers",
+                Some(&Unit::Seconds),
+                MetricType::Histogram,
+            )?;
+            self.completions.encode(m)?;
+        }
         gauges(
             &mut e,
             "build_info",

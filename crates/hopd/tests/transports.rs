@@ -89,6 +89,24 @@ fn two_hops(transport: &str, label: &str, seed: u64, bytes: usize) {
         metric_sum(&m, "hopd_transport_sent_total", &label),
         "{transport}: the relay sent with another transport:\n{m}"
     );
+    // Per neighbour: what went to the next hop, and (Hop) its round trip; per transfer: how
+    // long the source's completed transfers took.
+    let sm = metrics(src);
+    assert!(
+        metric_sum(&sm, "hopd_neighbour_sent_bytes_total", "neighbour=\"2\"") as usize > bytes,
+        "{transport}: bytes to the next hop not counted:\n{sm}"
+    );
+    assert_eq!(
+        metric_sum(&sm, "hopd_flow_completion_seconds_count", ""),
+        1,
+        "{transport}:\n{sm}"
+    );
+    if transport == "hop" {
+        assert!(
+            sm.contains("hopd_neighbour_rtt_seconds{neighbour=\"2\"}"),
+            "hop: no round trip to the next hop:\n{sm}"
+        );
+    }
     // Custody: Hop persists the relayed block; the packet transports never touch the store.
     let stored = metric_sum(&m, "hopd_custody_blocks_stored_total", "");
     if transport == "hop" {

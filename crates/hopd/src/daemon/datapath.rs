@@ -208,6 +208,9 @@ impl Daemon {
                 self.counters.tx_errors += 1;
                 continue;
             }
+            let e = self.tx_by_peer.entry(t.next_hop).or_default();
+            e.0 += 1;
+            e.1 += payload.len() as u64;
             self.txq.push(crate::io::Datagram {
                 dest: addr,
                 data: t.class != Class::Control,

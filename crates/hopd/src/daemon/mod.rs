@@ -42,6 +42,10 @@ pub struct Daemon {
     discovery_rx: Option<Arc<UdpSocket>>,
     /// Authenticated datagrams and bytes received per sender (metrics).
     rx_by_peer: HashMap<NodeId, (u64, u64)>,
+    /// Datagrams and bytes handed to the socket for each next hop.
+    tx_by_peer: HashMap<NodeId, (u64, u64)>,
+    /// How long transfers from this node took to complete (seconds).
+    completions: prometheus_client::metrics::histogram::Histogram,
     /// The file `cfg` was read from, re-read on SIGHUP / `hop reload`.
     config_path: Option<std::path::PathBuf>,
     /// What happens to transfers and files, for the HTTP API's event stream.
@@ -199,6 +203,8 @@ impl Daemon {
             events: tokio::sync::broadcast::channel(256).0,
             cmds: None,
             rx_by_peer: HashMap::new(),
+            tx_by_peer: HashMap::new(),
+            completions: crate::metrics::completion_histogram(),
             watchdog: None,
             lease,
             warn_auth: Default::default(),
@@ -421,6 +427,7 @@ impl Daemon {
                     info!(%flow, bytes, "send complete");
                     self.counters.flows_completed += 1;
                     if let Some(f) = self.end_outgoing(flow) {
+                        self.completions.observe(f.opened.elapsed().as_secs_f64());
                         self.event(serde_json::json!({"event": "complete", "flow": flow.to_string(), "to": f.to, "name": f.name, "bytes": f.size}));
                         let _ = f.updates.send(FlowUpdate::Complete { bytes });
                     }

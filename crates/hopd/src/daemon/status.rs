@@ -104,21 +104,30 @@ impl Daemon {
     pub(super) fn metrics_text(&self) -> String {
         let u = self.custody.lock().map(|u| *u).unwrap_or_default();
         let now = std::time::Instant::now();
-        let neighbours = self
-            .cfg
-            .neighbours
-            .iter()
-            .map(|n| {
-                let (rx_datagrams, rx_bytes) =
-                    self.rx_by_peer.get(&n.id).copied().unwrap_or((0, 0));
+        // Configured and discovered neighbours alike.
+        let mut ids: Vec<u32> = self.cfg.neighbours.iter().map(|n| n.id).collect();
+        ids.extend(self.discovered.keys().copied());
+        ids.sort_unstable();
+        ids.dedup();
+        let reports = self.node.neighbour_reports();
+        let neighbours = ids
+            .into_iter()
+            .map(|id| {
+                let (rx_datagrams, rx_bytes) = self.rx_by_peer.get(&id).copied().unwrap_or((0, 0));
+                let (tx_datagrams, tx_bytes) = self.tx_by_peer.get(&id).copied().unwrap_or((0, 0));
+                let report = reports.iter().find(|r| r.id == id);
                 crate::metrics::NeighbourSample {
-                    id: n.id,
+                    id,
                     last_heard_s: self
                         .last_heard
-                        .get(&n.id)
+                        .get(&id)
                         .map(|t| now.duration_since(*t).as_secs_f64()),
                     rx_datagrams,
                     rx_bytes,
+                    tx_datagrams,
+                    tx_bytes,
+                    rtt_s: report.and_then(|r| r.rtt).map(|d| d.as_secs_f64()),
+                    data_retransmissions: report.map_or(0, |r| r.data_retransmissions),
                 }
             })
             .collect();
@@ -136,6 +145,7 @@ impl Daemon {
             storage_bytes: self.storage_bytes(),
             peers: self.auth.peers() as u64,
             neighbours,
+            completions: self.completions.clone(),
             start_time_s: start,
             packet_payload_bytes: self.cfg.hop.packet_payload_bytes as u64,
         })
