@@ -7,7 +7,9 @@
 # hopd and hop run; manual pages, completions, unit and sysusers file are in place; group `hop`
 # exists; /etc/hopd/hopd.toml is a conffile, mode 640, and an edit survives a reinstall;
 # `hopd --check-config` rejects the template until the mesh key is made as its comments say,
-# then accepts it; the unit is not enabled; purge removes the binaries, unit and configuration.
+# then accepts it; the unit is not enabled; two nodes started from the installed binaries with
+# configurations made from the template move a file and standard input over loopback; purge
+# removes the binaries, unit and configuration.
 # On the host: `systemd-analyze verify` on the unit as installed in that chroot, and lintian.
 #
 # Usage (root): scripts/test-deb-install.sh [hopd_VERSION_ARCH.deb]
@@ -170,6 +172,45 @@ install)
     grep -qx 'node_id = 7' /etc/hopd/hopd.toml || fail "edit lost"
     hopd --check-config /etc/hopd/hopd.toml
     ;;
+transfer)
+    # Two nodes from the installed package, on loopback, as the template configures one (its
+    # key, its group): a file and standard input cross from node 1 to node 2.
+    say "two nodes move files"
+    pids=()
+    trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+    for n in 1 2; do
+        other=$((3 - n))
+        mkdir -p /var/lib/hop-test/n$n
+        sed -e "s/^node_id = .*/node_id = $n/" \
+            -e "s/^listen = .*/listen = \"127.0.0.1$n:7470\"/" \
+            -e "s/^metrics_listen = .*/metrics_listen = \"127.0.0.1:947$n\"/" \
+            -e "s/^discovery_address = .*//" \
+            -e "s/^id = 2$/id = $other/" \
+            -e "s/^address = .*/address = \"127.0.0.1$other:7470\"/" \
+            -e "s|^dir = .*|dir = \"/var/lib/hop-test/n$n\"|" \
+            /etc/hopd/hopd.toml >/var/lib/hop-test/n$n.toml
+        echo "api_socket = \"/var/lib/hop-test/n$n.sock\"" >/var/lib/hop-test/head
+        cat /var/lib/hop-test/head /var/lib/hop-test/n$n.toml >/var/lib/hop-test/n$n.conf
+        hopd --check-config /var/lib/hop-test/n$n.conf
+        hopd --config /var/lib/hop-test/n$n.conf 2>/var/lib/hop-test/n$n.log &
+        pids+=($!)
+    done
+    for n in 1 2; do
+        for _ in $(seq 100); do [ -S /var/lib/hop-test/n$n.sock ] && break; sleep 0.1; done
+    done
+    head -c 3000000 /dev/urandom >/root/report.bin
+    timeout 120 hop --socket /var/lib/hop-test/n1.sock send --quiet /root/report.bin --to 2 ||
+        { cat /var/lib/hop-test/n1.log; fail "hop send"; }
+    echo "field notes" | timeout 60 hop --socket /var/lib/hop-test/n1.sock send --quiet - --name notes.txt --to 2
+    timeout 60 hop --socket /var/lib/hop-test/n2.sock recv --dir /root/in --count 2
+    cmp /root/report.bin /root/in/report.bin || fail "report.bin differs"
+    [ "$(cat /root/in/notes.txt)" = "field notes" ] || fail "notes.txt differs"
+    hop --socket /var/lib/hop-test/n1.sock status >/root/status.txt
+    head -5 /root/status.txt
+    kill "${pids[@]}"
+    wait || true
+    rm -rf /var/lib/hop-test
+    ;;
 purge)
     apt-get purge -y -q -o Dpkg::Use-Pty=0 hopd
     say "after purge"
@@ -195,6 +236,9 @@ in_chroot() {
 
 stage "install and check in the chroot"
 in_chroot install
+
+stage "two nodes from the package move files (loopback)"
+in_chroot transfer
 
 stage "systemd-analyze verify, the unit as installed in the chroot"
 # The chroot has what the unit refers to (the binaries, /bin/kill, systemd's own units), which
