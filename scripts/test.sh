@@ -32,4 +32,10 @@ if [ -d lab ]; then
   .venv/bin/hoplab reproduce --quick
 fi
 
+if [ "$(id -u)" = 0 ]; then
+  # The Debian package in a clean bookworm chroot: install, two nodes move files, purge.
+  stage "Debian package install test"
+  bash scripts/test-deb-install.sh
+fi
+
 stage "all tests passed"
