@@ -138,7 +138,8 @@ impl RxBatch {
                 fd,
                 hdrs.as_mut_ptr(),
                 RX_SLOTS as libc::c_uint,
-                libc::MSG_DONTWAIT,
+                // An int in glibc, an unsigned int in musl (the static builds).
+                libc::MSG_DONTWAIT as _,
                 std::ptr::null_mut(),
             )
         };
@@ -505,7 +506,8 @@ pub fn send_mmsg(fd: RawFd, items: &[Datagram], spans: &[Span]) -> io::Result<us
             fd,
             hdrs.as_mut_ptr(),
             msgs as libc::c_uint,
-            libc::MSG_DONTWAIT,
+            // An int in glibc, an unsigned int in musl (the static builds).
+            libc::MSG_DONTWAIT as _,
         )
     };
     if n < 0 {

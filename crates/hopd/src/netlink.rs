@@ -82,7 +82,8 @@ fn nl_socket(groups: u32) -> std::io::Result<i32> {
             return Err(e);
         }
         let tv = libc::timeval {
-            tv_sec: REFRESH.as_secs() as libc::time_t,
+            // libc::time_t is deprecated on musl (its width changed in musl 1.2).
+            tv_sec: REFRESH.as_secs() as _,
             tv_usec: 0,
         };
         libc::setsockopt(
