@@ -4,8 +4,10 @@
 #
 # In a fresh copy of a minbase chroot (no systemd running; only the essential packages and apt):
 # `apt-get install ./hopd_*.deb` resolves the dependencies and the maintainer scripts succeed;
-# hopd and hop run; manual pages, completions, unit and sysusers file are in place; group `hop`
-# exists; /etc/hopd/hopd.toml is a conffile, mode 640, and an edit survives a reinstall;
+# hopd and hop run; manual pages, completions, unit and sysusers file are in place; user `hopd`
+# (the unit's) and group `hop` exist; /etc/hopd/hopd.toml is a conffile, mode 640 root:hopd,
+# and an edit survives a reinstall; the mesh key made as the template says is readable by
+# hopd and no one else;
 # `hopd --check-config` rejects the template until the mesh key is made as its comments say,
 # then accepts it; the unit is not enabled; two nodes started from the installed binaries with
 # configurations made from the template move a file and standard input over loopback; purge
@@ -137,10 +139,13 @@ install)
         bash -c "source /usr/share/bash-completion/completions/$c && complete -p $c"
     done
 
-    say "unit and group"
+    say "unit, user and group"
     present /usr/lib/systemd/system/hopd.service /usr/lib/sysusers.d/hopd.conf
     [ ! -e /etc/systemd/system/multi-user.target.wants/hopd.service ] || fail "unit enabled"
+    getent passwd hopd || fail "no user hopd"
     getent group hop || fail "no group hop"
+    id -nG hopd | grep -qw hop || fail "hopd is not in group hop"
+    grep -qx 'User=hopd' /usr/lib/systemd/system/hopd.service || fail "the unit does not run as hopd"
 
     say "conffile"
     conffiles=$(dpkg-query -W -f='${Conffiles}\n' hopd)
@@ -148,7 +153,9 @@ install)
     grep -q '^ /etc/hopd/hopd.toml ' <<<"$conffiles" || fail "/etc/hopd/hopd.toml is not a conffile"
     mode=$(stat -c '%a %U:%G' /etc/hopd/hopd.toml)
     echo "/etc/hopd/hopd.toml: $mode"
-    [ "$mode" = "640 root:root" ] || fail "mode $mode"
+    [ "$mode" = "640 root:hopd" ] || fail "mode $mode"
+    dmode=$(stat -c '%a %U:%G' /etc/hopd)
+    [ "$dmode" = "750 root:hopd" ] || fail "/etc/hopd: $dmode"
 
     say "hopd --check-config on the template without its mesh key (must fail)"
     if out=$(hopd --check-config /etc/hopd/hopd.toml 2>&1); then fail "accepted: $out"; fi
@@ -159,12 +166,16 @@ install)
     sed -n '/^\[security\]/,/^mesh_key_file/s/^#   //p' /etc/hopd/hopd.toml | tee /root/make-key.sh
     sh -e /root/make-key.sh
     grep -Eqx '[0-9a-f]{64}' /etc/hopd/mesh.key || fail "mesh.key is not 64 hex digits"
-    [ "$(stat -c %a /etc/hopd/mesh.key)" = 600 ] || fail "mesh.key not mode 600"
+    kmode=$(stat -c '%a %U:%G' /etc/hopd/mesh.key)
+    [ "$kmode" = "640 root:hopd" ] || fail "mesh.key: $kmode"
 
-    say "hopd --check-config on the template with the key"
-    out=$(hopd --check-config /etc/hopd/hopd.toml 2>&1) || fail "$out"
+    say "hopd --check-config on the template with the key, as user hopd (as the unit runs it)"
+    out=$(runuser -u hopd -- hopd --check-config /etc/hopd/hopd.toml 2>&1) || fail "$out"
     echo "$out"
     grep -q 'node 1, 1 neighbours' <<<"$out" || fail "unexpected output"
+    if runuser -u nobody -- cat /etc/hopd/mesh.key >/dev/null 2>&1; then
+        fail "another user reads the mesh key"
+    fi
 
     say "reinstall keeps an edited conffile"
     sed -i 's/^node_id = 1$/node_id = 7/' /etc/hopd/hopd.toml
@@ -174,38 +185,53 @@ install)
     ;;
 transfer)
     # Two nodes from the installed package, on loopback, as the template configures one (its
-    # key, its group): a file and standard input cross from node 1 to node 2.
+    # key, its group): a file and standard input cross from node 1 to node 2. Node 2 runs as
+    # the package's user hopd, as the unit runs it (without its capabilities, which this
+    # configuration does not need), and its socket is used by a member of group hop (alice).
     say "two nodes move files"
     pids=()
     trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
     for n in 1 2; do
         other=$((3 - n))
         mkdir -p /var/lib/hop-test/n$n
+        chmod 755 /var/lib/hop-test
         sed -e "s/^node_id = .*/node_id = $n/" \
             -e "s/^listen = .*/listen = \"127.0.0.1$n:7470\"/" \
             -e "s/^metrics_listen = .*/metrics_listen = \"127.0.0.1:947$n\"/" \
             -e "s/^discovery_address = .*//" \
             -e "s/^id = 2$/id = $other/" \
             -e "s/^address = .*/address = \"127.0.0.1$other:7470\"/" \
-            -e "s|^dir = .*|dir = \"/var/lib/hop-test/n$n\"|" \
+            -e "s|^dir = .*|dir = \"/var/lib/hop-test/n$n/store\"|" \
             /etc/hopd/hopd.toml >/var/lib/hop-test/n$n.toml
-        echo "api_socket = \"/var/lib/hop-test/n$n.sock\"" >/var/lib/hop-test/head
+        echo "api_socket = \"/var/lib/hop-test/n$n/api.sock\"" >/var/lib/hop-test/head
         cat /var/lib/hop-test/head /var/lib/hop-test/n$n.toml >/var/lib/hop-test/n$n.conf
+        chgrp hopd /var/lib/hop-test/n$n.conf
+        chmod 640 /var/lib/hop-test/n$n.conf
         hopd --check-config /var/lib/hop-test/n$n.conf
-        hopd --config /var/lib/hop-test/n$n.conf 2>/var/lib/hop-test/n$n.log &
-        pids+=($!)
     done
+    hopd --config /var/lib/hop-test/n1.conf 2>/var/lib/hop-test/n1.log &
+    pids+=($!)
+    chown hopd:hopd /var/lib/hop-test/n2
+    runuser -u hopd -- hopd --config /var/lib/hop-test/n2.conf 2>/var/lib/hop-test/n2.log &
+    pids+=($!)
     for n in 1 2; do
-        for _ in $(seq 100); do [ -S /var/lib/hop-test/n$n.sock ] && break; sleep 0.1; done
+        for _ in $(seq 100); do [ -S /var/lib/hop-test/n$n/api.sock ] && break; sleep 0.1; done
     done
+    ls -l /var/lib/hop-test/n2/api.sock
+    [ "$(stat -c '%U:%G %a' /var/lib/hop-test/n2/api.sock)" = "hopd:hop 660" ] ||
+        { cat /var/lib/hop-test/n2.log; fail "node 2's socket is not hopd:hop 660"; }
+    useradd --no-create-home --groups hop alice
     head -c 3000000 /dev/urandom >/root/report.bin
-    timeout 120 hop --socket /var/lib/hop-test/n1.sock send --quiet /root/report.bin --to 2 ||
+    timeout 120 hop --socket /var/lib/hop-test/n1/api.sock send --quiet /root/report.bin --to 2 ||
         { cat /var/lib/hop-test/n1.log; fail "hop send"; }
-    echo "field notes" | timeout 60 hop --socket /var/lib/hop-test/n1.sock send --quiet - --name notes.txt --to 2
-    timeout 60 hop --socket /var/lib/hop-test/n2.sock recv --dir /root/in --count 2
-    cmp /root/report.bin /root/in/report.bin || fail "report.bin differs"
-    [ "$(cat /root/in/notes.txt)" = "field notes" ] || fail "notes.txt differs"
-    hop --socket /var/lib/hop-test/n1.sock status >/root/status.txt
+    echo "field notes" | timeout 60 hop --socket /var/lib/hop-test/n1/api.sock send --quiet - --name notes.txt --to 2
+    mkdir -p /var/lib/hop-test/in
+    chown alice /var/lib/hop-test/in
+    timeout 60 runuser -u alice -- hop --socket /var/lib/hop-test/n2/api.sock recv \
+        --dir /var/lib/hop-test/in --count 2 || { cat /var/lib/hop-test/n2.log; fail "hop recv"; }
+    cmp /root/report.bin /var/lib/hop-test/in/report.bin || fail "report.bin differs"
+    [ "$(cat /var/lib/hop-test/in/notes.txt)" = "field notes" ] || fail "notes.txt differs"
+    hop --socket /var/lib/hop-test/n1/api.sock status >/root/status.txt
     head -5 /root/status.txt
     kill "${pids[@]}"
     wait || true
@@ -224,7 +250,7 @@ purge)
     [ -z "$left" ] || fail "systemd state left after purge: $left"
     # Not the package's: the key the administrator made, and the group (Debian keeps system
     # groups on purge, as files may still belong to them).
-    echo "left, by design: $(ls -A /etc/hopd | tr '\n' ' ')and $(getent group hop)"
+    echo "left, by design: $(ls -A /etc/hopd | tr '\n' ' ')and $(getent group hop), $(getent passwd hopd)"
     ;;
 esac
 EOF
