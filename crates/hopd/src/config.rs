@@ -104,6 +104,7 @@ struct RawConfig {
     http_listen: Option<Spanned<String>>,
     discovery_address: Option<Spanned<String>>,
     hello_interval: Option<Spanned<String>>,
+    default_lifetime: Option<Spanned<String>>,
     log_level: Option<String>,
     #[serde(default)]
     neighbours: Vec<RawNeighbour>,
@@ -186,6 +187,9 @@ pub struct Config {
     /// (off unless set).
     pub discovery_address: Option<SocketAddr>,
     pub hello_interval: std::time::Duration,
+    /// The lifetime of a transfer sent without one (`hop send --lifetime`); none: it is
+    /// tried until `[hop] give_up_after` without progress.
+    pub default_lifetime: Option<std::time::Duration>,
     pub log_level: Option<String>,
     pub neighbours: Vec<Neighbour>,
     pub routes: BTreeMap<NodeId, NodeId>,
@@ -439,6 +443,32 @@ impl Config {
             }
             None => None,
         };
+        let default_lifetime = match &raw.default_lifetime {
+            None => None,
+            Some(l) => {
+                let d = humantime::parse_duration(l.get_ref())
+                    .ok()
+                    .filter(|d| *d >= std::time::Duration::from_secs(1))
+                    .ok_or_else(|| {
+                        ctx.err(
+                            Some(l.span()),
+                            format!(
+                                "default_lifetime = {:?} is not a duration of 1s or more",
+                                l.get_ref()
+                            ),
+                            "a duration such as \"3d\" or \"90m\"",
+                        )
+                    })?;
+                if raw.transport != TransportKind::Hop {
+                    return Err(ctx.err(
+                        Some(l.span()),
+                        "default_lifetime needs transport = \"hop\"".into(),
+                        "remove it, or run Hop",
+                    ));
+                }
+                Some(d)
+            }
+        };
         let hello_interval = match &raw.hello_interval {
             None => std::time::Duration::from_secs(5),
             Some(h) => humantime::parse_duration(h.get_ref())
@@ -589,6 +619,7 @@ impl Config {
             http_listen,
             discovery_address,
             hello_interval,
+            default_lifetime,
             log_level: raw.log_level,
             neighbours,
             routes,

@@ -143,30 +143,37 @@ fn a_detached_send_is_listed_and_cancelled() {
 }
 
 /// `hop send --lifetime 3s` to a node that is down fails as expired once the lifetime has
-/// passed (not after the node's give-up time), and nothing arrives when the node returns.
+/// passed (not after the node's give-up time), a send without one once the node's
+/// `default_lifetime` has, and nothing arrives when the node returns.
 #[test]
 fn a_send_whose_lifetime_passes_fails_as_expired_and_is_never_delivered() {
     let work = tempfile::tempdir().unwrap();
     let file = work.path().join("old-news.txt");
     std::fs::write(&file, pattern(9, 5_000)).unwrap();
-    let mut nodes = loopback_chain(2, work.path(), "");
+    // The node's default lifetime is 2 s; the first send asks for 3 s.
+    let mut nodes = loopback_chain(2, work.path(), "default_lifetime = \"2s\"");
     nodes[1].terminate();
-    let t0 = Instant::now();
     let path = file.to_str().unwrap();
-    let out = nodes[0].hop(&["send", "--quiet", "--lifetime", "3s", path, "--to", "2"]);
-    let took = t0.elapsed();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("lifetime"), "{err}");
-    assert!(
-        took >= Duration::from_secs(3) && took < Duration::from_secs(10),
-        "{took:?}"
-    );
+    for (args, lifetime) in [(&["--lifetime", "3s"][..], 3), (&[][..], 2)] {
+        let t0 = Instant::now();
+        let mut cmd = vec!["send", "--quiet"];
+        cmd.extend_from_slice(args);
+        cmd.extend_from_slice(&[path, "--to", "2"]);
+        let out = nodes[0].hop(&cmd);
+        let took = t0.elapsed();
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("lifetime"), "{err}");
+        assert!(
+            took >= Duration::from_secs(lifetime) && took < Duration::from_secs(lifetime + 7),
+            "{args:?}: {took:?}"
+        );
+    }
     assert!(list(&nodes[0]).is_empty());
     nodes[1].restart();
     std::thread::sleep(Duration::from_secs(5));

@@ -36,7 +36,17 @@ fn check_config_accepts_a_good_file() {
 
 #[test]
 fn check_config_reports_line_and_hint() {
-    let cases: [(String, &str, &str); 5] = [
+    let cases: [(String, &str, &str); 7] = [
+        (
+            "default_lifetime = \"soon\"\n".to_string() + &base(),
+            ":1:",
+            "not a duration",
+        ),
+        (
+            "transport = \"hxh\"\ndefault_lifetime = \"3d\"\n".to_string() + &base(),
+            ":2:",
+            "needs transport = \"hop\"",
+        ),
         (
             base().replace("[storage]\n", "[storage]\nmax_disk = 3\n"),
             ":7:",

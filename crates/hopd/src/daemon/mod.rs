@@ -476,6 +476,7 @@ impl Daemon {
                 reply,
                 updates,
             } => {
+                let lifetime = lifetime.or(self.cfg.default_lifetime);
                 let classed = priority != crate::api::Priority::Normal;
                 if (lifetime.is_some() || classed) && self.transport_id != TransportId::Hop {
                     let what = if classed { "a priority" } else { "a lifetime" };
