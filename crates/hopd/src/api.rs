@@ -83,6 +83,16 @@ impl Priority {
     }
 }
 
+/// What a node holds of transfers between other nodes (as a relay), for `list`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HeldHere {
+    /// Relayed flows with state on this node.
+    pub flows: u64,
+    /// Blocks in custody on disk, and their bytes.
+    pub blocks: u64,
+    pub bytes: u64,
+}
+
 /// One outgoing transfer, as `list` reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct OutgoingFlow {
@@ -133,9 +143,11 @@ pub enum Reply {
         flow: String,
         bytes: u64,
     },
-    /// The outgoing transfers (`list`).
+    /// The outgoing transfers (`list`), and what this node holds of other nodes' transfers.
     Flows {
         outgoing: Vec<OutgoingFlow>,
+        #[serde(default)]
+        held: HeldHere,
     },
     /// The transfer was cancelled (`cancel`).
     Cancelled {

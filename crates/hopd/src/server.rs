@@ -140,8 +140,8 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
             cmds.send(Cmd::List { reply: tx })
                 .await
                 .map_err(|_| closed())?;
-            let outgoing = rx.await.map_err(|_| closed())?;
-            api::write_json(&mut s, &Reply::Flows { outgoing }).await
+            let (outgoing, held) = rx.await.map_err(|_| closed())?;
+            api::write_json(&mut s, &Reply::Flows { outgoing, held }).await
         }
         Request::Reload { .. } => {
             let (tx, rx) = oneshot::channel();

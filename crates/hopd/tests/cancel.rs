@@ -265,3 +265,39 @@ fn a_detached_transfer_survives_a_restart_of_its_source() {
     receive_one_file(&nodes[1], &dir, "field-report.pdf", &data);
     assert_eq!(nodes[1].status()["inbox"], 0);
 }
+
+/// A relay whose next hop is down holds the transfer's blocks in custody, and `hop list` there
+/// says so; once the destination returns the transfer completes and the relay holds nothing.
+#[test]
+fn a_relay_lists_what_it_holds_for_other_nodes() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("map.tiles");
+    let data = pattern(16, 600_000);
+    std::fs::write(&file, &data).unwrap();
+    let mut nodes = loopback_chain(3, work.path(), "");
+    nodes[2].terminate();
+    let o = nodes[0].hop(&[
+        "send",
+        "--detach",
+        "--quiet",
+        file.to_str().unwrap(),
+        "--to",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let held = |n: &Hopd| String::from_utf8_lossy(&n.hop(&["list"]).stdout).to_string();
+    wait_for("the relay holds the block", Duration::from_secs(30), || {
+        held(&nodes[1]).contains("held here for other nodes: 1 relayed flow(s), 1 block(s)")
+    });
+    assert!(held(&nodes[1]).contains("no outgoing transfers"));
+    nodes[2].restart();
+    wait_for("the transfer delivered", Duration::from_secs(60), || {
+        list(&nodes[0]).is_empty()
+    });
+    receive_one_file(&nodes[2], &work.path().join("in"), "map.tiles", &data);
+    wait_for(
+        "the relay's custody released",
+        Duration::from_secs(30),
+        || !held(&nodes[1]).contains("held here"),
+    );
+}

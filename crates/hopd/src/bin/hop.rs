@@ -113,13 +113,13 @@ async fn run(args: Args) -> Result<(), Fail> {
                 .await
                 .map_err(io_fail)?;
             match next_reply(&mut s).await? {
-                Reply::Flows { outgoing } => {
+                Reply::Flows { outgoing, held } => {
                     if args.json {
                         for f in &outgoing {
                             println!("{}", serde_json::to_string(f).unwrap_or_default());
                         }
                     } else {
-                        print_list(&outgoing);
+                        print_list(&outgoing, &held);
                     }
                     Ok(())
                 }

@@ -110,7 +110,7 @@ pub enum Cmd {
     },
     /// `hop list`.
     List {
-        reply: oneshot::Sender<Vec<crate::api::OutgoingFlow>>,
+        reply: oneshot::Sender<(Vec<crate::api::OutgoingFlow>, crate::api::HeldHere)>,
     },
     /// A receiving client, for the files of one service (none: the default inbox).
     Subscribe {

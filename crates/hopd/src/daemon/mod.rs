@@ -635,7 +635,7 @@ impl Daemon {
                 let _ = reply.send(self.inbox.values().cloned().collect());
             }
             Cmd::List { reply } => {
-                let _ = reply.send(self.outgoing_list());
+                let _ = reply.send((self.outgoing_list(), self.held_here()));
             }
             Cmd::Reload { reply } => {
                 let r = self.reload();

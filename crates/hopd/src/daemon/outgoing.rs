@@ -86,6 +86,25 @@ impl Daemon {
         v
     }
 
+    /// What this node holds of other nodes' transfers: relayed flows (every flow with state
+    /// here that is neither sent nor received here) and the custody store.
+    pub(super) fn held_here(&self) -> crate::api::HeldHere {
+        let flows: u64 = self
+            .node
+            .stats()
+            .transports
+            .iter()
+            .map(|(_, t)| t.flows)
+            .sum();
+        let own = (self.out.len() + self.inflows.len()) as u64;
+        let u = self.custody.lock().map(|u| *u).unwrap_or_default();
+        crate::api::HeldHere {
+            flows: flows.saturating_sub(own),
+            blocks: u.blocks,
+            bytes: u.bytes,
+        }
+    }
+
     /// Abort an outgoing flow by its printed id (`hop cancel`); its client, if one waits,
     /// hears that it was cancelled.
     pub(super) fn cancel(&mut self, flow: &str) -> Result<(), String> {

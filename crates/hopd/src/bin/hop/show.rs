@@ -38,7 +38,7 @@ pub(crate) fn print_status(v: &serde_json::Value) {
         .collect();
     println!("outgoing transfers: {}", outgoing.len());
     if !outgoing.is_empty() {
-        print_list(&outgoing);
+        print_list(&outgoing, &api::HeldHere::default());
     }
     let incoming = g("incoming");
     let incoming = incoming.as_array().map(Vec::as_slice).unwrap_or(&[]);
@@ -222,7 +222,15 @@ pub(crate) fn human_age(s: u64) -> String {
     }
 }
 
-pub(crate) fn print_list(outgoing: &[api::OutgoingFlow]) {
+pub(crate) fn print_list(outgoing: &[api::OutgoingFlow], held: &api::HeldHere) {
+    if held.flows > 0 || held.blocks > 0 {
+        println!(
+            "held here for other nodes: {} relayed flow(s), {} block(s) in custody ({})",
+            held.flows,
+            held.blocks,
+            human_bytes(held.bytes)
+        );
+    }
     if outgoing.is_empty() {
         println!("no outgoing transfers");
         return;
