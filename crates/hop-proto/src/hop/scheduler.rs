@@ -84,16 +84,8 @@ impl HopTransport {
         let mut tries = self.round_robin.len();
         while tries > 0 {
             let &key = self.round_robin.front()?;
-            let (produced, exhausted, behind_round) = self.take_packet(ctx.now, key, &mid_round);
-            if let Some(out) = produced {
-                self.end_of_packet(ctx, key, exhausted);
+            if let Some(out) = self.serve_front(ctx, key, &mid_round) {
                 return Some(out);
-            }
-            self.txop_left = 0;
-            self.round_robin.pop_front();
-            if behind_round {
-                // It keeps its place in the rotation: its round starts in turn.
-                self.round_robin.push_back(key);
             }
             tries -= 1;
         }
@@ -131,16 +123,31 @@ impl HopTransport {
                 self.round_robin.remove(at);
                 self.round_robin.push_front(key);
             }
-            let (produced, exhausted, behind_round) = self.take_packet(ctx.now, key, mid_round);
-            if let Some(out) = produced {
-                self.end_of_packet(ctx, key, exhausted);
+            if let Some(out) = self.serve_front(ctx, key, mid_round) {
                 return Some(out);
             }
-            self.txop_left = 0;
-            self.round_robin.pop_front();
-            if behind_round {
-                self.round_robin.push_back(key);
-            }
+        }
+        None
+    }
+
+    /// The next packet of `key`, the flow at the front of the round robin; a flow with none
+    /// leaves the rotation, or goes to its end if it waits behind another block's round.
+    fn serve_front(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: FlowKey,
+        mid_round: &BTreeMap<NodeId, (FlowKey, u32)>,
+    ) -> Option<Outgoing> {
+        let (produced, exhausted, behind_round) = self.take_packet(ctx.now, key, mid_round);
+        if let Some(out) = produced {
+            self.end_of_packet(ctx, key, exhausted);
+            return Some(out);
+        }
+        self.txop_left = 0;
+        self.round_robin.pop_front();
+        if behind_round {
+            // It keeps its place in the rotation: its round starts in turn.
+            self.round_robin.push_back(key);
         }
         None
     }

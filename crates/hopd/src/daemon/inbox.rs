@@ -103,14 +103,7 @@ impl Daemon {
                 }
                 Ok(crate::resume::Joined::Missing) => {
                     warn!(%flow, resumes = %r.prev, offset = r.offset, "resumed transfer cannot be joined: the bytes before it are gone");
-                    self.counters.integrity_failures += 1;
-                    let _ = std::fs::rename(
-                        &part,
-                        self.cfg
-                            .storage_dir
-                            .join("rejected")
-                            .join(format!("{name}.flow")),
-                    );
+                    self.reject(&part, &name);
                     return;
                 }
                 Err(e) => {
@@ -174,16 +167,20 @@ impl Daemon {
             }
             Err(e) => {
                 warn!(%flow, error = %e, "received file failed its integrity check");
-                self.counters.integrity_failures += 1;
-                let _ = std::fs::rename(
-                    &part,
-                    self.cfg
-                        .storage_dir
-                        .join("rejected")
-                        .join(format!("{name}.flow")),
-                );
+                self.reject(&part, &name);
             }
         }
+    }
+
+    /// A received file that cannot be delivered goes to `rejected/` for the operator, counted.
+    fn reject(&mut self, part: &std::path::Path, name: &str) {
+        self.counters.integrity_failures += 1;
+        let to = self
+            .cfg
+            .storage_dir
+            .join("rejected")
+            .join(format!("{name}.flow"));
+        let _ = std::fs::rename(part, to);
     }
 
     /// Offers an inbox file to the newest client waiting for files, unless a client holds it
