@@ -190,8 +190,9 @@ fn dump(seq: u32) -> std::io::Result<Vec<Route>> {
     res
 }
 
-/// Start the watcher thread; it sends [`Cmd::Routes`] on every change.
-pub fn spawn(cfg: Config, cmds: mpsc::Sender<Cmd>) {
+/// Start the watcher thread; it sends [`Cmd::Routes`] on every change. The daemon maps the
+/// routes to next hops with the configuration it has then (a reload changes neighbours).
+pub fn spawn(cmds: mpsc::Sender<Cmd>) {
     std::thread::spawn(move || {
         let notify = match nl_socket(libc::RTMGRP_IPV4_ROUTE as u32) {
             Ok(fd) => Some(fd),
@@ -205,8 +206,7 @@ pub fn spawn(cfg: Config, cmds: mpsc::Sender<Cmd>) {
         loop {
             match dump(seq) {
                 Ok(routes) => {
-                    let kernel = next_hops(&cfg, &routes);
-                    if cmds.blocking_send(Cmd::Routes { kernel }).is_err() {
+                    if cmds.blocking_send(Cmd::Routes { routes }).is_err() {
                         return;
                     }
                 }

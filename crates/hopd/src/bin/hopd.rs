@@ -153,7 +153,7 @@ async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Resul
         tokio::spawn(hopd::http::serve(h, ctx.clone()));
     }
     if kernel_routes {
-        hopd::netlink::spawn(cfg, ctx.clone());
+        hopd::netlink::spawn(ctx.clone());
     }
     // SIGHUP re-reads the configuration (neighbours and routes at once, without dropping
     // flows); it used to end the daemon, the signal's default action.

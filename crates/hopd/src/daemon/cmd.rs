@@ -1,7 +1,6 @@
 //! The commands API clients (the server and the route watcher) send to the daemon core, and
 //! what the core answers with.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -131,7 +130,8 @@ pub enum Cmd {
     Metrics {
         reply: oneshot::Sender<String>,
     },
+    /// The kernel's IPv4 routes, read again after a change.
     Routes {
-        kernel: BTreeMap<NodeId, NodeId>,
+        routes: Vec<crate::netlink::Route>,
     },
 }

@@ -182,6 +182,17 @@ impl Daemon {
         }
     }
 
+    /// Map the kernel's routes as last read to next hops with the current neighbours; the
+    /// routing table is rebuilt if that changed them.
+    pub(super) fn refresh_kernel_routes(&mut self) {
+        let kernel = crate::netlink::next_hops(&self.cfg, &self.kernel_raw);
+        if kernel != self.kernel_routes {
+            info!(routes = kernel.len(), "kernel routes changed");
+            self.kernel_routes = kernel;
+            self.apply_routes();
+        }
+    }
+
     /// The core's routes: configured neighbours and routes, kernel routes, and discovered
     /// neighbours as their own next hops.
     pub(super) fn apply_routes(&mut self) {

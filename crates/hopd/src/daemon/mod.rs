@@ -89,6 +89,9 @@ pub struct Daemon {
     /// file is offered to one client at a time.
     offered: BTreeSet<String>,
     kernel_routes: BTreeMap<NodeId, NodeId>,
+    /// The kernel's routes as last read (`kernel_routes` maps them with the current
+    /// neighbours).
+    kernel_raw: Vec<crate::netlink::Route>,
     last_heard: HashMap<NodeId, std::time::Instant>,
     /// Receive buffers; taken out while their datagrams are handled.
     rx: Option<Box<crate::io::RxBatch>>,
@@ -230,6 +233,7 @@ impl Daemon {
             subscribers: Vec::new(),
             offered: BTreeSet::new(),
             kernel_routes: BTreeMap::new(),
+            kernel_raw: Vec::new(),
             last_heard: HashMap::new(),
             rx: Some(Box::new(crate::io::RxBatch::new())),
             txq: crate::io::TxQueue::new(true),
@@ -685,12 +689,9 @@ impl Daemon {
             Cmd::Metrics { reply } => {
                 let _ = reply.send(self.metrics_text());
             }
-            Cmd::Routes { kernel } => {
-                if kernel != self.kernel_routes {
-                    info!(routes = kernel.len(), "kernel routes changed");
-                    self.kernel_routes = kernel;
-                    self.apply_routes();
-                }
+            Cmd::Routes { routes } => {
+                self.kernel_raw = routes;
+                self.refresh_kernel_routes();
             }
         }
     }

@@ -148,6 +148,8 @@ impl Daemon {
             }
             self.cfg.neighbours = new.neighbours;
             self.cfg.routes = new.routes;
+            // Kernel routes name gateways by address: map them with the new neighbours.
+            self.refresh_kernel_routes();
             self.apply_routes();
         }
         r
