@@ -214,15 +214,7 @@ fn a_detached_transfer_survives_a_restart_of_its_source() {
     let mut nodes = loopback_chain(2, work.path(), "");
     nodes[1].terminate();
     for f in [&file, &other] {
-        let o = nodes[0].hop(&[
-            "send",
-            "--detach",
-            "--quiet",
-            f.to_str().unwrap(),
-            "--to",
-            "2",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        send_detached(&nodes[0], f, 2);
     }
     let outgoing = nodes[0].dir.join("store/outgoing");
     let kept = || std::fs::read_dir(&outgoing).map(|d| d.count()).unwrap_or(0);
@@ -276,15 +268,7 @@ fn a_relay_lists_what_it_holds_for_other_nodes() {
     std::fs::write(&file, &data).unwrap();
     let mut nodes = loopback_chain(3, work.path(), "");
     nodes[2].terminate();
-    let o = nodes[0].hop(&[
-        "send",
-        "--detach",
-        "--quiet",
-        file.to_str().unwrap(),
-        "--to",
-        "3",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    send_detached(&nodes[0], &file, 3);
     let held = |n: &Hopd| String::from_utf8_lossy(&n.hop(&["list"]).stdout).to_string();
     wait_for("the relay holds the block", Duration::from_secs(30), || {
         held(&nodes[1]).contains("held here for other nodes: 1 relayed flow(s), 1 block(s)")

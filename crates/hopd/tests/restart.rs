@@ -123,15 +123,7 @@ fn a_detached_transfer_resumes_where_it_stopped_after_its_source_is_killed() {
     let data = pattern(43, size);
     std::fs::write(&file, &data).unwrap();
     let mut nodes = loopback_chain(3, work.path(), "");
-    let o = nodes[0].hop(&[
-        "send",
-        "--detach",
-        "--quiet",
-        file.to_str().unwrap(),
-        "--to",
-        "3",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    send_detached(&nodes[0], &file, 3);
     wait_incoming(&nodes[2], (size / 4) as u64, Duration::from_secs(120));
     nodes[0].kill9();
     let before = incoming_bytes(&nodes[2]);

@@ -329,6 +329,20 @@ pub fn send(src: &Hopd, files: &[&Path], to: u32) -> Output {
     src.hop(&a)
 }
 
+/// `hop send --detach --quiet FILE --to TO` through `src`; checks that hopd took it.
+pub fn send_detached(src: &Hopd, file: &Path, to: u32) {
+    let to = to.to_string();
+    let o = src.hop(&[
+        "send",
+        "--detach",
+        "--quiet",
+        file.to_str().unwrap(),
+        "--to",
+        &to,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// Receive exactly `count` files at `dst` into `dir`.
 pub fn recv(dst: &Hopd, dir: &Path, count: usize) -> Output {
     dst.hop(&[
