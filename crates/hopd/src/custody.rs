@@ -696,7 +696,8 @@ impl Spool {
                 }
             }
         }
-        // Spool files without a progress record are kept only for a flow that resumes them.
+        // Spool files without a progress record are kept only for a flow that resumes them;
+        // notes of resumers only beside a spool file.
         if let Ok(rd) = std::fs::read_dir(&self.dir) {
             for e in rd.flatten() {
                 let path = e.path();
@@ -704,10 +705,18 @@ impl Spool {
                     .file_stem()
                     .and_then(|s| s.to_str())
                     .and_then(parse_flow_name);
-                let Some(flow) = flow.filter(|_| path.extension().is_some_and(|x| x == "part"))
-                else {
+                let Some(flow) = flow else {
                     continue;
                 };
+                if path.extension().is_some_and(|x| x == "resumers") {
+                    if !part_path(&self.dir, flow).exists() {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    continue;
+                }
+                if path.extension().is_none_or(|x| x != "part") {
+                    continue;
+                }
                 if !state_path(&self.dir, flow).exists()
                     && crate::resume::resumed_by(&self.dir, flow).is_none()
                 {
@@ -752,6 +761,7 @@ impl Spool {
             info!(%flow, resumed_by = %by, "abandoned flow's bytes kept for the flow that resumes it");
         } else {
             let _ = std::fs::remove_file(part);
+            crate::resume::forget_resumers(&self.dir, flow);
         }
         if let Some(prev) = earlier {
             crate::resume::release_chain(&self.dir, prev);
@@ -771,6 +781,10 @@ impl Spool {
         };
         if crate::resume::possible(&self.dir, &r) {
             self.unjoinable.remove(&d.flow);
+            if let Err(e) = crate::resume::note_resumer(&self.dir, r.prev, d.flow) {
+                warn!(flow = %d.flow, error = %e, "cannot note a resuming flow; its delivery waits");
+                return false;
+            }
             return true;
         }
         if self.unjoinable.insert(d.flow) {

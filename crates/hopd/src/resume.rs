@@ -28,24 +28,45 @@ use crate::flowfmt::{ResumeHeader, RESUME_LEN};
 /// transfer); longer chains are treated as broken, so no crafted loop is followed for ever.
 const MAX_CHAIN: usize = 64;
 
-/// The flow whose spool file resumes `flow`, if one does.
+/// Where the flows that resume `flow` are noted (`<flow>.resumers`, one flow name a line),
+/// so that asking whether a flow is resumed reads one small file, not every spool file's
+/// header (a destination may hold thousands).
+fn resumers_path(incoming: &Path, flow: FlowKey) -> std::path::PathBuf {
+    part_path(incoming, flow).with_extension("resumers")
+}
+
+/// Note that `by` resumes `flow` (before `by`'s first bytes are written).
+pub fn note_resumer(incoming: &Path, flow: FlowKey, by: FlowKey) -> std::io::Result<()> {
+    let path = resumers_path(incoming, flow);
+    let name = format!("{}-{:08x}", by.src, by.id);
+    let known = std::fs::read_to_string(&path).unwrap_or_default();
+    if known.lines().any(|l| l == name) {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    writeln!(f, "{name}")?;
+    f.sync_data()
+}
+
+/// The flow whose spool file resumes `flow`, if one does: a noted resumer whose spool file
+/// is there and names `flow` in its resume header.
 pub fn resumed_by(incoming: &Path, flow: FlowKey) -> Option<FlowKey> {
-    std::fs::read_dir(incoming)
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let path = e.path();
-            if path.extension().and_then(|x| x.to_str()) != Some("part") {
-                return None;
-            }
-            let key = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(crate::custody::parse_flow_name)?;
-            let r = ResumeHeader::read(&path)?;
-            (r.prev == flow && key != flow).then_some(key)
+    let noted = std::fs::read_to_string(resumers_path(incoming, flow)).ok()?;
+    noted
+        .lines()
+        .filter_map(crate::custody::parse_flow_name)
+        .find(|k| {
+            *k != flow
+                && ResumeHeader::read(&part_path(incoming, *k)).is_some_and(|r| r.prev == flow)
         })
-        .next()
+}
+
+/// Forget the resumers noted for `flow` (its spool file is gone).
+pub fn forget_resumers(incoming: &Path, flow: FlowKey) {
+    let _ = std::fs::remove_file(resumers_path(incoming, flow));
 }
 
 /// `flow` finished and its file left the spool (it was delivered).
@@ -175,6 +196,7 @@ pub fn release_chain(incoming: &Path, flow: FlowKey) {
         }
         next = ResumeHeader::read(&part).map(|r| r.prev);
         let _ = std::fs::remove_file(&part);
+        forget_resumers(incoming, prev);
     }
 }
 
@@ -193,6 +215,7 @@ mod tests {
         }
         .encode();
         v.extend_from_slice(bytes);
+        note_resumer(dir, key(prev), key(id)).unwrap();
         std::fs::write(part_path(dir, key(id)), v).unwrap();
     }
 

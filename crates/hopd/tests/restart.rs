@@ -165,7 +165,11 @@ fn a_detached_transfer_resumes_where_it_stopped_after_its_source_is_killed() {
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().to_string())
-            .filter(|n| n.ends_with(".part") || n.ends_with(".joined"))
+            .filter(|n| {
+                [".part", ".joined", ".resumers"]
+                    .iter()
+                    .any(|x| n.ends_with(x))
+            })
             .collect()
     };
     let deadline = Instant::now() + Duration::from_secs(30);
