@@ -165,11 +165,17 @@ pub enum HopBody<'a> {
         payload: &'a [u8],
     },
     /// Block synchronisation: asks the next hop for a BACK. With `FLAG_MICRO` it carries
-    /// packet `packet_num` of a micro-block; otherwise `payload` is empty.
+    /// packet `packet_num` of a micro-block; otherwise `payload` is empty and `packet_num`
+    /// marks the end of the round (see the field).
     Bsyn {
         /// Byte offset of the block in the flow's stream.
         offset: u64,
         geom: BlockGeom,
+        /// With `FLAG_MICRO`: the packet the BSYN carries. Otherwise the round's end marker:
+        /// 1 + the number of the last DATA packet of the block the sender handed to its link
+        /// before this BSYN (0: none or unknown). The link's data queue is FIFO, so once
+        /// that packet has arrived every other packet of the round has arrived or is lost,
+        /// and the receiver answers without waiting for the data to pause.
         packet_num: u16,
         /// Packets of the block the receiver holds once the data the sender has handed to its
         /// link for this block has arrived: those of the last BACK plus those sent since. The
@@ -351,10 +357,15 @@ impl<'a> HopMessage<'a> {
                             reason: "payload on an empty micro-block",
                         });
                     }
-                } else if len != 0 || packet_num != 0 {
+                } else if len != 0 {
                     return Err(Error::Malformed {
                         field: "payload_len",
                         reason: "payload on a BSYN without the MICRO flag",
+                    });
+                } else if u32::from(packet_num) > geom.packets() {
+                    return Err(Error::Malformed {
+                        field: "packet_num",
+                        reason: "round end beyond the block's last packet",
                     });
                 }
                 HopBody::Bsyn {
@@ -428,6 +439,7 @@ impl<'a> HopMessage<'a> {
                 payload,
                 geom,
                 expect,
+                packet_num,
                 ..
             } => {
                 u16::try_from(payload.len()).map_err(|_| too_long("payload_len"))?;
@@ -435,6 +447,12 @@ impl<'a> HopMessage<'a> {
                     return Err(Error::Malformed {
                         field: "expect",
                         reason: "more packets expected than the block has",
+                    });
+                }
+                if self.header.flags & FLAG_MICRO == 0 && u32::from(*packet_num) > geom.packets() {
+                    return Err(Error::Malformed {
+                        field: "packet_num",
+                        reason: "round end beyond the block's last packet",
                     });
                 }
             }
@@ -669,6 +687,39 @@ mod tests {
     }
 
     #[test]
+    fn bsyn_round_end_bounded_by_block() {
+        let geom = BlockGeom {
+            block_len: 2500,
+            packet_size: 1000,
+        };
+        let msg = |packet_num| HopMessage {
+            header: header(0),
+            body: HopBody::Bsyn {
+                offset: 0,
+                geom,
+                packet_num,
+                expect: 3,
+                payload: &[],
+            },
+        };
+        // 1 + the last packet's number: 3 names packet 2, the block's last.
+        round_trip(msg(3));
+        let mut out = Vec::new();
+        assert!(msg(4).emit(&mut out).is_err());
+        assert!(out.is_empty());
+        msg(3).emit(&mut out).unwrap();
+        assert_eq!(&out[34..36], &[0, 3]);
+        out[35] = 4;
+        assert!(matches!(
+            HopMessage::parse(&out),
+            Err(Error::Malformed {
+                field: "packet_num",
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn unknown_type_and_truncation() {
         assert_eq!(
             HopMessage::parse(&[9; 20]),
@@ -714,7 +765,7 @@ mod tests {
             };
             round_trip(HopMessage {
                 header: HopHeader { priority: 0, flags, ttl, src: 4, flow_id: 5, dst: 6, block_num: bn },
-                body: HopBody::Bsyn { offset, geom, packet_num: if micro { pn } else { 0 }, expect, payload: &payload },
+                body: HopBody::Bsyn { offset, geom, packet_num: if micro { pn } else { pn + 1 }, expect, payload: &payload },
             });
         }
 

@@ -159,8 +159,10 @@ impl HopTransport {
 
 /// The BSYN of a block's round: the next hop holds what it reported plus what this round
 /// handed to the link, once that arrives (`expect`); the BSYN overtakes the data still
-/// queued here. A repeated BSYN follows data that had the whole first wait to arrive: it
-/// asks for an answer at once.
+/// queued here. It also names the round's end, the last packet handed to the link: the data
+/// queue is FIFO, so once that packet is there the next hop need not wait for the rest of a
+/// round that lost packets. A repeated BSYN follows data that had the whole first wait to
+/// arrive: it asks for an answer at once.
 fn block_bsyn(header: HopHeader, x: &Transfer, b: &Block, repeat: bool) -> Option<Vec<u8>> {
     let in_flight = if repeat {
         0
@@ -168,12 +170,23 @@ fn block_bsyn(header: HopHeader, x: &Transfer, b: &Block, repeat: bool) -> Optio
         x.sent_round.count_in_not(&x.peer, &Bitmap::new(0))
     };
     let expect = (x.peer.count() + in_flight).min(u32::from(u16::MAX)) as u16;
+    let round_end = if in_flight == 0 {
+        0
+    } else {
+        // Wire value: 1 + the packet's number (0 names none).
+        x.sent_seq
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s > 0)
+            .max_by_key(|(_, s)| **s)
+            .map_or(0, |(p, _)| p as u16 + 1)
+    };
     emit(&HopMessage {
         header,
         body: HopBody::Bsyn {
             offset: b.offset,
             geom: b.geom,
-            packet_num: 0,
+            packet_num: round_end,
             expect,
             payload: &[],
         },

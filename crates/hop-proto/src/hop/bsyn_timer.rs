@@ -35,22 +35,22 @@ impl RttEstimate {
 
 /// Floor of the adaptive BSYN timer: `bsyn_min_timeout`, lowered on a link whose data
 /// drains fast. A BSYN overtakes the data queued before it, so its BACK may rightly wait for
-/// that data to arrive plus `back_quiet`; twice the measured delivery delay (hand-over to
-/// BACK) plus `back_quiet` covers that. On 802.11b a window of data takes longer than
-/// `bsyn_min_timeout` to drain and the floor stays there; on a wired or veth link (delivery
-/// in about a millisecond) it falls to [`MIN_BSYN_FLOOR`], so a lost BSYN or BACK costs
-/// milliseconds, not 50 ms.
+/// that data to arrive: twice the measured delivery delay (hand-over to BACK) covers that,
+/// since the BSYN names the round's last packet and the next hop answers when it arrives. It
+/// waits longer (`back_quiet`) only when that packet was lost, and then a repeated BSYN,
+/// which asks for an answer at once, ends the wait sooner, as a tail loss probe does
+/// (RFC 8985 §7). On 802.11b a window of data takes longer than `bsyn_min_timeout` to drain
+/// and the floor stays there; on a wired or veth link (delivery in about a millisecond) it
+/// falls to [`MIN_BSYN_FLOOR`], so a lost BSYN, BACK or round end costs milliseconds.
 pub(super) fn bsyn_floor(cfg: &HopConfig, delivery_delay: Option<Duration>) -> Duration {
     match delivery_delay {
-        Some(d) => (d * 2 + cfg.back_quiet)
-            .max(MIN_BSYN_FLOOR)
-            .min(cfg.bsyn_min_timeout),
+        Some(d) => (d * 2).max(MIN_BSYN_FLOOR).min(cfg.bsyn_min_timeout),
         None => cfg.bsyn_min_timeout,
     }
 }
 
-/// Lowest floor of the adaptive BSYN timer: two BACK deferrals (`back_quiet`, 10 ms).
-pub(super) const MIN_BSYN_FLOOR: Duration = Duration::from_millis(20);
+/// Lowest floor of the adaptive BSYN timer: a few timer ticks of a user-space daemon.
+pub(super) const MIN_BSYN_FLOOR: Duration = Duration::from_millis(2);
 
 /// How long to wait for the BACK of a BSYN sent after `attempts` unanswered ones (`micro`:
 /// the BSYNs of a micro-block, which carry its packets).

@@ -22,6 +22,9 @@ pub(super) struct Block {
     pub(super) last_back: Option<Instant>,
     /// DATA packets of the block received again from upstream since the last BACK.
     pub(super) dups: u16,
+    /// Number of the newest DATA packet from the sender (at `last_data`): with a BSYN's
+    /// round end it tells that the round's data has arrived.
+    pub(super) newest_data: Option<u32>,
     /// Packets held only from overheard frames: their sender did not know we had them, so
     /// its copy is no duplicate.
     pub(super) overheard: Bitmap,
@@ -54,6 +57,7 @@ impl Block {
             last_data: Instant::ZERO,
             last_back: None,
             dups: 0,
+            newest_data: None,
             overheard: Bitmap::new(n),
             vtx_fwd: None,
             custody_since: now,
@@ -122,13 +126,24 @@ pub(super) struct DestState {
     pub(super) blocked: bool,
 }
 
+/// A BACK held until the data its BSYN announced has arrived.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DeferredBack {
+    /// The upstream neighbour that asked.
+    pub(super) to: NodeId,
+    /// Sent by then at the latest: `back_quiet` after the newest DATA of the round.
+    pub(super) due: Instant,
+    /// Packets the upstream's BSYN said the block would hold here.
+    pub(super) expect: u16,
+}
+
 #[derive(Debug)]
 pub(super) struct Flow {
     pub(super) dst: NodeId,
     pub(super) blocks: BTreeMap<u32, Block>,
     pub(super) outs: BTreeMap<u32, Transfer>,
-    /// Deferred BACKs: block -> (upstream, due, packets the upstream's BSYN said it sent).
-    pub(super) deferred: BTreeMap<u32, (NodeId, Instant, u16)>,
+    /// Deferred BACKs by block.
+    pub(super) deferred: BTreeMap<u32, DeferredBack>,
     pub(super) last_activity: Instant,
     /// The destination reported the flow finished; waiting for FIN or idle timeout.
     pub(super) finished: bool,

@@ -422,6 +422,8 @@ impl Transport for HopTransport {
                     packet_num,
                     payload,
                     expect,
+                    round_end: (h.flags & FLAG_MICRO == 0 && packet_num > 0)
+                        .then(|| u32::from(packet_num) - 1),
                     retry: false,
                 };
                 self.on_bsyn(ctx, &bsyn);

@@ -27,6 +27,9 @@ pub(super) struct BsynIn<'a> {
     pub(super) payload: &'a [u8],
     /// Packets the sender handed to its link (§3.1 rounds; 0 for a micro-block).
     pub(super) expect: u16,
+    /// The last DATA packet the sender handed to its link before this BSYN (not for a
+    /// micro-block): once it is here, the round's data has arrived or is lost.
+    pub(super) round_end: Option<u32>,
     pub(super) retry: bool,
 }
 
@@ -127,7 +130,7 @@ impl HopTransport {
                 key,
                 n,
                 from,
-                if micro { None } else { Some(bsyn.expect) },
+                (!micro).then_some((bsyn.expect, bsyn.round_end)),
             );
         }
         self.evict();
@@ -299,29 +302,34 @@ impl HopTransport {
     }
 
     /// Answer a BSYN of an incomplete block at once when every packet the sender handed to
-    /// its link is here (`expect`; None for a micro-block, whose packets ride on its BSYNs);
-    /// otherwise wait for the data still behind the BSYN, until it has paused for
-    /// `back_quiet` (then the BACK reports the packets lost).
+    /// its link is here (`expect`; None for a micro-block, whose packets ride on its BSYNs),
+    /// or when the round's last packet (`round_end`) arrived before the BSYN, since the last
+    /// BACK: the sender's data queue is FIFO, so the packets still missing were lost.
+    /// Otherwise wait for the data still behind the BSYN, until it has paused for
+    /// `back_quiet` (then the BACK reports the packets lost). A BSYN that overtook its data
+    /// (802.11's voice queue, §3.6) keeps that wait even when the round's end arrives: the
+    /// pause is air for other senders of this node, and a small file next to a hidden bulk
+    /// sender gets through in it (docs/design/hop.md#round-end).
     fn answer_or_defer(
         &mut self,
         now: Instant,
         key: FlowKey,
         n: u32,
         from: NodeId,
-        expect: Option<u16>,
+        round: Option<(u16, Option<u32>)>,
     ) {
         let quiet = self.cfg.back_quiet;
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
-        let (held, last, data_this_round) = f
+        let (held, last, data_this_round, newest) = f
             .blocks
             .get(&n)
             .map(|b| {
                 let fresh = b.last_back.is_none_or(|t| b.last_data > t);
-                (b.have.count(), b.last_data, fresh)
+                (b.have.count(), b.last_data, fresh, b.newest_data)
             })
-            .unwrap_or((0, Instant::ZERO, false));
+            .unwrap_or((0, Instant::ZERO, false, None));
         // Data of this round that has already paused for `back_quiet` was lost, not delayed;
         // with none yet, it is still queued behind the BSYN.
         let due = if data_this_round {
@@ -329,9 +337,20 @@ impl HopTransport {
         } else {
             now + quiet
         };
-        match expect {
-            Some(expect) if held < u32::from(expect) && due > now => {
-                f.deferred.insert(n, (from, due, expect));
+        match round {
+            Some((expect, round_end))
+                if held < u32::from(expect)
+                    && due > now
+                    && !(data_this_round && round_end.is_some() && newest == round_end) =>
+            {
+                f.deferred.insert(
+                    n,
+                    DeferredBack {
+                        to: from,
+                        due,
+                        expect,
+                    },
+                );
             }
             _ => {
                 f.deferred.remove(&n);
@@ -433,6 +452,7 @@ impl HopTransport {
         b.last_used = now;
         if !rx.overheard {
             b.last_data = now;
+            b.newest_data = Some(p);
             if !fresh && b.overheard.get(p) {
                 // First copy from its sender; the one held was overheard.
                 b.overheard.unset(p);
@@ -462,11 +482,11 @@ impl HopTransport {
         let Some(d) = f.deferred.get_mut(&n) else {
             return;
         };
-        if held < u32::from(d.2) {
-            d.1 = now + quiet;
+        if held < u32::from(d.expect) {
+            d.due = now + quiet;
             return;
         }
-        let up = d.0;
+        let up = d.to;
         f.deferred.remove(&n);
         self.send_back(key, n, up, now);
     }

@@ -148,8 +148,8 @@ impl HopTransport {
                 }
             }
         }
-        for (_, due, _) in f.deferred.values() {
-            min(*due);
+        for d in f.deferred.values() {
+            min(d.due);
         }
         if f.source().is_some() && self.cfg.virtual_retransmission {
             for b in f.blocks.values() {

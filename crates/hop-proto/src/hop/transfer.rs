@@ -108,13 +108,13 @@ impl HopTransport {
             Some(f) => f
                 .deferred
                 .iter()
-                .filter(|(n, (_, t, expect))| {
-                    *t <= now
+                .filter(|(n, d)| {
+                    d.due <= now
                         || f.blocks
                             .get(n)
-                            .is_some_and(|b| b.complete() || b.have.count() >= u32::from(*expect))
+                            .is_some_and(|b| b.complete() || b.have.count() >= u32::from(d.expect))
                 })
-                .map(|(n, (u, _, _))| (*n, *u))
+                .map(|(n, d)| (*n, d.to))
                 .collect(),
             None => return,
         };

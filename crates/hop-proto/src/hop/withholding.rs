@@ -209,6 +209,7 @@ impl HopTransport {
                     packet_num: 0,
                     payload: &[],
                     expect: 0,
+                    round_end: None,
                     retry: true,
                 };
                 self.extra("turns_given");

@@ -102,6 +102,107 @@ fn final_bsyn_announces_the_packets_sent() {
     assert_eq!(expects(&out), vec![10]);
 }
 
+/// A BSYN of block 0 (500 bytes in 100-byte packets) announcing `expect` packets, whose
+/// round ended with packet `last`.
+fn bsyn_ending_at(expect: u16, last: u16) -> HopMessage<'static> {
+    let mut m = bsyn_with_expect(0, 500, expect);
+    if let HopBody::Bsyn { packet_num, .. } = &mut m.body {
+        *packet_num = last + 1;
+    }
+    m
+}
+
+#[test]
+fn a_bsyn_that_follows_its_rounds_last_packet_is_answered_at_once() {
+    let cfg = HopConfig {
+        back_quiet: Duration::from_millis(10),
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    let pkt = [7u8; 100];
+    h.recv(1, &bsyn_with_expect(0, 500, 0));
+    h.drain();
+    h.now += Duration::from_millis(1);
+    // Packets 0-4 were handed to the link in order; 3 was lost. The BSYN comes after packet
+    // 4, the round's last (a FIFO link): nothing else of the round can still arrive.
+    for p in [0, 1, 2, 4] {
+        h.recv(1, &data_packet(0, 500, p, &pkt));
+    }
+    h.drain();
+    h.recv(1, &bsyn_ending_at(5, 4));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(0, 5)]);
+    // Packet 3 again, then a BSYN that overtakes it (802.11's voice queue): it waits for the
+    // data behind it as before, and this time the packet arrives.
+    h.recv(1, &bsyn_ending_at(5, 3));
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    h.now += Duration::from_millis(1);
+    h.recv(1, &data_packet(0, 500, 3, &pkt));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(FLAG_COMPLETE, 5)]);
+}
+
+#[test]
+fn a_bsyn_that_overtook_its_data_waits_for_the_pause_even_after_the_rounds_end() {
+    let cfg = HopConfig {
+        back_quiet: Duration::from_millis(10),
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    let pkt = [7u8; 100];
+    h.recv(1, &bsyn_with_expect(0, 500, 0));
+    h.drain();
+    h.now += Duration::from_millis(1);
+    h.recv(1, &bsyn_ending_at(5, 4));
+    for p in [0, 1, 2, 4] {
+        h.recv(1, &data_packet(0, 500, p, &pkt));
+    }
+    // The round's end is here but the BSYN came first: the pause it leaves is air for this
+    // node's other senders, so the BACK waits for back_quiet.
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    h.now += Duration::from_millis(11);
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    assert_eq!(backs_to(&h.drain(), 1), vec![(0, 5)]);
+}
+
+fn bsyn_round_ends(out: &[Outgoing]) -> Vec<u16> {
+    bodies(out, |b| match b {
+        HopBody::Bsyn { packet_num, .. } => Some(packet_num),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_bsyn_names_the_last_packet_its_round_handed_to_the_link() {
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(small_cfg()));
+    let key = FlowKey { src: 1, id: 4 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
+        .unwrap();
+    // The first BSYN follows no data: no round end.
+    assert_eq!(bsyn_round_ends(&h.drain()), vec![0]);
+    let back = |bitmap: &'static [u8]| HopMessage {
+        header: HopHeader {
+            src: 1,
+            flow_id: 4,
+            ..hdr(0, 0)
+        },
+        body: HopBody::Back {
+            duplicates: 0,
+            block_len: 1000,
+            packets: 10,
+            bitmap,
+        },
+    };
+    // Ten packets in order: the round ends with packet 9 (wire value 10).
+    h.recv(2, &back(&[0, 0]));
+    assert_eq!(bsyn_round_ends(&h.drain()), vec![10]);
+    // Packets 2 and 5 lost (handed over before packet 9, which arrived): they go again, 5
+    // last.
+    h.recv(2, &back(&[0b1101_1011, 0b11]));
+    let out = h.drain();
+    assert_eq!(data_nums(&out), vec![2, 5]);
+    assert_eq!(bsyn_round_ends(&out), vec![6]);
+}
+
 fn bsyn_expects(out: &[Outgoing]) -> Vec<u16> {
     bodies(out, |b| match b {
         HopBody::Bsyn { expect, .. } => Some(expect),

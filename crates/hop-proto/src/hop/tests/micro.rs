@@ -10,7 +10,7 @@ fn a_micro_block_without_samples_waits_the_floor_not_the_bsyn_timeout() {
     assert_eq!(bsyn_wait(&cfg, None, None, 0, false), cfg.bsyn_timeout);
     // A micro-block's packets are on its BSYNs: the BACK comes after one control round.
     assert_eq!(bsyn_wait(&cfg, None, None, 0, true), ms(50));
-    assert_eq!(bsyn_wait(&cfg, None, Some(ms(1)), 0, true), ms(20));
+    assert_eq!(bsyn_wait(&cfg, None, Some(ms(1)), 0, true), ms(2));
     // Samples, where there are any, rule both.
     let e = RttEstimate::update(None, ms(30));
     assert_eq!(
