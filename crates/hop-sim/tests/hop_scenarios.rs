@@ -617,8 +617,10 @@ fn ten_flows_on_a_chain(next_hop_backpressure: bool) -> String {
 /// A relay crossed by many flows to one next hop takes no more blocks for it than H (§3.3
 /// bounds each flow alone). Per flow only, the first relay takes a block of each of the ten
 /// flows while its next hop takes one at a time; the source's data then fills the air the
-/// relay needs, the BACKs the relay waits for collide with it at the relay, and the ten
-/// flows move 3 MB in 540 s where one flow alone moves about 150 MB.
+/// relay needs and the BACKs the relay waits for collide with it at the relay. Before BSYNs
+/// named their round's end, that left the ten flows 3 MB in 540 s where one flow alone
+/// moves about 150 MB; the relay's BACKs now go as soon as a round is in, and per flow only
+/// moves 115 MB. Per next hop stays ahead.
 #[test]
 fn ten_flows_sharing_a_chain_move_as_much_as_one() {
     let total = |r: &SimResult| r.flows.iter().map(|f| f.bytes_delivered).sum::<u64>();
@@ -634,7 +636,7 @@ fn ten_flows_sharing_a_chain_move_as_much_as_one() {
         "{}",
         total(&per_next_hop)
     );
-    assert!(total(&per_next_hop) > 10 * total(&per_flow));
+    assert!(total(&per_next_hop) > total(&per_flow));
     assert!(per_next_hop.flows.iter().all(|f| f.bytes_delivered > 0));
 }
 
