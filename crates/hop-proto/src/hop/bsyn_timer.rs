@@ -81,11 +81,12 @@ pub(super) fn bsyn_wait(
         return first;
     }
     // A repeated BSYN finds the data sent before the first one delivered (the first timer
-    // covered its drain): its BACK comes after one control round trip, so the repeats wait
-    // a multiple of the floor, growing linearly (under random loss a round fails often, and
+    // covered its drain) and asks for an answer at once: its BACK comes after what is queued
+    // ahead of it leaves, one delivery delay, not the two of the floor. The repeats wait a
+    // multiple of that, growing linearly (under random loss a round fails often, and
     // doubling would let the waits, not the losses, set the rate); an unreachable next hop
     // still slows to one BSYN per bsyn_max_backoff.
-    floor
-        .saturating_mul(attempts)
-        .min(cfg.bsyn_max_backoff.max(floor))
+    let step = delivery_delay.map_or(floor, |d| d.clamp(MIN_BSYN_FLOOR, floor));
+    step.saturating_mul(attempts)
+        .min(cfg.bsyn_max_backoff.max(step))
 }
