@@ -12,7 +12,8 @@
 # Loss acts on single packets: every veth has gso_max_segs 1, so the kernel cuts UDP GSO
 # batches and TCP segments into single packets before they leave, and nftables drops at the
 # receiving end (prerouting, `numgen random`). A hopd transfer that has not finished within
-# TIMEOUT_S (default 120) seconds is reported as "> TIMEOUT_S" with the bytes delivered.
+# TIMEOUT_S (default 120) seconds is reported as "> TIMEOUT_S s"; an iperf3 run that has not
+# ended 40 s after it started (its control connection crosses the lossy links too) as nan.
 #
 # Environment: HOPD_BIN_DIR=dir uses prebuilt hopd and hop from dir (no build);
 # HOP_PARAMS='key = value' adds lines to every node's [hop] section; REPEATS=n runs each
@@ -71,7 +72,8 @@ tcp_run() { # tcp_run N CC -> Mbit/s received
     local dst="10.$TAG.$((n * 10 + n - 2)).2"
     ip netns exec "${c}n$((n - 1))" iperf3 -s -D -1 -p "$port" >/dev/null 2>&1
     sleep 0.3
-    ip netns exec "${c}n0" iperf3 -c "$dst" -p "$port" -C "$cc" -t 10 -J 2>/dev/null |
+    # iperf3's control connection crosses the same lossy links and can stall for good.
+    timeout 40 ip netns exec "${c}n0" iperf3 -c "$dst" -p "$port" -C "$cc" -t 10 -J 2>/dev/null |
         python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' 2>/dev/null || echo nan
 }
 
