@@ -103,6 +103,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// Write to standard output; a reader that went away (`hop-sim run … | head`) ends the output
+/// quietly, as it does for other command-line tools, instead of a panic.
+fn emit(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    match o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(format!("cannot write to standard output: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn real_main(a: Args) -> Result<(), String> {
     match a.cmd.as_str() {
         "run" | "check" => {
@@ -123,14 +136,14 @@ fn real_main(a: Args) -> Result<(), String> {
             let sim = Simulation::with_seed(sc, Registry::builtin(), a.seed)
                 .map_err(|e| format!("{file}: {e}"))?;
             if a.cmd == "check" {
-                println!("{file}: ok");
+                emit(&format!("{file}: ok\n"))?;
                 return Ok(());
             }
             let json = sim.run().to_json();
             match a.out {
                 Some(out) => std::fs::write(&out, json + "\n")
                     .map_err(|e| format!("cannot write {out}: {e}"))?,
-                None => println!("{json}"),
+                None => emit(&(json + "\n"))?,
             }
             Ok(())
         }
@@ -147,9 +160,9 @@ fn real_main(a: Args) -> Result<(), String> {
                 compare(&text, &seeds, &variants, a.jobs).map_err(|e| format!("{file}: {e}"))?;
             if a.json {
                 let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
-                println!("{json}");
+                emit(&(json + "\n"))?;
             } else {
-                print!("{}", table(&file, &seeds, &results));
+                emit(&table(&file, &seeds, &results))?;
             }
             Ok(())
         }
@@ -159,20 +172,20 @@ fn real_main(a: Args) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let r = sim.run();
             let completed = r.flows.iter().filter(|f| f.completed).count();
-            println!(
-                "{{\"bench\":\"grid20-30flows\",\"virtual_seconds\":{:.3},\"wall_seconds\":{:.3},\"sim_seconds_per_wall_second\":{:.2},\"frames_sent\":{},\"flows_completed\":{},\"flows\":{}}}",
+            emit(&format!(
+                "{{\"bench\":\"grid20-30flows\",\"virtual_seconds\":{:.3},\"wall_seconds\":{:.3},\"sim_seconds_per_wall_second\":{:.2},\"frames_sent\":{},\"flows_completed\":{},\"flows\":{}}}\n",
                 r.virtual_seconds,
                 r.wall_seconds,
                 r.virtual_seconds / r.wall_seconds.max(1e-9),
                 r.medium.frames_sent,
                 completed,
                 r.flows.len()
-            );
+            ))?;
             Ok(())
         }
         "transports" => {
             for n in Registry::builtin().names() {
-                println!("{n}");
+                emit(&format!("{n}\n"))?;
             }
             Ok(())
         }
