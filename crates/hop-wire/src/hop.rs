@@ -654,69 +654,35 @@ mod tests {
     }
 
     #[test]
-    fn bsyn_expect_bounded_by_block() {
+    fn bsyn_expect_and_round_end_bounded_by_block() {
         let geom = BlockGeom {
             block_len: 2500,
             packet_size: 1000,
         };
-        let msg = |expect| HopMessage {
-            header: header(0),
-            body: HopBody::Bsyn {
-                offset: 0,
-                geom,
-                packet_num: 0,
-                expect,
-                payload: &[],
-            },
-        };
-        round_trip(msg(3));
-        let mut out = Vec::new();
-        assert!(msg(4).emit(&mut out).is_err());
-        assert!(out.is_empty());
-        msg(3).emit(&mut out).unwrap();
-        // The expect field is at offset 38; one more than the block's packets is malformed.
-        assert_eq!(&out[38..40], &[0, 3]);
-        out[39] = 4;
-        assert!(matches!(
-            HopMessage::parse(&out),
-            Err(Error::Malformed {
-                field: "expect",
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn bsyn_round_end_bounded_by_block() {
-        let geom = BlockGeom {
-            block_len: 2500,
-            packet_size: 1000,
-        };
-        let msg = |packet_num| HopMessage {
+        let msg = |expect, packet_num| HopMessage {
             header: header(0),
             body: HopBody::Bsyn {
                 offset: 0,
                 geom,
                 packet_num,
-                expect: 3,
+                expect,
                 payload: &[],
             },
         };
-        // 1 + the last packet's number: 3 names packet 2, the block's last.
-        round_trip(msg(3));
-        let mut out = Vec::new();
-        assert!(msg(4).emit(&mut out).is_err());
-        assert!(out.is_empty());
-        msg(3).emit(&mut out).unwrap();
-        assert_eq!(&out[34..36], &[0, 3]);
-        out[35] = 4;
-        assert!(matches!(
-            HopMessage::parse(&out),
-            Err(Error::Malformed {
-                field: "packet_num",
-                ..
-            })
-        ));
+        // Three packets: `expect` up to 3, the round end up to 3 (1 + packet 2, the last).
+        round_trip(msg(3, 3));
+        for (bad, field, at) in [(msg(4, 0), "expect", 39), (msg(0, 4), "packet_num", 35)] {
+            let mut out = Vec::new();
+            assert!(bad.emit(&mut out).is_err());
+            assert!(out.is_empty());
+            msg(3, 3).emit(&mut out).unwrap();
+            // expect at offset 38, the round end at 34; one more than the packets is malformed.
+            assert_eq!(out[at], 3);
+            out[at] = 4;
+            assert!(
+                matches!(HopMessage::parse(&out), Err(Error::Malformed { field: f, .. }) if f == field)
+            );
+        }
     }
 
     #[test]

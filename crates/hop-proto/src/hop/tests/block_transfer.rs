@@ -172,32 +172,13 @@ fn bsyn_round_ends(out: &[Outgoing]) -> Vec<u16> {
 
 #[test]
 fn a_bsyn_names_the_last_packet_its_round_handed_to_the_link() {
-    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(small_cfg()));
-    let key = FlowKey { src: 1, id: 4 };
-    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
-    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
-        .unwrap();
-    // The first BSYN follows no data: no round end.
-    assert_eq!(bsyn_round_ends(&h.drain()), vec![0]);
-    let back = |bitmap: &'static [u8]| HopMessage {
-        header: HopHeader {
-            src: 1,
-            flow_id: 4,
-            ..hdr(0, 0)
-        },
-        body: HopBody::Back {
-            duplicates: 0,
-            block_len: 1000,
-            packets: 10,
-            bitmap,
-        },
-    };
     // Ten packets in order: the round ends with packet 9 (wire value 10).
-    h.recv(2, &back(&[0, 0]));
-    assert_eq!(bsyn_round_ends(&h.drain()), vec![10]);
+    let (mut h, out) = source_round(small_cfg());
+    assert_eq!(data_nums(&out).len(), 10);
+    assert_eq!(bsyn_round_ends(&out), vec![10]);
     // Packets 2 and 5 lost (handed over before packet 9, which arrived): they go again, 5
     // last.
-    h.recv(2, &back(&[0b1101_1011, 0b11]));
+    h.recv(2, &source_back(&[0b1101_1011, 0b11]));
     let out = h.drain();
     assert_eq!(data_nums(&out), vec![2, 5]);
     assert_eq!(bsyn_round_ends(&out), vec![6]);
@@ -228,6 +209,8 @@ fn unanswered_bsyn_is_repeated_alone_and_judges_no_packet_lost() {
     }
     assert!(data_nums(&repeated).is_empty());
     assert_eq!(bsyn_expects(&repeated), vec![0]);
+    // Asking for an answer at once, it names no round end either.
+    assert_eq!(bsyn_round_ends(&repeated), vec![0]);
     assert!(!h.t.stats().extra.contains_key("lost_unanswered"));
     // Its BACK: all but the newest packet arrived, so that one is still in flight (FIFO
     // queue) and nothing is sent again.
