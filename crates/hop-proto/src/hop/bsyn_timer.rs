@@ -36,10 +36,10 @@ impl RttEstimate {
 /// Floor of the adaptive BSYN timer: `bsyn_min_timeout`, lowered on a link whose data
 /// drains fast. A BSYN overtakes the data queued before it, so its BACK may rightly wait for
 /// that data to arrive: twice the measured delivery delay (hand-over to BACK) covers that,
-/// since the BSYN names the round's last packet and the next hop answers when it arrives. It
-/// waits longer (`back_quiet`) only when that packet was lost, and then a repeated BSYN,
-/// which asks for an answer at once, ends the wait sooner, as a tail loss probe does
-/// (RFC 8985 §7). On 802.11b a window of data takes longer than `bsyn_min_timeout` to drain
+/// since the BSYN names the round's last packet and a next hop that has it answers at once.
+/// It waits longer (`back_quiet`) when that packet was lost or the BSYN overtook its data;
+/// then a repeated BSYN, which asks for an answer at once, ends the wait sooner, as a tail
+/// loss probe does (RFC 8985 §7). On 802.11b a window of data takes longer than `bsyn_min_timeout` to drain
 /// and the floor stays there; on a wired or veth link (delivery in about a millisecond) it
 /// falls to [`MIN_BSYN_FLOOR`], so a lost BSYN, BACK or round end costs milliseconds.
 pub(super) fn bsyn_floor(cfg: &HopConfig, delivery_delay: Option<Duration>) -> Duration {
