@@ -163,11 +163,18 @@ fn a_bsyn_that_overtook_its_data_waits_for_the_pause_even_after_the_rounds_end()
     assert_eq!(backs_to(&h.drain(), 1), vec![(0, 5)]);
 }
 
-fn bsyn_round_ends(out: &[Outgoing]) -> Vec<u16> {
+/// Each BSYN's `expect` and `packet_num` (the round end of a block's BSYN).
+fn bsyn_fields(out: &[Outgoing]) -> Vec<(u16, u16)> {
     bodies(out, |b| match b {
-        HopBody::Bsyn { packet_num, .. } => Some(packet_num),
+        HopBody::Bsyn {
+            expect, packet_num, ..
+        } => Some((expect, packet_num)),
         _ => None,
     })
+}
+
+fn bsyn_round_ends(out: &[Outgoing]) -> Vec<u16> {
+    bsyn_fields(out).into_iter().map(|(_, end)| end).collect()
 }
 
 #[test]
@@ -185,10 +192,10 @@ fn a_bsyn_names_the_last_packet_its_round_handed_to_the_link() {
 }
 
 fn bsyn_expects(out: &[Outgoing]) -> Vec<u16> {
-    bodies(out, |b| match b {
-        HopBody::Bsyn { expect, .. } => Some(expect),
-        _ => None,
-    })
+    bsyn_fields(out)
+        .into_iter()
+        .map(|(expect, _)| expect)
+        .collect()
 }
 
 #[test]
