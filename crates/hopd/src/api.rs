@@ -59,6 +59,10 @@ pub enum Request {
     Cancel { v: u32, flow: String },
     /// Re-read the daemon's configuration file (as SIGHUP does).
     Reload { v: u32 },
+    /// Follow the daemon's events: one control frame per event (a JSON object with `event`:
+    /// `complete`, `failed`, `cancelled`, `file`, `neighbour_silent`, `neighbour_returned`,
+    /// or `lagged` with `missed` when the client fell behind), until the client closes.
+    Events { v: u32 },
 }
 
 /// A transfer's class: every node on its path sends the data of a higher class first (the

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod counter;
 pub mod daemon;
+pub mod dtn;
 pub mod flowfmt;
 pub mod http;
 pub mod io;

@@ -95,6 +95,7 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
         | Request::Status { v }
         | Request::List { v }
         | Request::Reload { v }
+        | Request::Events { v }
         | Request::Cancel { v, .. } => *v,
     };
     if v != API_VERSION {
@@ -173,6 +174,7 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
             }
         }
         Request::Recv { service, .. } => recv(s, cmds, service).await,
+        Request::Events { .. } => events(s, cmds).await,
         Request::Ack { .. } => {
             error(
                 &mut s,
@@ -181,6 +183,32 @@ async fn client(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<(
             )
             .await
         }
+    }
+}
+
+/// The event stream of `events`: the same events as the HTTP API's `/v1/events`, one control
+/// frame each, until the client closes its side (anything it sends is ignored).
+async fn events(mut s: UnixStream, cmds: mpsc::Sender<Cmd>) -> std::io::Result<()> {
+    use tokio::sync::broadcast::error::RecvError;
+    let (tx, rx) = oneshot::channel();
+    cmds.send(Cmd::Events { reply: tx })
+        .await
+        .map_err(|_| closed())?;
+    let mut events = rx.await.map_err(|_| closed())?;
+    let mut scratch = [0u8; 256];
+    loop {
+        let v = tokio::select! {
+            e = events.recv() => match e {
+                Ok(v) => v,
+                Err(RecvError::Lagged(n)) => serde_json::json!({"event": "lagged", "missed": n}),
+                Err(RecvError::Closed) => return Ok(()),
+            },
+            n = s.read(&mut scratch) => match n {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(_) => continue,
+            },
+        };
+        api::write_json(&mut s, &v).await?;
     }
 }
 
