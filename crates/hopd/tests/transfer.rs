@@ -176,3 +176,48 @@ fn loopback_small_file_is_one_block() {
         );
     }
 }
+
+/// The local socket's `events` request streams a detached transfer's outcome: `complete` for
+/// one the destination acknowledged, `failed` for one to a node that stopped answering.
+#[test]
+fn loopback_events_report_detached_outcomes() {
+    use std::io::{Read, Write};
+    let work = tempfile::tempdir().unwrap();
+    let mut nodes = loopback_chain(2, work.path(), "[hop]\ngive_up_after = \"2s\"\n");
+    let mut s = std::os::unix::net::UnixStream::connect(nodes[0].socket()).unwrap();
+    let req = br#"{"op":"events","v":1}"#;
+    s.write_all(&(req.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(req).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    // The next event about a transfer (neighbour events are skipped).
+    let mut next = || -> serde_json::Value {
+        loop {
+            let mut len = [0u8; 4];
+            s.read_exact(&mut len).expect("an event within 30 s");
+            let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+            s.read_exact(&mut buf).unwrap();
+            let e: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+            if !e["event"].as_str().unwrap_or("").starts_with("neighbour_") {
+                return e;
+            }
+        }
+    };
+    let f = work.path().join("ev.bin");
+    std::fs::write(&f, pattern(3, 70_000)).unwrap();
+    send_detached(&nodes[0], &f, 2);
+    let e = next();
+    assert_eq!(e["event"], "complete", "{e}");
+    assert_eq!(
+        (e["to"].as_u64(), e["name"].as_str()),
+        (Some(2), Some("ev.bin"))
+    );
+    nodes[1].terminate();
+    let g = work.path().join("gone.bin");
+    std::fs::write(&g, pattern(4, 1000)).unwrap();
+    send_detached(&nodes[0], &g, 2);
+    let e = next();
+    assert_eq!(e["event"], "failed", "{e}");
+    assert_eq!(e["name"], "gone.bin");
+    assert!(e["reason"].as_str().is_some_and(|r| !r.is_empty()), "{e}");
+}

@@ -51,7 +51,8 @@ pub struct Counters {
     pub handed_back: u64,
     /// Failed bundles kept in `failed/` (no hand-back, or it failed).
     pub kept_failed: u64,
-    /// Bundles whose lifetime ended before or during their transfer (dropped, RFC 9171 §5.4.2).
+    /// Bundles whose lifetime ended before or during their transfer (dropped, as a bundle node
+    /// deletes a bundle past its lifetime).
     pub expired: u64,
     /// A bundle dtnd handed over again for the same node while the first copy was carried.
     pub duplicates_from_dtnd: u64,
