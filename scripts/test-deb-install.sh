@@ -122,11 +122,12 @@ install)
 
     say "binaries"
     hopd --version
+    hop-dtn --version
     help=$(hop --help)
     printf '%s\n' "$help" | sed -n 1,3p
 
     say "manual pages (no man-db in minbase: the files)"
-    present /usr/share/man/man8/hopd.8.gz /usr/share/man/man1/hop.1.gz /usr/share/man/man1/hop-send.1.gz
+    present /usr/share/man/man8/hopd.8.gz /usr/share/man/man8/hop-dtn.8.gz /usr/share/man/man1/hop.1.gz /usr/share/man/man1/hop-send.1.gz
     for m in /usr/share/man/man8/hopd.8.gz /usr/share/man/man1/hop*.1.gz; do
         zcat "$m" | grep -q '^\.TH' || fail "$m: not a manual page"
     done

@@ -132,8 +132,52 @@ pub struct DaemonArgs {
     pub log_json: bool,
 }
 
-/// Write the manual pages of `hop` (hop.1, one per subcommand as hop-SUB.1) and `hopd`
-/// (hopd.8) and the shell completions of both into `dir`.
+/// Bundle Protocol bridge: a convergence layer for dtnd (dtn7-rs) that carries bundles
+/// over Hop. Settings come from --config, each overridden by its flag.
+#[derive(Parser, Debug)]
+#[command(name = "hop-dtn", version)]
+pub struct BridgeArgs {
+    /// TOML configuration file (keys as the flags below, peers as [[peers]] eid/node).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// hopd's API socket [default: /var/lib/hopd/hopd.sock].
+    #[arg(long, env = "HOPD_SOCKET")]
+    pub hopd_socket: Option<PathBuf>,
+    /// dtnd's web port on this host (dtnd must run with --ecla) [default: 127.0.0.1:3000].
+    #[arg(long)]
+    pub dtnd: Option<std::net::SocketAddr>,
+    /// Where the bridge keeps its journals and the bundles it carries (required).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// A DTN peer served by a Hop node, EID=NODE (e.g. dtn://n3/=3); repeatable.
+    #[arg(long = "peer", value_parser = crate::dtn::config::parse_peer)]
+    pub peers: Vec<crate::dtn::config::Peer>,
+    /// The convergence layer's name in dtnd [default: hop].
+    #[arg(long)]
+    pub cla_name: Option<String>,
+    /// The hopd service bundles travel to [default: dtn].
+    #[arg(long)]
+    pub service: Option<String>,
+    /// How often peers are announced to dtnd [default: 5s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub announce_interval: Option<std::time::Duration>,
+    /// Give a bundle Hop has not delivered within this time back to dtnd to route again
+    /// [default: never; Hop carries it for its lifetime].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub route_again_after: Option<std::time::Duration>,
+    /// Keep failed bundles in STATE_DIR/failed/ instead of giving them back to dtnd.
+    #[arg(long)]
+    pub no_hand_back: bool,
+    /// Check the settings, print them and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Log filter (tracing's EnvFilter syntax) [default: info].
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+}
+
+/// Write the manual pages of `hop` (hop.1, one per subcommand as hop-SUB.1), `hopd`
+/// (hopd.8) and `hop-dtn` (hop-dtn.8) and the shell completions of `hop` and `hopd` into `dir`.
 pub fn generate(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
     use clap::CommandFactory;
     std::fs::create_dir_all(dir)?;
@@ -146,6 +190,10 @@ pub fn generate(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
         (
             clap_mangen::Man::new(hopd.clone()).section("8"),
             "hopd.8".to_string(),
+        ),
+        (
+            clap_mangen::Man::new(BridgeArgs::command()).section("8"),
+            "hop-dtn.8".to_string(),
         ),
     ]
     .into_iter()

@@ -1,54 +1,10 @@
 //! hop-dtn: carries dtn7-rs bundles over the local hopd (docs/dtn.md).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use hopd::dtn::config::{parse_peer, Config, Peer};
-
-/// Bundle Protocol bridge: a convergence layer for dtnd (dtn7-rs) that carries bundles
-/// over Hop. Settings come from --config, each overridden by its flag.
-#[derive(Parser, Debug)]
-#[command(name = "hop-dtn", version)]
-struct Args {
-    /// TOML configuration file (keys as the flags below, peers as [[peers]] eid/node).
-    #[arg(long, short)]
-    config: Option<PathBuf>,
-    /// hopd's API socket [default: /var/lib/hopd/hopd.sock].
-    #[arg(long, env = "HOPD_SOCKET")]
-    hopd_socket: Option<PathBuf>,
-    /// dtnd's web port on this host (dtnd must run with --ecla) [default: 127.0.0.1:3000].
-    #[arg(long)]
-    dtnd: Option<std::net::SocketAddr>,
-    /// Where the bridge keeps its journals and the bundles it carries (required).
-    #[arg(long)]
-    state_dir: Option<PathBuf>,
-    /// A DTN peer served by a Hop node, EID=NODE (e.g. dtn://n3/=3); repeatable.
-    #[arg(long = "peer", value_parser = parse_peer)]
-    peers: Vec<Peer>,
-    /// The convergence layer's name in dtnd [default: hop].
-    #[arg(long)]
-    cla_name: Option<String>,
-    /// The hopd service bundles travel to [default: dtn].
-    #[arg(long)]
-    service: Option<String>,
-    /// How often peers are announced to dtnd [default: 5s].
-    #[arg(long, value_parser = humantime::parse_duration)]
-    announce_interval: Option<std::time::Duration>,
-    /// Give a bundle Hop has not delivered within this time back to dtnd to route again
-    /// [default: never; Hop carries it for its lifetime].
-    #[arg(long, value_parser = humantime::parse_duration)]
-    route_again_after: Option<std::time::Duration>,
-    /// Keep failed bundles in STATE_DIR/failed/ instead of giving them back to dtnd.
-    #[arg(long)]
-    no_hand_back: bool,
-    /// Check the settings, print them and exit.
-    #[arg(long)]
-    check_config: bool,
-    /// Log filter (tracing's EnvFilter syntax) [default: info].
-    #[arg(long, default_value = "info")]
-    log_level: String,
-}
+use hopd::cli::BridgeArgs as Args;
+use hopd::dtn::config::Config;
 
 fn settings(a: &Args) -> Result<Config, String> {
     let mut c = match &a.config {
