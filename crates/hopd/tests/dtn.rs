@@ -407,7 +407,8 @@ fn resend_raw(src: &Hopd, dir: &Path, bundle: &[u8]) {
 
 /// A transfer that fails (the destination's hopd is down for longer than the source bridge's
 /// `route_again_after`) hands the bundle back to dtnd, which routes it again; once the
-/// destination is up it is delivered, once.
+/// destination is up it is delivered, once. A bundle the bridge took while the source's hopd
+/// was down survives a restart of the bridge.
 #[test]
 fn a_failed_transfer_goes_back_to_dtnd_and_is_delivered_later() {
     if !is_root() {
@@ -429,7 +430,7 @@ fn a_failed_transfer_goes_back_to_dtnd_and_is_delivered_later() {
     );
     // Node 2's hopd down: node 1 cannot deliver.
     nodes[1].terminate();
-    let a = DtnNode::start(
+    let mut a = DtnNode::start(
         &chain.names[0],
         &work.path().join("a"),
         "a",
@@ -475,5 +476,34 @@ fn a_failed_transfer_goes_back_to_dtnd_and_is_delivered_later() {
         b.receive(1, Duration::from_secs(3)).is_empty(),
         "delivered twice"
     );
+
+    // The source's hopd is down when dtnd hands a bundle over, and the bridge restarts before
+    // hopd returns: the copy it kept is sent once hopd is back.
+    nodes[0].terminate();
+    let later = pattern(6, 300_000);
+    let f = work.path().join("y");
+    std::fs::write(&f, &later).unwrap();
+    a.send(&f, "b", 3600);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !a.log("bridge.log").contains("hopd not reachable") {
+        assert!(
+            Instant::now() < deadline,
+            "no bundle waits for hopd\n{}",
+            diagnose(&[&a])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    a.stop_bridge();
+    a.start_bridge();
+    nodes[0].restart();
+    assert_eq!(
+        b.receive(1, Duration::from_secs(60)),
+        vec![later],
+        "{}",
+        diagnose(&[&a, &b])
+    );
+    assert!(a
+        .log("bridge.log")
+        .contains("sending a bundle hopd had not taken before the restart"));
     drop((a, b, nodes, chain));
 }

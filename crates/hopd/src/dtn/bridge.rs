@@ -161,13 +161,11 @@ pub async fn run(cfg: Config) -> Result<(), BridgeError> {
         "hop-dtn starting"
     );
     let (fwd_tx, fwd_rx) = mpsc::unbounded_channel();
-    // Copies left by an earlier run go first: the ones hopd never took are sent again.
-    let leftover = leftover_copies(&shared).await;
     tokio::spawn(ecla_task(shared.clone(), fwd_tx));
     tokio::spawn(events_task(shared.clone()));
     tokio::spawn(receiver_task(shared.clone()));
     tokio::spawn(counters_task(shared.clone()));
-    sender_task(shared, fwd_rx, leftover).await;
+    sender_task(shared, fwd_rx).await;
     Ok(())
 }
 
@@ -427,12 +425,10 @@ fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn sender_task(
-    shared: Arc<Shared>,
-    mut fwd: mpsc::UnboundedReceiver<ForwardData>,
-    leftover: Vec<ToSend>,
-) {
-    for t in leftover {
+async fn sender_task(shared: Arc<Shared>, mut fwd: mpsc::UnboundedReceiver<ForwardData>) {
+    // Copies left by an earlier run go first: the ones hopd never took are sent again. Bundles
+    // dtnd hands over meanwhile wait in the channel.
+    for t in leftover_copies(&shared).await {
         info!(bundle = %t.id, node = t.node, "sending a bundle hopd had not taken before the restart");
         hand_to_hopd(&shared, t).await;
     }
