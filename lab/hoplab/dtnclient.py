@@ -11,6 +11,7 @@ so the receiver counts unique bytes and checks content.
 
     python -m hoplab.dtnclient send --dst EID --size N [--bundle B] [--port P] --out F
     python -m hoplab.dtnclient recv --endpoint incoming --size N [--port P] --out F
+    python -m hoplab.dtnclient ready [--port P] [--timeout S]   # exit 0 once dtnd's API answers
 """
 
 from __future__ import annotations
@@ -246,16 +247,32 @@ def recv_main(a) -> int:
     return 0
 
 
+def ready_main(a) -> int:
+    """Exit 0 once dtnd's API answers, 1 when it has not within --timeout seconds: run in a
+    node's namespace, whose loopback the orchestrator cannot reach."""
+    try:
+        wait_api(a.port, time.time() + a.timeout)
+    except LabError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hoplab.dtnclient")
-    p.add_argument("mode", choices=["send", "recv"])
+    p.add_argument("mode", choices=["send", "recv", "ready"])
     p.add_argument("--port", type=int, default=WEB_PORT)
     p.add_argument("--dst", default="")
     p.add_argument("--endpoint", default="incoming")
-    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--size", type=int)
     p.add_argument("--bundle", type=int, default=BUNDLE_BYTES)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
+    p.add_argument("--timeout", type=float, default=30.0)
     a = p.parse_args(argv)
+    if a.mode == "ready":
+        return ready_main(a)
+    if a.size is None or a.out is None:
+        p.error(f"{a.mode} needs --size and --out")
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     return send_main(a) if a.mode == "send" else recv_main(a)

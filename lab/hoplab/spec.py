@@ -146,8 +146,8 @@ class Spec:
 
     def reports_link_status(self) -> bool:
         """Whether the medium reports MAC backlogs in this run: medium.link_status, and hopd
-        runs (a flow of the hop driver)."""
-        return self.medium.link_status and any(f.driver == "hop" for f in self.flows)
+        runs (a flow of a driver that starts it: `hop`, `dtn-hop`)."""
+        return self.medium.link_status and any(DRIVERS[f.driver].runs_hopd for f in self.flows)
 
 
 def build_topology(d: dict, base: Path, seed: int) -> topo.Topology:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .base import BASE_PORT, Driver
 from .dtn import DtnDriver
+from .dtnhop import DtnHopDriver
 from .hbhtcp import HbhTcpDriver
 from .hop import HopDriver
 from .tcp import TcpDriver
@@ -19,7 +20,8 @@ DRIVERS: dict[str, type[Driver]] = {
     "hop": HopDriver,
     "hbhtcp": HbhTcpDriver,
     "dtn": DtnDriver,
+    "dtn-hop": DtnHopDriver,
 }
 
-__all__ = ["BASE_PORT", "DRIVERS", "Driver", "DtnDriver", "HbhTcpDriver", "HopDriver", "TcpDriver", "UdpDriver",
+__all__ = ["BASE_PORT", "DRIVERS", "Driver", "DtnDriver", "DtnHopDriver", "HbhTcpDriver", "HopDriver", "TcpDriver", "UdpDriver",
            "VoipDriver", "voip_stats"]

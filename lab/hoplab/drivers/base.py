@@ -29,6 +29,8 @@ class Driver:
     name = "base"
     # A flow is finished when this side's process exited ("sender" or "receiver").
     done_when = "sender"
+    # Whether the driver runs hopd on the nodes (then the medium reports MAC backlogs to it).
+    runs_hopd = False
 
     def prepare(self, lab, flows: list) -> None:
         """Once per run, before any receiver starts: e.g. start a daemon on every node.

@@ -25,6 +25,7 @@ class HopDriver(Driver):
     only."""
 
     name = "hop"
+    runs_hopd = True  # the medium reports MAC backlogs to its hopds (spec.reports_link_status)
     PORT = 7470
     TRANSPORTS = ("hop", "hxh", "atp", "atp-aggressive", "atp-adaptive")
     done_when = "receiver"  # `hop send` returns on the end-to-end ack, before the file is written

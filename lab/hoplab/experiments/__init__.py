@@ -7,13 +7,13 @@ section/table reference); `hoplab.reproduce` joins them with the measurements.
 
 from __future__ import annotations
 
-from . import atp, hop_paper, hxh
+from . import atp, dtn_hop, hop_paper, hxh
 from .base import Experiment
 
 
 def registry() -> dict[str, Experiment]:
     out: dict[str, Experiment] = {}
-    for mod in (hop_paper, hxh, atp):
+    for mod in (hop_paper, hxh, atp, dtn_hop):
         for e in mod.experiments():
             if e.id in out:
                 raise ValueError(f"duplicate experiment id {e.id}")

@@ -8,7 +8,7 @@ background.
 
 Also the settings every experiment shares (BEST_MEDIUM, seeds, the per-run overhead) and the
 variants of the compared protocols (`hop`, `tcp`, ...). The experiments themselves are in
-hop_paper, hxh and atp; the package's __init__ lists them.
+hop_paper, hxh, atp and dtn_hop; the package's __init__ lists them.
 """
 
 from __future__ import annotations
@@ -215,6 +215,20 @@ DTN = Variant("dtn", "DTN (dtn7 0.21, bundles over TCPCLv4)", {"driver": "dtn"})
 # closest dtnd setting over §5.7's 60 s phases. Without it dtnd delivered nothing in §5.7.
 DTN_RETRY = Variant("dtn", "DTN (dtn7 0.21, bundles over TCPCLv4, retry every 10 s)",
                     {"driver": "dtn", "options": {"janitor": "10s"}})
+
+
+def dtn_hop(name: str = "dtn-hop", title: str = "DTN (dtn7 0.21) over Hop (hop-dtn bridge, hopd)",
+            janitor: str | None = None, **hopcfg) -> Variant:
+    """dtn7's dtnd at the flow's ends, Hop between them (hoplab.drivers.dtnhop): hopd set up
+    as the `hop` variant runs it (`hopcfg` as `hop`'s, e.g. backpressure_limit), dtnd's
+    janitor as the `dtn` driver's unless given."""
+    v = hop(name, title, **hopcfg)
+    v.flow["driver"] = "dtn-hop"
+    if janitor is not None:
+        v.flow["options"]["janitor"] = janitor
+    return v
+
+
 UDP_NOARQ = Variant("udp-noarq", "UDP, no ARQ, txop (achievable rate)", {"driver": "udp"},
                     {"retry_limit": 0, "txop_us": {"be": TXOP_US, "bk": TXOP_US}})
 UDP_ARQ = Variant("udp-arq", "UDP, max-ARQ, txop", {"driver": "udp"})

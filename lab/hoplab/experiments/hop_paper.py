@@ -151,7 +151,8 @@ def build_52(e, v, hops, rep, p):
     pairs = pairs_by_hops(mesh(), hops, hops)
     if not pairs:
         raise ValueError(f"the mesh (seed {MESH_SEED}) has no {hops}-hop pair")
-    a, b, _ = rng_for(e.id, hops, rep).choice(pairs)
+    # `flows_of`: another experiment's draw, to run the same pairs with other protocols.
+    a, b, _ = rng_for(p.get("flows_of", e.id), hops, rep).choice(pairs)
     d = base(f"hop52-{hops}h", p["cutoff"], rep)
     d["topology"] = mesh_spec()
     d["flow"] = [{"label": "m", "src": a, "dst": b, "size": p["size"]}]
@@ -285,6 +286,11 @@ def flows_time(p, point) -> float:
 def small_file_time(p, point) -> float:
     # §5.6.1 ends when the small file is done: its latest start plus a few seconds.
     return p["small_at"][1] + 4.0
+
+
+def chain_transfer_time(p, hops) -> float:
+    # §5.2's single transfer: about 2 MB / (1.5 Mbit/s) per two hops, bounded by the cut-off.
+    return min(p["cutoff"], 8 * 2e6 / 1.5e6 * hops / 2 + 5) if p["size"] == FILE_FULL else 8.0
 
 
 def transfer_time(p, point) -> float:
@@ -485,7 +491,7 @@ def experiments() -> list[Experiment]:
             full=Scale(reps=2, points=[2, 4, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
             quick=Scale(reps=1, points=[2], variants=["hop", "tcp", "udp-noarq"],
                         params={"size": "300KB", "cutoff": 20.0}),
-            run_seconds=lambda p, x: min(p["cutoff"], 8 * 2e6 / 1.5e6 * x / 2 + 5) if p["size"] == FILE_FULL else 8.0,
+            run_seconds=chain_transfer_time,
             notes=["Pairs are drawn (seeded) among the mesh's pairs of that hop count under ETX routes; the "
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
                    "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "

@@ -12,8 +12,8 @@ from ..fmt import figure
 from .paper import Row
 from .runner import HOPELESS_BEHIND_S
 from .stats import BOOT_RESAMPLES, CI_LEVEL, bootstrap_ci, measured, stat_fn
-from .tables import (HOP_PAYLOAD_BYTES, airtime_table, counters_table, hop_data_table, hop_time_table,
-                     path_length_table, point_key, row_result, run_accounting)
+from .tables import (HOP_PAYLOAD_BYTES, airtime_table, bundle_table, counters_table, hop_data_table,
+                     hop_time_table, path_length_table, point_key, row_result, run_accounting)
 
 
 def _json_safe(o):
@@ -109,6 +109,7 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
               "airtime": airtime_table(runs, e.measure),
               "hop_data": hop_data_table(runs, e.measure),
               "hop_time": hop_time_table(runs),
+              "bundles": bundle_table(runs, e.measure),
               "by_path_length": path_length_table(runs, e.measure) if e.by_path_length else [],
               "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
               "rows": [row_result(row, e, runs, reasons) for row in rows if row.experiment == e.id]}
@@ -297,6 +298,7 @@ def markdown(rep: dict) -> str:
                 lines.append(f"| {v} | {h['runs']} | {100 * h['busy']:.1f} % | {100 * h['ready']:.1f} % "
                              f"| {100 * h['feed']:.1f} % | {100 * h['round']:.1f} % | {100 * h['silent']:.1f} % "
                              f"| {100 * h['held']:.1f} % |")
+        lines += _bundles_md(e.get("bundles") or {})
         lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")
@@ -304,6 +306,28 @@ def markdown(rep: dict) -> str:
             lines += ["", f"![{e['id']}]({e['plot']})"]
         lines.append("")
     return "\n".join(lines)
+
+
+def _bundles_md(table: dict[str, dict]) -> list[str]:
+    if not table:
+        return []
+    lines = ["", "Bundles of the DTN variants, summed over valid runs: delivered to the destination's endpoint, "
+             "and the duplicates and damaged bundles its client dropped; for dtn7 over Hop the hop-dtn bridges' "
+             "counters at the flows' ends: bundles dtnd handed to the bridge, Hop transfers the destination "
+             "acknowledged and that failed, failed bundles given back to dtnd, lifetimes that ended, bundles dtnd "
+             "handed over again while their first copy was carried, bundles the destination's bridge handed to its "
+             "dtnd, and copies from Hop it dropped as handed over before:", "",
+             "| protocol | runs | bundles delivered | duplicates | damaged | dtnd to bridge | Hop transfers done "
+             "| failed | given back | expired | again from dtnd | bridge to dtnd | again from Hop |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for v, b in table.items():
+        c = b.get("bridge")
+        cells = ["—"] * 8 if c is None else [str(c[k]) for k in (
+            "from_dtnd", "hop_complete", "hop_failed", "handed_back", "expired", "duplicates_from_dtnd", "to_dtnd",
+            "duplicates_from_hop")]
+        lines.append(f"| {v} | {b['runs']} | {b['bundles']} | {b['dup_bundles']} | {b['bad_bundles']} | "
+                     + " | ".join(cells) + " |")
+    return lines
 
 
 def _path_length_md(tables: list[dict], point_name: str | None) -> list[str]:

@@ -33,10 +33,12 @@ def unavailable(v: Variant) -> str | None:
     try:
         if v.spec.get("routing") in DYNAMIC_ROUTING:
             routing_daemon()
-        if v.driver == "hop":
+        if v.driver in ("hop", "dtn-hop"):
             HopDriver.binary("hopd")
             HopDriver.binary("hop")
-        elif v.driver == "dtn":
+        if v.driver == "dtn-hop":
+            HopDriver.binary("hop-dtn")
+        if v.driver in ("dtn", "dtn-hop"):
             dtnd_binary()
     except LabError as e:
         return str(e)
@@ -110,7 +112,9 @@ def prune_raw(run_dir: Path) -> None:
     raw = run_dir / "raw"
     for p in list(raw.glob("hop-send-*.bin")):
         p.unlink(missing_ok=True)
-    for p in list(raw.glob("hop-recv-*")) + list(raw.glob("hopd-*/store")):
+    # hop-dtn's copies of the bundles it carries, failed or unresolved (its counters stay).
+    copies = [p for sub in ("outgoing", "failed", "rejected", "unresolved") for p in raw.glob(f"hopdtn-*/{sub}")]
+    for p in list(raw.glob("hop-recv-*")) + list(raw.glob("hopd-*/store")) + copies:
         shutil.rmtree(p, ignore_errors=True)
 
 

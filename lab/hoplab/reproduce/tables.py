@@ -238,6 +238,43 @@ def hop_time_table(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
+# hop-dtn's counters (its counters.json, docs/lab.md "dtn-hop"), in the order the report shows them.
+BRIDGE_COUNTERS = ("from_dtnd", "to_hop", "hop_complete", "hop_failed", "handed_back", "kept_failed", "expired",
+                   "duplicates_from_dtnd", "to_dtnd", "duplicates_from_hop", "not_bundles", "outcome_unknown")
+
+
+def bundle_table(runs: list[dict], prefix: str) -> dict[str, dict]:
+    """Per DTN variant (measured flows that count bundles: the `dtn` and `dtn-hop` drivers),
+    sums over its valid runs: bundles the measured flows delivered to their endpoints, and the
+    duplicate and damaged ones their receivers dropped; for dtn7 over Hop also the bridges'
+    counters (`BRIDGE_COUNTERS`) of the flows' end nodes, each node of a run once. Sums, not
+    medians: one duplicate in one run must show."""
+    out: dict[str, dict] = {}
+    for v in sorted({r["variant"] for r in runs}):
+        rs = [r for r in runs if r["variant"] == v and r["status"] == "valid"
+              and any("bundles" in f for f in measured(r, prefix))]
+        if not rs:
+            continue
+        row: dict = {"runs": len(rs), "bundles": 0, "dup_bundles": 0, "bad_bundles": 0}
+        bridge = {k: 0 for k in BRIDGE_COUNTERS}
+        bridged = False
+        for r in rs:
+            flows = measured(r, prefix)
+            for k in ("bundles", "dup_bundles", "bad_bundles"):
+                row[k] += sum(int(f.get(k) or 0) for f in flows)
+            nodes: dict[str, dict] = {}
+            for f in flows:
+                nodes.update(f.get("bridge") or {})
+            for c in nodes.values():
+                bridged = True
+                for k in BRIDGE_COUNTERS:
+                    bridge[k] += int(c.get(k) or 0)
+        if bridged:
+            row["bridge"] = bridge
+        out[v] = row
+    return out
+
+
 PATH_TABLE_MIN_FLOWS = 6  # a run with fewer measured flows gets no table of goodput by path length
 
 
