@@ -13,7 +13,8 @@
 # builds back to back); BENCH_HOPS="3" runs only the listed chain lengths (default "1 3");
 # PERF_DATA=file records a system-wide perf profile of each hopd transfer to file.<hops>
 # (needs perf); HOP_PARAMS='key = value' adds lines to every node's [hop] section (e.g.
-# HOP_PARAMS='link_window_packets = 0' for the paper's unbounded sender).
+# HOP_PARAMS='link_window_packets = 0' for the paper's unbounded sender); HOP_SECURITY='key =
+# value' adds lines to [security] (e.g. HOP_SECURITY='encrypt = false').
 set -euo pipefail
 
 SIZE_MB=${1:-200}

@@ -83,6 +83,7 @@ start_hopd() {
             if ((dst < i - 1)); then printf '[[routes]]\ndestination = %s\nnext_hop = %s\n' "$dst" $((i - 1)); fi
         done
         printf '[storage]\ndir = "%s/store"\n[security]\nmesh_key = "%s"\n' "$d" "$KEY"
+        if [[ -n "${HOP_SECURITY:-}" ]]; then printf '%s\n' "$HOP_SECURITY"; fi
         if [[ -n "${HOP_PARAMS:-}" ]]; then printf '[hop]\n%s\n' "$HOP_PARAMS"; fi
     } >"$d/hopd.toml"
     ip netns exec "${c}n$((i - 1))" "$HOPD" --config "$d/hopd.toml" 2>"$d/log" &

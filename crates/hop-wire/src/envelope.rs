@@ -40,7 +40,11 @@ pub const CRC_LEN: usize = 4;
 pub const BROADCAST_NODE: NodeId = u32::MAX;
 /// Flag: an authentication trailer follows the integrity check.
 pub const FLAG_AUTH: u8 = 0x01;
-const KNOWN_FLAGS: u8 = FLAG_AUTH;
+/// Flag: the body is encrypted (only with [`FLAG_AUTH`], whose trailer holds the tag); the
+/// integrity check covers the encrypted bytes. The runtime that holds the keys decrypts the
+/// body and clears the flag before the node sees the datagram.
+pub const FLAG_ENCRYPTED: u8 = 0x02;
+const KNOWN_FLAGS: u8 = FLAG_AUTH | FLAG_ENCRYPTED;
 
 /// Which transport a datagram belongs to.
 #[derive(
@@ -148,6 +152,10 @@ impl<'a> Envelope<'a> {
                 u32::from(flags & !KNOWN_FLAGS) | (u32::from(buf[5]) << 8),
             ));
         }
+        if flags & FLAG_ENCRYPTED != 0 && flags & FLAG_AUTH == 0 {
+            // An encrypted body without the trailer that carries its tag cannot be read.
+            return Err(Error::ReservedBits(u32::from(FLAG_ENCRYPTED)));
+        }
         let body_len = usize::from(u16::from_be_bytes([buf[6], buf[7]]));
         let end = HEADER_LEN + body_len;
         if buf.len() < end + CRC_LEN {
@@ -201,6 +209,22 @@ mod tests {
         assert_eq!(env.repr, repr);
         assert_eq!(env.body, b"hello");
         assert!(env.trailer.is_empty());
+    }
+
+    #[test]
+    fn encrypted_needs_the_trailer() {
+        let repr = EnvelopeRepr {
+            transport: TransportId::Hop,
+            flags: FLAG_ENCRYPTED,
+            link_src: 1,
+            link_dst: 2,
+        };
+        let mut out = Vec::new();
+        repr.emit(&[9; 40], &mut out).unwrap();
+        assert_eq!(
+            Envelope::parse(&out).unwrap_err(),
+            Error::ReservedBits(u32::from(FLAG_ENCRYPTED))
+        );
     }
 
     #[test]

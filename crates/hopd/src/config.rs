@@ -153,6 +153,7 @@ struct RawSecurity {
     mesh_key: Option<Spanned<String>>,
     mesh_key_file: Option<Spanned<PathBuf>>,
     max_peers: Option<usize>,
+    encrypt: Option<bool>,
 }
 
 /// A neighbour: node id and UDP address.
@@ -213,6 +214,9 @@ pub struct Config {
     pub max_incoming_flows: usize,
     pub mesh_key: [u8; 32],
     pub max_peers: usize,
+    /// Send bodies encrypted (`[security] encrypt`, default on); received datagrams may be
+    /// either.
+    pub encrypt: bool,
     /// The Hop parameters: `[hop]` read as `HopConfig::from_toml` reads it (a preset and
     /// overrides), with the cache and flow bounds of `[storage]`.
     pub hop: HopConfig,
@@ -635,6 +639,7 @@ impl Config {
             max_incoming_flows,
             mesh_key,
             max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),
+            encrypt: raw.security.encrypt.unwrap_or(true),
             hop,
             first_block_bytes,
             packet_payload_given,

@@ -78,6 +78,23 @@ fn sighup_applies_a_corrected_neighbour_address_without_dropping_the_transfer() 
         serde_json::json!(["metrics_listen"]),
         "{v}"
     );
+    // Encryption switches while the node runs: receivers take both forms.
+    let text = std::fs::read_to_string(nodes[0].config_path()).unwrap();
+    std::fs::write(nodes[0].config_path(), text.clone() + "encrypt = false\n").unwrap();
+    let o = nodes[0].hop(&["--json", "reload"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["applied"], serde_json::json!(["security.encrypt"]), "{v}");
+    let f = work.path().join("clear.bin");
+    std::fs::write(&f, pattern(9, 50_000)).unwrap();
+    let o = send(&nodes[0], &[f.as_path()], 2);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    receive_one_file(
+        &nodes[1],
+        &work.path().join("out2"),
+        "clear.bin",
+        &pattern(9, 50_000),
+    );
+    std::fs::write(nodes[0].config_path(), text).unwrap();
     // A broken file changes nothing and says why.
     std::fs::write(nodes[0].config_path(), "node_id = \"one\"\n").unwrap();
     let o = nodes[0].hop(&["reload"]);

@@ -221,3 +221,90 @@ fn loopback_events_report_detached_outcomes() {
     assert_eq!(e["name"], "gone.bin");
     assert!(e["reason"].as_str().is_some_and(|r| !r.is_empty()), "{e}");
 }
+
+/// Every datagram between two nodes, captured by a relay in the middle: with `[security]
+/// encrypt` (the default) no 32-byte run of a transferred file appears in them; with it off
+/// the file crosses in clear (the capture works).
+#[test]
+fn loopback_file_bytes_cross_the_wire_encrypted() {
+    for encrypt in [true, false] {
+        let (captured, file) = capture_one_transfer(encrypt);
+        let clear = file
+            .chunks_exact(32)
+            .filter(|w| captured.iter().any(|d| d.windows(32).any(|x| x == *w)))
+            .count();
+        if encrypt {
+            assert_eq!(clear, 0, "{clear} runs of the file seen in clear");
+        } else {
+            assert!(clear > 1000, "the capture saw {clear} runs of the file");
+        }
+    }
+}
+
+/// Node 1 and node 2 on loopback, each told the other is at a relay address owned by this
+/// test, which records and forwards every datagram. Returns the datagrams and the file sent.
+fn capture_one_transfer(encrypt: bool) -> (Vec<Vec<u8>>, Vec<u8>) {
+    use std::net::{SocketAddr, UdpSocket};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let work = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listen = |i: u32| -> SocketAddr { format!("127.0.0.{i}:{port}").parse().unwrap() };
+    // Relay sockets: `to2` is where node 1 sends for node 2, `to1` where node 2 sends for 1.
+    let to2 = UdpSocket::bind("127.0.0.3:0").unwrap();
+    let to1 = UdpSocket::bind("127.0.0.4:0").unwrap();
+    let spec = |id: u32, peer: u32, via: SocketAddr| NodeSpec {
+        id,
+        listen: listen(id),
+        neighbours: vec![(peer, via)],
+        routes: vec![],
+        netns: None,
+        extra: String::new(),
+    };
+    let mut n1 = Hopd::start(
+        spec(1, 2, to2.local_addr().unwrap()),
+        work.path().join("n1"),
+    );
+    let mut n2 = Hopd::start(
+        spec(2, 1, to1.local_addr().unwrap()),
+        work.path().join("n2"),
+    );
+    if !encrypt {
+        for n in [&mut n1, &mut n2] {
+            n.terminate();
+            let c = std::fs::read_to_string(n.config_path()).unwrap();
+            std::fs::write(n.config_path(), c + "encrypt = false\n").unwrap();
+            n.restart();
+        }
+    }
+    let captured = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let relay = |rx: UdpSocket, tx: UdpSocket, dst: SocketAddr| {
+        let (captured, stop) = (captured.clone(), stop.clone());
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(50)))
+            .unwrap();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, _)) = rx.recv_from(&mut buf) {
+                    captured.lock().unwrap().push(buf[..n].to_vec());
+                    let _ = tx.send_to(&buf[..n], dst);
+                }
+            }
+        })
+    };
+    let (a, b) = (to2.try_clone().unwrap(), to1.try_clone().unwrap());
+    let t1 = relay(to2, b, listen(2));
+    let t2 = relay(to1, a, listen(1));
+    let file = pattern(11, 300_000);
+    let f = work.path().join("secret.bin");
+    std::fs::write(&f, &file).unwrap();
+    let o = send(&n1, &[f.as_path()], 2);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    receive_one_file(&n2, &work.path().join("got"), "secret.bin", &file);
+    stop.store(true, Ordering::Relaxed);
+    t1.join().unwrap();
+    t2.join().unwrap();
+    let c = captured.lock().unwrap().clone();
+    (c, file)
+}

@@ -81,7 +81,11 @@ impl Daemon {
         if !hello && n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
             return;
         }
-        match self.auth.open(dg) {
+        // An encrypted datagram is decrypted into this buffer and handed on from there.
+        let mut plain = std::mem::take(&mut self.rx_plain);
+        let opened = self.auth.open(dg, &mut plain);
+        let dg: &[u8] = if plain.is_empty() { dg } else { &plain };
+        match opened {
             Ok(src) if hello => {
                 if src != self.cfg.node_id {
                     self.last_heard.insert(src, std::time::Instant::now());
@@ -151,6 +155,7 @@ impl Daemon {
                 debug!(?from, error = %e, "datagram dropped");
             }
         }
+        self.rx_plain = plain;
     }
 
     pub(super) fn dest_addr(&self, next_hop: NodeId, class: Class) -> Option<SocketAddr> {

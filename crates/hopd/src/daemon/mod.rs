@@ -73,6 +73,8 @@ pub struct Daemon {
     node: Node,
     clock: std::time::Instant,
     auth: Authenticator,
+    /// Where received encrypted datagrams are decrypted (reused).
+    rx_plain: Vec<u8>,
     ctrl: Arc<UdpSocket>,
     data: Arc<UdpSocket>,
     addrs: HashMap<NodeId, SocketAddr>,
@@ -192,7 +194,8 @@ impl Daemon {
         // behind (counter.rs).
         let (lease, first) = crate::counter::CounterLease::start(&cfg.storage_dir, first_counter())
             .map_err(|e| io_err("writing the authentication counter's lease", e))?;
-        let auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first, cfg.max_peers);
+        let mut auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first, cfg.max_peers);
+        auth.set_encrypt(cfg.encrypt);
         let spool = crate::custody::Spool::new(&cfg.storage_dir.join("incoming"))
             .map_err(|e| io_err("opening the spool", e))?;
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
@@ -222,6 +225,7 @@ impl Daemon {
             node,
             clock: std::time::Instant::now(),
             auth,
+            rx_plain: Vec::new(),
             ctrl: Arc::new(UdpSocket::from_std(ctrl)?),
             data: Arc::new(UdpSocket::from_std(data)?),
             addrs,

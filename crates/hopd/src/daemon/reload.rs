@@ -61,6 +61,13 @@ impl Daemon {
             &mut r.applied,
         );
         differs("routes", &old.routes, &new.routes, &mut r.applied);
+        // Receivers take both forms: switching what this node sends is safe at any time.
+        differs(
+            "security.encrypt",
+            &old.encrypt,
+            &new.encrypt,
+            &mut r.applied,
+        );
         let n = &mut r.need_restart;
         differs("node_id", &old.node_id, &new.node_id, n);
         differs("listen", &old.listen, &new.listen, n);
@@ -135,7 +142,12 @@ impl Daemon {
             &new.first_block_bytes,
             n,
         );
-        if !r.applied.is_empty() {
+        if old.encrypt != new.encrypt {
+            self.auth.set_encrypt(new.encrypt);
+            self.cfg.encrypt = new.encrypt;
+        }
+        let old = &self.cfg;
+        if r.applied.iter().any(|a| a == "neighbours" || a == "routes") {
             for gone in old
                 .neighbours
                 .iter()
