@@ -210,9 +210,9 @@ mod tests {
         assert_eq!(c.dtnd, "127.0.0.1:3000".parse().unwrap());
         assert_eq!(c.announce_interval, Duration::from_secs(5));
         assert_eq!(c.route_again_after, None);
+        assert_eq!(c.peer_of(4).unwrap().eid, "ipn:4.0");
         let c = parse("state_dir = \"x\"\nroute_again_after = \"10m\"\n").unwrap();
         assert_eq!(c.route_again_after, Some(Duration::from_secs(600)));
-        assert_eq!(c.peer_of(4).unwrap().eid, "ipn:4.0");
     }
 
     #[test]
