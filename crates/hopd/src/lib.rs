@@ -10,6 +10,7 @@ pub mod config;
 pub mod counter;
 pub mod daemon;
 pub mod dtn;
+pub mod durable;
 pub mod flowfmt;
 pub mod http;
 pub mod io;

@@ -12,6 +12,7 @@
 //! sent again from its first byte, still naming the earlier flow, so that the file is
 //! delivered once even if the earlier flow was delivered after all.
 
+use crate::durable::write_durably;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -100,19 +101,6 @@ fn unix_now() -> u64 {
 
 fn name_of(flow: FlowKey) -> String {
     format!("{}-{:08x}", flow.src, flow.id)
-}
-
-/// Write `bytes` to `path` durably (temporary file, fsync, rename, directory fsync).
-fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(d) = path.parent() {
-        std::fs::File::open(d)?.sync_all()?;
-    }
-    Ok(())
 }
 
 impl Persisted {

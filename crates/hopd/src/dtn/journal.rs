@@ -41,20 +41,11 @@ impl Journal {
             Err(e) => return Err(e),
         }
         keys.retain(|_, exp| *exp > now_unix_s);
-        let tmp = path.with_extension("tmp");
-        {
-            let mut t = File::create(&tmp)?;
-            let mut text = String::new();
-            for (k, exp) in &keys {
-                text.push_str(&format!("{exp} {k}\n"));
-            }
-            t.write_all(text.as_bytes())?;
-            t.sync_all()?;
+        let mut text = String::new();
+        for (k, exp) in &keys {
+            text.push_str(&format!("{exp} {k}\n"));
         }
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
+        crate::durable::write_durably(path, text.as_bytes())?;
         let file = OpenOptions::new().append(true).open(path)?;
         Ok(Journal {
             path: path.to_path_buf(),
