@@ -17,7 +17,6 @@ import pytest
 from hoplab import dtnclient, lab, spec
 from hoplab.drivers import dtn
 from hoplab.errors import LabError
-from hoplab.run import run_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -160,22 +159,11 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
                                 reason="needs root (CI runs as root)")
 
 
-def run_waiting_for_lab(sp, out, timeout=1800):
-    """Run a spec, waiting while another emulation holds the lab lock."""
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return run_spec(sp, out, progress=lambda *_: None)
-        except LabError as e:
-            if "another emulation is running" not in str(e) or time.time() > deadline:
-                raise
-            time.sleep(5)
-
 
 @needs_root
 @needs_dtnd
 @pytest.mark.usefixtures("medium_server")
-def test_emulated_dtn_three_node_chain(tmp_path):
+def test_emulated_dtn_three_node_chain(tmp_path, run_waiting):
     size = 200_000
     sp = spec.from_dict({
         "name": "pytest-dtn", "duration": 60,
@@ -184,7 +172,7 @@ def test_emulated_dtn_three_node_chain(tmp_path):
         "flow": [{"driver": "dtn", "src": 0, "dst": 2, "size": size, "label": "d"},
                  {"driver": "dtn", "src": 1, "dst": 2, "size": size // 2, "label": "e"}],
     })
-    res = run_waiting_for_lab(sp, tmp_path / "out")
+    res = run_waiting(sp, tmp_path / "out")
     f, e = res["flows"]
     assert f["hops"] == 2 and e["hops"] == 1
     assert f["complete"] and f["bytes"] == size and f["bad_bundles"] == 0

@@ -6,7 +6,6 @@ The emulated test needs root, dtnd (scripts/setup-dtn7.sh) and the binaries hopd
 hop and hop-dtn; without them it is skipped, except in CI (CI=true), where it must run."""
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from hoplab.drivers import DRIVERS, HopDriver, dtn, dtnhop
 from hoplab.errors import LabError
 from hoplab.experiments import registry
 from hoplab.reproduce import report, runner, tables
-from hoplab.run import run_spec
 
 
 def have_binaries():
@@ -119,22 +117,11 @@ def test_bundle_table_sums_deliveries_duplicates_and_bridge_counters(tmp_path):
     assert "| dtn | 1 | 3 | 2 | 0 | — |" in md
 
 
-def run_waiting_for_lab(sp, out, timeout=1800):
-    """Run a spec, waiting while another emulation holds the lab lock."""
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return run_spec(sp, out, progress=lambda *_: None)
-        except LabError as e:
-            if "another emulation" not in str(e) or time.time() > deadline:
-                raise
-            time.sleep(5)
-
 
 @needs_root
 @needs_binaries
 @pytest.mark.usefixtures("medium_server")
-def test_emulated_dtn_over_hop_two_hop_chain(tmp_path):
+def test_emulated_dtn_over_hop_two_hop_chain(tmp_path, run_waiting):
     """Three bundles from node 0 to node 2 through dtnd, hop-dtn and hopd at the ends and
     hopd alone at the relay: each arrives once."""
     size, bundle = 150_000, 50_012  # three bundles of 50 000 payload bytes
@@ -144,7 +131,7 @@ def test_emulated_dtn_over_hop_two_hop_chain(tmp_path):
         "flow": [{"driver": "dtn-hop", "src": 0, "dst": 2, "size": size, "label": "d",
                   "options": {"bundle": bundle, "link_mode": "broadcast"}}],
     })
-    res = run_waiting_for_lab(sp, tmp_path / "out")
+    res = run_waiting(sp, tmp_path / "out")
     f = res["flows"][0]
     raw = tmp_path / "out" / "raw"
     logs = "\n".join(dtnhop.tail(raw / n) for n in ("hop-dtn-0.log", "hop-dtn-2.log", "dtnd-0.log", "dtnd-2.log"))

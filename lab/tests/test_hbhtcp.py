@@ -12,7 +12,6 @@ import pytest
 from hoplab import hbhrelay, lab, spec
 from hoplab.drivers import hbhtcp
 from hoplab.errors import LabError
-from hoplab.run import run_spec
 
 
 def free_ports(n):
@@ -171,28 +170,17 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
                                 reason="needs root (CI runs as root)")
 
 
-def run_waiting_for_lab(sp, out, timeout=1800):
-    """Run a spec, waiting while another emulation holds the lab lock."""
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return run_spec(sp, out, progress=lambda *_: None)
-        except LabError as e:
-            if "another emulation is running" not in str(e) or time.time() > deadline:
-                raise
-            time.sleep(5)
-
 
 @needs_root
 @pytest.mark.usefixtures("medium_server")
-def test_emulated_hbhtcp_three_node_chain(tmp_path):
+def test_emulated_hbhtcp_three_node_chain(tmp_path, run_waiting):
     size = 200_000
     sp = spec.from_dict({
         "name": "pytest-hbhtcp", "duration": 60,
         "topology": {"kind": "chain", "nodes": 3},
         "flow": [{"driver": "hbhtcp", "src": 0, "dst": 2, "size": size, "label": "h"}],
     })
-    res = run_waiting_for_lab(sp, tmp_path / "out")
+    res = run_waiting(sp, tmp_path / "out")
     f = res["flows"][0]
     assert f["hops"] == 2
     assert f["complete"] and f["bytes"] == size
