@@ -164,10 +164,21 @@ pub struct RunFigures {
     pub median_goodput_bps: f64,
     /// Share of the flows that delivered at least one byte.
     pub started_share: f64,
+    /// Share of the flows whose first byte arrived within [`FIRST_BYTE_WITHIN`] seconds of
+    /// their start (issue 46: every flow starts within 10 s).
+    pub first_byte_share: f64,
+    /// Share of the flows that went more than [`STALL_LIMIT`] seconds without a new byte
+    /// (from the start to the first byte, between deliveries, or to the end of the run).
+    pub stalled_share: f64,
     pub hop_weighted_jain: Option<f64>,
     pub resend_share: Option<f64>,
     pub air_ns_per_byte_hop: Option<f64>,
 }
+
+/// The time within which a flow's first byte should arrive (issue 46, "every flow starts").
+pub const FIRST_BYTE_WITHIN: f64 = 10.0;
+/// The longest a running flow should go without a new byte (issue 46, "no flow stalls").
+pub const STALL_LIMIT: f64 = 30.0;
 
 /// A flow's goodput as the lab's report takes it: bytes over the time to the last byte for a
 /// flow that delivered everything, and bytes over the time it had (its start to the end of
@@ -220,6 +231,19 @@ impl RunFigures {
             mean_goodput_bps: goodputs.iter().sum::<f64>() / n.max(1) as f64,
             median_goodput_bps: median(&mut goodputs),
             started_share: flows.iter().filter(|f| f.bytes_delivered > 0).count() as f64
+                / n.max(1) as f64,
+            first_byte_share: flows
+                .iter()
+                .filter(|f| {
+                    f.first_delivery_time
+                        .is_some_and(|t| t <= FIRST_BYTE_WITHIN)
+                })
+                .count() as f64
+                / n.max(1) as f64,
+            stalled_share: flows
+                .iter()
+                .filter(|f| f.longest_stall.is_some_and(|t| t > STALL_LIMIT))
+                .count() as f64
                 / n.max(1) as f64,
             hop_weighted_jain: jain(&weighted),
             resend_share: r.efficiency.data_resend_share,
@@ -306,11 +330,13 @@ fn mean_of(v: &VariantRuns, get: fn(&RunFigures) -> f64) -> f64 {
 /// `transport=tcp` second, the tcp row reads Hop/TCP).
 pub fn table(scenario: &str, seeds: &[u64], results: &[VariantRuns]) -> String {
     type Col = (&'static str, fn(&RunFigures) -> Option<f64>, usize);
-    let cols: [Col; 7] = [
+    let cols: [Col; 9] = [
         ("delivered MB", |r| Some(r.delivered_bytes as f64 / 1e6), 2),
         ("mean Mb/s", |r| Some(r.mean_goodput_bps / 1e6), 3),
         ("median Mb/s", |r| Some(r.median_goodput_bps / 1e6), 3),
         ("flows >0 B", |r| Some(r.started_share), 2),
+        ("1st B <=10s", |r| Some(r.first_byte_share), 2),
+        ("stall >30s", |r| Some(r.stalled_share), 2),
         ("Jain (hops)", |r| r.hop_weighted_jain, 2),
         ("resends", |r| r.resend_share, 2),
         ("air ns/B/hop", |r| r.air_ns_per_byte_hop, 0),

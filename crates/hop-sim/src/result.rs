@@ -75,6 +75,13 @@ pub struct FlowResult {
     pub completion_time: Option<f64>,
     /// Seconds from start until the source saw SendComplete.
     pub send_complete_time: Option<f64>,
+    /// Seconds from start until the destination had the first byte; null if none arrived.
+    pub first_delivery_time: Option<f64>,
+    /// The longest time (seconds) the destination went without new in-order bytes while the
+    /// flow ran: from its start to the first byte, between deliveries, and from the last
+    /// delivery to the end of the run for a flow not delivered in full; null for a flow
+    /// that had not started when the run ended.
+    pub longest_stall: Option<f64>,
     /// Unique bytes delivered * 8 / (time of the last delivery - start) (Hop paper §5.1.1).
     pub goodput_bps: f64,
     pub failed: Option<String>,

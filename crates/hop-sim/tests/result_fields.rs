@@ -129,3 +129,41 @@ size = "10KB"
         assert!((0.0..=300.0).contains(&x) && (0.0..=300.0).contains(&y));
     }
 }
+
+/// `first_delivery_time` and `longest_stall`: a flow on a clean hop starts at once and never
+/// stalls; the same flow behind a link cut for 8 s from its start waits those 8 s for its
+/// first byte; one that never gets a byte stalls from its start to the end of the run.
+#[test]
+fn first_byte_and_longest_stall_say_when_a_flow_waited() {
+    let clean = run(&one_hop("hop", ""));
+    let f = &clean.flows[0];
+    let first = f.first_delivery_time.expect("a byte arrived");
+    assert!(first > 0.0 && first <= f.completion_time.unwrap(), "{f:?}");
+    assert!(
+        f.longest_stall.unwrap() <= f.completion_time.unwrap(),
+        "{f:?}"
+    );
+
+    let cut = "[[events]]\nat = 0.0\nkind = \"set_loss\"\na = 0\nb = 1\nloss_ab = 1.0\nloss_ba = 1.0\n\
+               [[events]]\nat = 8.0\nkind = \"set_loss\"\na = 0\nb = 1\nloss_ab = 0.0\nloss_ba = 0.0\n";
+    let r = run(&one_hop("hop", cut));
+    let f = &r.flows[0];
+    assert!(f.identical, "{f:?}");
+    let first = f.first_delivery_time.unwrap();
+    assert!(first >= 8.0, "{f:?}");
+    assert!(f.longest_stall.unwrap() >= 8.0, "{f:?}");
+
+    let never =
+        "[[events]]\nat = 0.0\nkind = \"set_loss\"\na = 0\nb = 1\nloss_ab = 1.0\nloss_ba = 1.0\n";
+    let r = run(&one_hop("hop", never));
+    let f = &r.flows[0];
+    assert_eq!(
+        (f.bytes_delivered, f.first_delivery_time),
+        (0, None),
+        "{f:?}"
+    );
+    assert!(
+        (f.longest_stall.unwrap() - (r.virtual_seconds - f.start)).abs() < 1e-9,
+        "{f:?}"
+    );
+}

@@ -84,7 +84,11 @@ impl HopTransport {
             .on_arrivals(&arrivals, x.bsyn_at, now, self.cfg.back_quiet);
         if x.peer.is_full() {
             // The next hop holds the whole block: custody moves downstream (§3.1, §3.3).
+            let vtx = x.vtx;
             f.outs.remove(&n);
+            if let (Role::Source(s), Some(cut), false) = (&mut f.role, b.first_sent, vtx) {
+                super::source::pace_next_block(&self.cfg, s, b.geom.block_len as usize, cut, now);
+            }
             b.moved = true;
             b.vtx_fwd = None;
             if matches!(f.role, Role::Relay) && b.custody {

@@ -184,6 +184,18 @@ pub struct HopConfig {
     /// block's losses are repaired (at most two blocks of a flow in transfer at the source).
     /// Not in the paper, whose source transfers one block at a time (§3.1).
     pub overlap_block_tails: bool,
+    /// Blocks paced by the flow's rate: a source sizes each next block to what its flow moved
+    /// over its first hop in about this long (the last block's bytes over the time it took
+    /// to be taken), between `initial_block_bytes` (or 1/16 of the block size when that is
+    /// 0) and `max_block_bytes`. The first block is `initial_block_bytes` when set. A relay gives its upstreams turns of one block (§3.5)
+    /// and takes one block per next hop at a time (§3.3), so with n flows through it every
+    /// flow waits n blocks for its next one: sized to the flow's share, a block takes about
+    /// this long wherever it waits, and so does every flow's turn. A flow alone on its path
+    /// keeps whole blocks wherever the path moves a block within this time. 0: off (blocks
+    /// as large as the data ready allows, §4.2). Not in the paper
+    /// (docs/design/hop.md#blocks-paced-by-rate).
+    #[serde(with = "humantime_serde")]
+    pub block_time: Duration,
     /// H: complete blocks per flow held and not yet moved downstream (§3.3).
     pub backpressure_limit: usize,
     /// Enable hop-by-hop backpressure (§3.3).
@@ -319,6 +331,7 @@ impl Default for HopConfig {
             micro_block_threshold: DEFAULT_MICRO_BLOCK_THRESHOLD,
             initial_block_bytes: 0,
             overlap_block_tails: false,
+            block_time: Duration::ZERO,
             backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
             backpressure: true,
             next_hop_backpressure: true,

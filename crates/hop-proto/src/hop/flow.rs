@@ -114,6 +114,10 @@ pub(super) struct SourceState {
     pub(super) had_route: bool,
     /// The application's lifetime: tried until then, whatever the progress.
     pub(super) lifetime: Option<Instant>,
+    /// With `block_time`: the size of the next block cut (0: not measured yet).
+    pub(super) block_limit: usize,
+    /// With `block_time`: when the first hop last took a whole block of this flow.
+    pub(super) hop_done_at: Option<Instant>,
 }
 
 #[derive(Debug, Default)]

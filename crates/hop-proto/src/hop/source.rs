@@ -31,7 +31,15 @@ impl HopTransport {
         if s.fin_block.is_some() || (s.pending_bytes == 0 && !s.finish) {
             return;
         }
-        let limit = ramped_block_bytes(&self.cfg, limit, s.next_block);
+        let limit = if self.cfg.block_time.is_zero() {
+            ramped_block_bytes(&self.cfg, limit, s.next_block)
+        } else if s.block_limit > 0 {
+            s.block_limit.min(limit)
+        } else if self.cfg.initial_block_bytes > 0 {
+            self.cfg.initial_block_bytes.min(limit)
+        } else {
+            limit
+        };
         // Custody at the source is bounded by the cache: with the cache full of blocks not
         // yet acknowledged end to end, wait for end-to-end BACKs.
         if s.pending_bytes > 0 {
@@ -104,6 +112,33 @@ impl HopTransport {
         }
         self.note_buffered(key);
     }
+}
+
+/// With `block_time`: the first hop took a whole block of `len` bytes, cut at `cut`, at
+/// `now`. The block's time is counted from its cut or from the previous block's hand-over,
+/// whichever came later (with overlapping tails a block is cut while the one before is still
+/// being repaired), and the next block is what the flow moved in `block_time` at that rate.
+pub(super) fn pace_next_block(
+    cfg: &HopConfig,
+    s: &mut SourceState,
+    len: usize,
+    cut: Instant,
+    now: Instant,
+) {
+    if cfg.block_time.is_zero() {
+        return;
+    }
+    let max = cfg.block_bytes();
+    let floor = if cfg.initial_block_bytes > 0 {
+        cfg.initial_block_bytes.min(max)
+    } else {
+        (max / 16).max(1)
+    };
+    let since = s.hop_done_at.map_or(cut, |t| t.max(cut));
+    s.hop_done_at = Some(now);
+    let took = now.saturating_duration_since(since).as_secs_f64().max(1e-6);
+    let at_rate = (len as f64 * cfg.block_time.as_secs_f64() / took).min(max as f64) as usize;
+    s.block_limit = at_rate.clamp(floor, max);
 }
 
 /// The largest block a source cuts as its flow's block `num`: with `initial_block_bytes`, a

@@ -48,6 +48,11 @@ pub(super) struct AppFlow {
     pub(super) duplicate_bytes: u64,
     pub(super) identical: bool,
     pub(super) last_delivery_at: Option<u64>,
+    /// When the first new byte arrived at the destination.
+    pub(super) first_delivery_at: Option<u64>,
+    /// The longest time so far without new in-order bytes: from the start to the first
+    /// delivery and between deliveries (the time after the last one is added at the end).
+    pub(super) longest_gap: u64,
     pub(super) completed_at: Option<u64>,
     pub(super) dst_finished_at: Option<u64>,
     pub(super) send_complete_at: Option<u64>,
@@ -163,6 +168,9 @@ impl Simulation {
                 if new_end > f.delivered {
                     f.duplicate_bytes += f.delivered - offset;
                     f.delivered = new_end;
+                    let since = f.last_delivery_at.unwrap_or(f.start);
+                    f.longest_gap = f.longest_gap.max(now.saturating_sub(since));
+                    f.first_delivery_at.get_or_insert(now);
                     f.last_delivery_at = Some(now);
                     if f.delivered == size {
                         f.completed_at = Some(now);

@@ -247,6 +247,8 @@ impl Simulation {
                 duplicate_bytes: 0,
                 identical: true,
                 last_delivery_at: None,
+                first_delivery_at: None,
+                longest_gap: 0,
                 completed_at: None,
                 dst_finished_at: None,
                 send_complete_at: None,

@@ -45,6 +45,15 @@ impl Simulation {
                         None
                     },
                     send_complete_time: f.send_complete_at.map(|t| (t - f.start) as f64 / 1e9),
+                    first_delivery_time: f.first_delivery_at.map(|t| (t - f.start) as f64 / 1e9),
+                    longest_stall: (f.start < self.now).then(|| {
+                        let tail = if f.delivered == size {
+                            0
+                        } else {
+                            self.now - f.last_delivery_at.unwrap_or(f.start)
+                        };
+                        f.longest_gap.max(tail) as f64 / 1e9
+                    }),
                     goodput_bps: goodput,
                     failed: f.failed.clone(),
                 }

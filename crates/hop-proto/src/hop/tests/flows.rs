@@ -158,3 +158,72 @@ fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
     }
     assert_eq!(&sizes[..4], &[1000, 2000, 4000, 5000], "{sizes:?}");
 }
+
+/// With `block_time` a source sizes each next block to what its flow moved over the first
+/// hop in that time at the last block's rate, between `initial_block_bytes` and the block
+/// size: a block taken quickly lets the next one grow at once, a slow one shrinks it.
+#[test]
+fn blocks_paced_by_rate_follow_how_fast_the_first_hop_takes_them() {
+    let cfg = HopConfig {
+        initial_block_bytes: 1000,
+        max_block_bytes: 50_000,
+        block_time: Duration::from_secs(1),
+        // No virtual retransmission within the test's two minutes.
+        vtx_initial_timeout: Duration::from_secs(3600),
+        ..small_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 9 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 200_000])))
+        .unwrap();
+    // How long the next hop takes to take each block whole.
+    let takes = [100u64, 1000, 4000, 100_000, 50];
+    let mut sizes = Vec::new();
+    for ms in takes {
+        let bsyn = h
+            .drain()
+            .into_iter()
+            .find_map(|o| match HopMessage::parse(&o.body) {
+                Ok(HopMessage {
+                    header,
+                    body: HopBody::Bsyn { geom, .. },
+                }) => Some((header, geom)),
+                _ => None,
+            });
+        let (header, geom) = bsyn.expect("a block is in transfer");
+        sizes.push(geom.block_len);
+        h.now += Duration::from_millis(ms);
+        let back = HopMessage {
+            header: HopHeader {
+                flags: FLAG_COMPLETE,
+                ..header
+            },
+            body: HopBody::Back {
+                block_len: geom.block_len,
+                packets: 0,
+                duplicates: 0,
+                bitmap: &[],
+            },
+        };
+        h.recv(2, &back);
+    }
+    let next = h
+        .drain()
+        .into_iter()
+        .find_map(|o| match HopMessage::parse(&o.body) {
+            Ok(HopMessage {
+                body: HopBody::Bsyn { geom, .. },
+                ..
+            }) => Some(geom.block_len),
+            _ => None,
+        });
+    sizes.extend(next);
+    // 1000 B in 0.1 s: 10 kB/s, 10 kB per second; 10 kB in 1 s keeps it; 10 kB in 4 s:
+    // 2.5 kB; 2.5 kB in 100 s: the floor; 1000 B in 50 ms: 20 kB.
+    assert_eq!(
+        sizes,
+        vec![1000, 10_000, 10_000, 2500, 1000, 20_000],
+        "{sizes:?}"
+    );
+}
