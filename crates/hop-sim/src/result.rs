@@ -145,6 +145,13 @@ pub struct MediumCounters {
     /// Airtime of `Class::Data` frames (link retries included).
     pub data_airtime_ns: u64,
     pub stale_timeouts: u64,
+    /// Shared medium: frames lost by overlap at the node meant to process them (the link
+    /// destination, or the next hop a broadcast's envelope names), by what they carried and
+    /// what spoilt them first: "LOST by OTHER (hidden)" when the other frame's sender cannot
+    /// hear the lost frame's sender, "(heard)" when it can (both drew the same slot), "LOST:
+    /// receiver sending" (half duplex). Labels: data, bsyn, micro, back, e2e_back, fin,
+    /// control (other transports' control), acked (the TCP baseline's frames), ack (MAC ACK).
+    pub losses_at_next_hop: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]

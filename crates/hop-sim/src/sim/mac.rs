@@ -39,6 +39,11 @@ pub(super) enum MacState {
 #[derive(Debug)]
 pub(super) struct Frame {
     pub(super) sender: usize,
+    /// What the frame carries, for the loss counts (`losses_at_next_hop`).
+    pub(super) label: &'static str,
+    /// The node meant to process it: the link destination, or for a broadcast the next hop
+    /// its envelope names.
+    pub(super) next_hop: u32,
     /// Link destination (may be BROADCAST_NODE).
     pub(super) dst: u32,
     /// None for an ACK.
@@ -235,7 +240,8 @@ impl Simulation {
         if self.shared {
             // Half duplex: whatever this node was receiving is lost.
             for r in &mut self.nodes[n].rx {
-                r.1 = true;
+                r.corrupted = true;
+                r.cause.get_or_insert(LossCause::ReceiverSending);
             }
         }
     }
@@ -250,8 +256,11 @@ impl Simulation {
             Class::Control | Class::Acked => true,
             Class::Data => self.sc.medium.data_arq,
         } && p.next_hop != BROADCAST_NODE;
+        let (label, next_hop) = frame_label(p.class, p.next_hop, &p.payload);
         let frame = self.new_frame(Frame {
             sender: n,
+            label,
+            next_hop,
             dst: p.next_hop,
             payload: Some(p.payload.clone()),
             seq: p.seq,
@@ -390,6 +399,8 @@ impl Simulation {
         }
         let frame = self.new_frame(Frame {
             sender: n,
+            label: "ack",
+            next_hop: to as u32,
             dst: to as u32,
             payload: None,
             seq,
@@ -424,29 +435,69 @@ impl Simulation {
             return;
         }
         let shared = self.shared;
+        let label = f.label;
+        // What each frame being received overlaps, and whether the two senders hear each
+        // other (a hidden pair when they do not).
+        let hears = |a: usize, b: usize| {
+            self.edge_ix
+                .get(&(a as u32, b as u32))
+                .is_some_and(|&i| self.edges[i].up)
+                || self.senses(a, b)
+        };
+        let mut cause = self.nodes[n]
+            .transmitting
+            .then_some(LossCause::ReceiverSending);
+        let mut theirs = Vec::with_capacity(self.nodes[n].rx.len());
+        for r in &self.nodes[n].rx {
+            let Some(other) = self.frames.get(&r.frame) else {
+                theirs.push(None);
+                continue;
+            };
+            cause.get_or_insert(LossCause::Overlap {
+                by: other.label,
+                hidden: !hears(other.sender, sender),
+            });
+            theirs.push(Some(LossCause::Overlap {
+                by: label,
+                hidden: !hears(sender, other.sender),
+            }));
+        }
         let sn = &mut self.nodes[n];
         if shared {
             let corrupted = sn.transmitting || !sn.rx.is_empty() || sensed_only;
-            for r in &mut sn.rx {
-                r.1 = true;
+            for (r, c) in sn.rx.iter_mut().zip(theirs) {
+                r.corrupted = true;
+                if let Some(c) = c {
+                    r.cause.get_or_insert(c);
+                }
             }
-            sn.rx.push((frame, corrupted));
+            sn.rx.push(Rx {
+                frame,
+                corrupted,
+                cause,
+            });
             sn.busy += 1;
             if sn.busy == 1 {
                 self.freeze(n);
             }
         } else {
-            sn.rx.push((frame, false));
+            sn.rx.push(Rx {
+                frame,
+                corrupted: false,
+                cause: None,
+            });
         }
     }
 
     pub(super) fn rx_end(&mut self, n: usize, frame: u64) {
-        let pos = self.nodes[n].rx.iter().position(|r| r.0 == frame);
+        let pos = self.nodes[n].rx.iter().position(|r| r.frame == frame);
         let Some(pos) = pos else {
             self.release(frame);
             return;
         };
-        let (_, corrupted) = self.nodes[n].rx.swap_remove(pos);
+        let Rx {
+            corrupted, cause, ..
+        } = self.nodes[n].rx.swap_remove(pos);
         if self.shared {
             let sn = &mut self.nodes[n];
             sn.busy = sn.busy.saturating_sub(1);
@@ -458,6 +509,7 @@ impl Simulation {
             return;
         };
         let (sender, dst, seq, need_ack) = (f.sender, f.dst, f.seq, f.need_ack);
+        let (label, meant_here) = (f.label, f.next_hop == n as u32);
         let payload = f.payload.clone();
         self.release(frame);
         let intended = dst == n as u32 || dst == BROADCAST_NODE;
@@ -470,6 +522,15 @@ impl Simulation {
             self.nodes[n].mac.rx_collisions += 1;
             if intended {
                 self.medium.collisions += 1;
+            }
+            if meant_here {
+                if let Some(c) = cause {
+                    *self
+                        .medium
+                        .losses_at_next_hop
+                        .entry(c.key(label))
+                        .or_insert(0) += 1;
+                }
             }
             return;
         }
@@ -514,4 +575,63 @@ impl Simulation {
         }
         self.kick(n);
     }
+}
+
+/// A frame being received at a node.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rx {
+    pub(super) frame: u64,
+    pub(super) corrupted: bool,
+    /// What spoilt it first (for `losses_at_next_hop`).
+    pub(super) cause: Option<LossCause>,
+}
+
+/// Why a frame was lost at a receiver on the shared medium.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum LossCause {
+    /// The receiver was transmitting (half duplex).
+    ReceiverSending,
+    /// Another frame overlapped it; `hidden`: its sender cannot hear that frame's sender.
+    Overlap { by: &'static str, hidden: bool },
+}
+
+impl LossCause {
+    fn key(self, lost: &str) -> String {
+        match self {
+            LossCause::ReceiverSending => format!("{lost}: receiver sending"),
+            LossCause::Overlap { by, hidden } => {
+                format!(
+                    "{lost} by {by} ({})",
+                    if hidden { "hidden" } else { "heard" }
+                )
+            }
+        }
+    }
+}
+
+/// A frame's label and the node meant to process it, from its class and envelope.
+pub(super) fn frame_label(class: Class, link_dst: u32, payload: &[u8]) -> (&'static str, u32) {
+    let env = hop_wire::envelope::Envelope::parse(payload).ok();
+    let next_hop = match &env {
+        Some(e) if link_dst == BROADCAST_NODE => e.repr.link_dst,
+        _ => link_dst,
+    };
+    let label = match class {
+        Class::Data => "data",
+        Class::Acked => "acked",
+        Class::Control => match env {
+            Some(e) if e.repr.transport == hop_wire::envelope::TransportId::Hop => {
+                match (e.body.first(), e.body.get(1)) {
+                    (Some(2), Some(f)) if f & hop_wire::hop::FLAG_MICRO != 0 => "micro",
+                    (Some(2), _) => "bsyn",
+                    (Some(3), _) => "back",
+                    (Some(4), _) => "e2e_back",
+                    (Some(5), _) => "fin",
+                    _ => "control",
+                }
+            }
+            _ => "control",
+        },
+    };
+    (label, next_hop)
 }

@@ -37,7 +37,7 @@ pub(super) struct SimNode {
     pub(super) burst_start: u64,
     pub(super) busy: u32,
     pub(super) transmitting: bool,
-    pub(super) rx: Vec<(u64, bool)>,
+    pub(super) rx: Vec<super::mac::Rx>,
     pub(super) last_seq: HashMap<usize, u64>,
     pub(super) tx_seq: u64,
     pub(super) mac: MacCounters,
