@@ -369,12 +369,42 @@ impl Config {
             ));
         }
         let listen = parse_addr(&ctx, &raw.listen, "listen", Some(DEFAULT_PORT))?;
+        // A link-wide destination (IPv4 broadcast, IPv6 multicast group) in `listen`'s family;
+        // an IPv6 link-local group is scoped to `interface`.
+        let link_wide = |s: &Spanned<String>, key: &str, a: SocketAddr| {
+            if a.is_ipv4() != listen.is_ipv4() {
+                return Err(ctx.err(
+                    Some(s.span()),
+                    format!("{key} {a} is not in listen's address family ({})", listen.ip()),
+                    "use IPv4 for both (a subnet broadcast address) or IPv6 for both (a multicast group such as [ff02::7470]:7470 with listen = \"[::]:7470\")",
+                ));
+            }
+            match a {
+                SocketAddr::V4(_) => Ok(a),
+                SocketAddr::V6(v6) if !v6.ip().is_multicast() => Err(ctx.err(
+                    Some(s.span()),
+                    format!("{key} {a}: IPv6 has no broadcast; give a multicast group"),
+                    "e.g. \"[ff02::7470]:7470\" (link-local scope) together with interface = \"<mesh interface>\"",
+                )),
+                SocketAddr::V6(v6) => {
+                    let link_local = v6.ip().segments()[0] & 0x000f == 2;
+                    match (&raw.interface, link_local) {
+                        (Some(ifname), _) => Ok(crate::socket::scoped(a, ifname)),
+                        (None, true) => Err(ctx.err(
+                            Some(s.span()),
+                            format!("{key} {a} is a link-local group: it needs the interface it is on"),
+                            "add interface = \"<mesh interface>\" (e.g. \"wlan0\")",
+                        )),
+                        (None, false) => Ok(a),
+                    }
+                }
+            }
+        };
         let broadcast_address = match &raw.broadcast_address {
-            Some(b) => Some(parse_addr(
-                &ctx,
+            Some(b) => Some(link_wide(
                 b,
                 "broadcast_address",
-                Some(listen.port()),
+                parse_addr(&ctx, b, "broadcast_address", Some(listen.port()))?,
             )?),
             None => None,
         };
@@ -436,14 +466,7 @@ impl Config {
         let discovery_address = match &raw.discovery_address {
             Some(m) => {
                 let a = parse_addr(&ctx, m, "discovery_address", None)?;
-                if !a.is_ipv4() {
-                    return Err(ctx.err(
-                        Some(m.span()),
-                        "discovery_address: only IPv4 broadcast is supported".into(),
-                        "give the mesh link's IPv4 broadcast address and hopd's port, e.g. \"10.0.0.255:7470\"",
-                    ));
-                }
-                Some(a)
+                Some(link_wide(m, "discovery_address", a)?)
             }
             None => None,
         };
@@ -776,6 +799,56 @@ mod tests {
         let text = good().replace(KEY, "abc");
         let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
         assert!(e.message.contains("hex"), "{e}");
+    }
+
+    /// IPv6 hellos and broadcast data go to multicast groups: a link-local group needs the
+    /// interface it is on, a unicast address is refused, and each must be in `listen`'s family.
+    #[test]
+    fn ipv6_link_wide_addresses_are_multicast_groups_on_an_interface() {
+        let v6 = good()
+            .replace("127.0.0.1:7000", "[::]:7000")
+            .replace("127.0.0.2:7000", "[fd00::2]:7000");
+        let with = |extra: &str| format!("{extra}\n{v6}");
+        let c = Config::parse(
+            "t.toml",
+            &with("interface = \"lo\"\ndiscovery_address = \"[ff02::7470]:7000\""),
+            Path::new("/"),
+        )
+        .unwrap();
+        let Some(SocketAddr::V6(d)) = c.discovery_address else {
+            panic!("{:?}", c.discovery_address)
+        };
+        assert_eq!(d.ip().segments()[0], 0xff02);
+        assert_eq!(d.scope_id(), 1, "scoped to lo");
+        let e = Config::parse(
+            "t.toml",
+            &with("discovery_address = \"[ff02::7470]:7000\""),
+            Path::new("/"),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("link-local group"), "{e}");
+        assert!(e.hint.contains("interface"), "{e}");
+        let e = Config::parse(
+            "t.toml",
+            &with("interface = \"lo\"\ndiscovery_address = \"[fd00::ff]:7000\""),
+            Path::new("/"),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("no broadcast"), "{e}");
+        let e = Config::parse(
+            "t.toml",
+            &with("link_mode = \"broadcast\"\nbroadcast_address = \"10.0.0.255:7000\""),
+            Path::new("/"),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("family"), "{e}");
+        let c = Config::parse(
+            "t.toml",
+            &with("interface = \"lo\"\nlink_mode = \"broadcast\"\nbroadcast_address = \"[ff02::7471]:7000\""),
+            Path::new("/"),
+        )
+        .unwrap();
+        assert!(c.broadcast_address.is_some_and(|a| a.ip().is_multicast()));
     }
 
     #[test]

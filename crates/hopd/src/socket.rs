@@ -36,8 +36,15 @@ pub(crate) fn make_socket(
     } else {
         s.set_tclass_v6(tos)?;
     }
-    if cfg.link_mode == LinkMode::Broadcast || cfg.discovery_address.is_some() {
+    if bind.is_ipv4() && (cfg.link_mode == LinkMode::Broadcast || cfg.discovery_address.is_some()) {
         s.set_broadcast(true)?;
+    }
+    let groups = multicast_groups(cfg);
+    if let Some(SocketAddr::V6(g)) = groups.first() {
+        // Multicast leaves on the mesh interface, and this node's own datagrams do not come
+        // back to it (as its own IPv4 broadcasts would not either, but for the kernel's loop).
+        s.set_multicast_if_v6(g.scope_id())?;
+        s.set_multicast_loop_v6(false)?;
     }
     if let Some(ifname) = &cfg.interface {
         s.bind_device(Some(ifname.as_bytes()))
@@ -45,8 +52,53 @@ pub(crate) fn make_socket(
     }
     s.bind(&bind.into())
         .map_err(|e| io_err(&format!("binding {bind}"), e))?;
+    if bind.ip().is_unspecified() && bind.is_ipv6() && bind.port() != 0 {
+        // The receiving socket hears the groups hellos and broadcast data go to.
+        join_groups(&s, cfg)?;
+    }
     s.set_nonblocking(true)?;
     Ok(s.into())
+}
+
+/// The IPv6 multicast groups this node sends to and hears (`discovery_address`,
+/// `broadcast_address`).
+pub(crate) fn multicast_groups(cfg: &Config) -> Vec<SocketAddr> {
+    [cfg.discovery_address, cfg.broadcast_address]
+        .into_iter()
+        .flatten()
+        .filter(|a| a.is_ipv6() && a.ip().is_multicast())
+        .collect()
+}
+
+/// Join every IPv6 group of `cfg` on its interface.
+pub(crate) fn join_groups(s: &socket2::Socket, cfg: &Config) -> std::io::Result<()> {
+    for g in multicast_groups(cfg) {
+        if let SocketAddr::V6(g) = g {
+            s.join_multicast_v6(g.ip(), g.scope_id())
+                .map_err(|e| io_err(&format!("joining multicast group {g}"), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// `a` with the index of interface `ifname` as its IPv6 scope (link-local groups and
+/// addresses name their link); unchanged for IPv4, a scope already given, or an interface
+/// that does not exist here (binding to it then fails with its own message).
+pub(crate) fn scoped(a: SocketAddr, ifname: &str) -> SocketAddr {
+    match a {
+        SocketAddr::V6(mut v6) if v6.scope_id() == 0 => {
+            let Ok(name) = std::ffi::CString::new(ifname) else {
+                return a;
+            };
+            // SAFETY: if_nametoindex reads a NUL-terminated name; 0 means no such interface.
+            let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+            if index != 0 {
+                v6.set_scope_id(index);
+            }
+            SocketAddr::V6(v6)
+        }
+        _ => a,
+    }
 }
 
 /// Large socket buffers absorb a block's burst; as root (CAP_NET_ADMIN) the FORCE options go

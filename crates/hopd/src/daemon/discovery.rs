@@ -35,15 +35,27 @@ pub(super) fn bind(
     a: SocketAddr,
 ) -> std::io::Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    let domain = if a.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_address(true)?;
-    s.set_broadcast(true)?;
+    if a.is_ipv4() {
+        s.set_broadcast(true)?;
+    } else {
+        s.set_only_v6(true)?;
+    }
     if let Some(ifname) = &cfg.interface {
         s.bind_device(Some(ifname.as_bytes()))?;
     }
     s.bind(&a.into()).map_err(|e| {
         std::io::Error::new(e.kind(), format!("binding discovery_address {a}: {e}"))
     })?;
+    if a.is_ipv6() {
+        crate::socket::join_groups(&s, cfg)?;
+    }
     s.set_nonblocking(true)?;
     Ok(s.into())
 }

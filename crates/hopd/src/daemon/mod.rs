@@ -139,7 +139,12 @@ impl Daemon {
         }
         let recv_bind = match cfg.link_mode {
             LinkMode::Unicast => cfg.listen,
-            // Broadcasts only reach sockets bound to the wildcard address.
+            // Broadcasts (and, for IPv6, the multicast group) reach only sockets bound to the
+            // wildcard address.
+            LinkMode::Broadcast if cfg.listen.is_ipv6() => SocketAddr::new(
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                cfg.listen.port(),
+            ),
             LinkMode::Broadcast => {
                 SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.listen.port())
             }

@@ -127,9 +127,7 @@ impl Hopd {
 
     pub fn start(spec: NodeSpec, dir: PathBuf) -> Hopd {
         std::fs::create_dir_all(&dir).unwrap();
-        let metrics: SocketAddr = format!("{}:{}", spec.listen.ip(), free_tcp_port())
-            .parse()
-            .unwrap();
+        let metrics = SocketAddr::new(spec.listen.ip(), free_tcp_port());
         Self::write_config(&spec, &dir, metrics);
         let mut h = Hopd {
             spec,
@@ -457,6 +455,71 @@ impl NetnsChain {
             }
         }
         chain
+    }
+
+    /// The same chain over IPv6 only: no IPv4 address on the links, link k between ns k and
+    /// k+1 with fd00:<tag>:<k>::1 and ::2 (/64) besides their link-local addresses, duplicate
+    /// address detection off so that every address is usable at once; links of `mtu` bytes.
+    pub fn new_v6(nodes: u32, mtu: u32) -> NetnsChain {
+        let tag = (std::process::id() % 200 + unique() * 7) % 250 + 1;
+        let base = format!("hop6t{}x{}", std::process::id(), unique());
+        let names: Vec<String> = (0..nodes).map(|i| format!("{base}n{i}")).collect();
+        let chain = NetnsChain { names, tag };
+        for n in &chain.names {
+            run_ok("ip", &["netns", "add", n]);
+            run_ok("ip", &["-n", n, "link", "set", "lo", "up"]);
+            for key in ["all", "default"] {
+                run_ok(
+                    "ip",
+                    &[
+                        "netns",
+                        "exec",
+                        n,
+                        "sysctl",
+                        "-qw",
+                        &format!("net.ipv6.conf.{key}.accept_dad=0"),
+                    ],
+                );
+            }
+        }
+        let mtu = mtu.to_string();
+        for k in 0..nodes.saturating_sub(1) {
+            let a = format!("h{tag}v{k}a");
+            let b = format!("h{tag}v{k}b");
+            let (na, nb) = (&chain.names[k as usize], &chain.names[k as usize + 1]);
+            run_ok(
+                "ip",
+                &[
+                    "link", "add", &a, "netns", na, "type", "veth", "peer", "name", &b, "netns", nb,
+                ],
+            );
+            for (ns, dev, side) in [(na, &a, 1), (nb, &b, 2)] {
+                run_ok("ip", &["-n", ns, "link", "set", dev, "mtu", &mtu]);
+                run_ok(
+                    "ip",
+                    &[
+                        "-n",
+                        ns,
+                        "addr",
+                        "add",
+                        &format!("fd00:{tag:x}:{k}::{side}/64"),
+                        "dev",
+                        dev,
+                        "nodad",
+                    ],
+                );
+                run_ok("ip", &["-n", ns, "link", "set", dev, "up"]);
+            }
+        }
+        chain
+    }
+
+    /// IPv6 address of node i (1-based) on the link towards node j (a `new_v6` chain).
+    pub fn addr6(&self, i: u32, j: u32, port: u16) -> SocketAddr {
+        let (k, side) = if j == i + 1 { (i - 1, 1) } else { (j - 1, 2) };
+        format!("[fd00:{:x}:{}::{}]:{port}", self.tag, k, side)
+            .parse()
+            .unwrap()
     }
 
     /// Address of node i (1-based) on the link towards node j.

@@ -1,0 +1,137 @@
+//! hopd on IPv6-only links: packets that fit the path MTU (no fragments) over three hops,
+//! and neighbours found by hellos to a link-local multicast group, with data sent to a
+//! group in broadcast link mode.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// IPv6 fragments the kernel of namespace `ns` created so far (`Ip6FragCreates`).
+fn frag_creates6(ns: &str) -> u64 {
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp6"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("Ip6FragCreates"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("Ip6FragCreates in /proc/net/snmp6")
+}
+
+fn wait_log(node: &Hopd, what: &str, limit: Duration) {
+    let t0 = Instant::now();
+    while !node.log().contains(what) {
+        assert!(
+            t0.elapsed() < limit,
+            "no `{what}` within {limit:?}:\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Four nodes on IPv6-only links (three hops) of MTU 1,280 and then 1,500: hopd sizes its
+/// packets to the path and a 2 MB file crosses without one IPv6 fragment on any node.
+#[test]
+fn an_ipv6_only_chain_of_three_hops_sends_no_fragments() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    for mtu in [1280u32, 1500] {
+        let port = free_port();
+        let chain = NetnsChain::new_v6(4, mtu);
+        let work = tempfile::tempdir().unwrap();
+        let nodes: Vec<Hopd> = (1..=4)
+            .map(|i| {
+                let listen: std::net::SocketAddr = format!("[::]:{port}").parse().unwrap();
+                let spec = chain_spec(
+                    4,
+                    i,
+                    listen,
+                    &|j| chain.addr6(j, i, port),
+                    Some(chain.names[i as usize - 1].clone()),
+                    "",
+                );
+                Hopd::start(spec, work.path().join(format!("n{i}")))
+            })
+            .collect();
+        // IPv6 header 40 + UDP 8 + the envelope and Hop's headers (84).
+        let st = nodes[0].status();
+        assert_eq!(
+            st["packet_payload_bytes"].as_u64(),
+            Some(u64::from(mtu.min(1380 + 48 + 84) - 48 - 84)),
+            "MTU {mtu}: {st}"
+        );
+        let before: Vec<u64> = chain.names.iter().map(|n| frag_creates6(n)).collect();
+        let file = work.path().join("f.bin");
+        let data = pattern(u64::from(mtu), 2_000_000);
+        std::fs::write(&file, &data).unwrap();
+        let out = send(&nodes[0], &[&file], 4);
+        assert!(
+            out.status.success(),
+            "MTU {mtu}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        receive_one_file(&nodes[3], &work.path().join("out"), "f.bin", &data);
+        for (n, b) in chain.names.iter().zip(before) {
+            assert_eq!(frag_creates6(n) - b, 0, "MTU {mtu}: IPv6 fragments in {n}");
+        }
+    }
+}
+
+/// Two nodes on an IPv6-only link with nothing but link-local addresses and no neighbour
+/// tables: hellos to a link-local multicast group find each neighbour at its link-local
+/// address, and in broadcast link mode the data goes to another group on the same link.
+#[test]
+fn ipv6_neighbours_are_found_by_link_local_multicast() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    let port = free_port();
+    let chain = NetnsChain::new_v6(2, 1500);
+    let work = tempfile::tempdir().unwrap();
+    let start = |i: u32| {
+        let ifname = format!("h{}v0{}", chain.tag, if i == 1 { "a" } else { "b" });
+        let extra = format!(
+            "interface = \"{ifname}\"\ndiscovery_address = \"[ff02::7470]:{port}\"\n\
+             hello_interval = \"500ms\"\nlink_mode = \"broadcast\"\n\
+             broadcast_address = \"[ff02::7471]:{port}\""
+        );
+        let listen: std::net::SocketAddr = format!("[::]:{port}").parse().unwrap();
+        let mut spec = chain_spec(
+            2,
+            i,
+            listen,
+            &|j| chain.addr6(j, i, port),
+            Some(chain.names[i as usize - 1].clone()),
+            &extra,
+        );
+        spec.neighbours.clear();
+        spec.routes.clear();
+        Hopd::start(spec, work.path().join(format!("n{i}")))
+    };
+    let nodes = [start(1), start(2)];
+    wait_log(&nodes[0], "neighbour discovered", Duration::from_secs(10));
+    wait_log(&nodes[1], "neighbour discovered", Duration::from_secs(10));
+    let st = nodes[0].status();
+    let n = &st["neighbours"][0];
+    assert_eq!(n["id"], 2, "{st}");
+    assert_eq!(n["discovered"], true, "{st}");
+    let addr = n["address"].as_str().unwrap_or_default().to_string();
+    assert!(addr.starts_with("[fe80::"), "a link-local address: {st}");
+    let file = work.path().join("f.bin");
+    let data = pattern(66, 300_000);
+    std::fs::write(&file, &data).unwrap();
+    let out = send(&nodes[0], &[&file], 2);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    receive_one_file(&nodes[1], &work.path().join("in"), "f.bin", &data);
+}
