@@ -93,6 +93,34 @@ pub enum Cmd {
     },
     /// Show flows, neighbours, storage use and counters.
     Status,
+    /// Create this node's key pair (for `[security] node_key_file`) and print its public key
+    /// and the node id it gives. An existing file is kept, and its public key printed.
+    Keygen {
+        /// Where to write the key (mode 0600), e.g. /etc/hopd/node.key.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Admit a node to the mesh: add its public key (as `hop keygen` printed it on that
+    /// node) to the members file, then make the local hopd re-read it.
+    Admit {
+        /// The node's public key (64 hex digits).
+        key: String,
+        /// A name for people (e.g. roof-3).
+        #[arg(long, default_value = "")]
+        name: String,
+        /// The members file (`[security] members_file`).
+        #[arg(long, default_value = "/etc/hopd/members")]
+        members: PathBuf,
+    },
+    /// Revoke a node: remove its public key from the members file, then make the local hopd
+    /// re-read it (its hellos and datagrams are dropped from then on).
+    Revoke {
+        /// The node's public key (64 hex digits).
+        key: String,
+        /// The members file (`[security] members_file`).
+        #[arg(long, default_value = "/etc/hopd/members")]
+        members: PathBuf,
+    },
 }
 
 /// `NODE` or `NODE/SERVICE`.

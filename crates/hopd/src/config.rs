@@ -88,7 +88,7 @@ pub enum LinkMode {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    node_id: Spanned<NodeId>,
+    node_id: Option<Spanned<NodeId>>,
     listen: Spanned<String>,
     interface: Option<String>,
     #[serde(default)]
@@ -154,6 +154,8 @@ struct RawSecurity {
     mesh_key_file: Option<Spanned<PathBuf>>,
     max_peers: Option<usize>,
     encrypt: Option<bool>,
+    node_key_file: Option<Spanned<PathBuf>>,
+    members_file: Option<Spanned<PathBuf>>,
 }
 
 /// A neighbour: node id and UDP address.
@@ -214,6 +216,13 @@ pub struct Config {
     pub max_incoming_flows: usize,
     pub mesh_key: [u8; 32],
     pub max_peers: usize,
+    /// This node's key pair (`[security] node_key_file`; identity.rs).
+    pub node_key: Option<std::sync::Arc<crate::identity::NodeKey>>,
+    /// The members file (`[security] members_file`), re-read on reload.
+    pub members_file: Option<PathBuf>,
+    /// The mesh's members, when a members file is given: only they are learned as
+    /// neighbours and heard.
+    pub members: Option<Vec<crate::identity::Member>>,
     /// Send bodies encrypted (`[security] encrypt`, default on); received datagrams may be
     /// either.
     pub encrypt: bool,
@@ -324,6 +333,14 @@ fn group_id(name: &str) -> Option<u32> {
     Some(unsafe { (*g).gr_gid })
 }
 
+/// The members in file `p` (identity.rs), or a message naming the file and line.
+pub fn read_members(p: &Path) -> Result<Vec<crate::identity::Member>, String> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| format!("cannot read members_file {}: {e}", p.display()))?;
+    crate::identity::parse_members(&text)
+        .map_err(|(line, m)| format!("{}:{line}: {m}", p.display()))
+}
+
 pub fn parse_hex_key(s: &str) -> Option<[u8; 32]> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
     if digits.len() != 64 {
@@ -360,14 +377,73 @@ impl Config {
             let msg = e.message().to_string();
             ctx.err(e.span(), msg.clone(), hint_for_parse(&msg))
         })?;
-        let node_id = *raw.node_id.get_ref();
+        let node_key = match &raw.security.node_key_file {
+            Some(f) => {
+                let p = base.join(f.get_ref());
+                let k = crate::identity::read_node_key(&p).map_err(|e| {
+                    ctx.err(
+                        Some(f.span()),
+                        e,
+                        "create one with `hop keygen --out <file>` (relative paths start at the config file's folder)",
+                    )
+                })?;
+                Some(std::sync::Arc::new(k))
+            }
+            None => None,
+        };
+        let node_id = match (&raw.node_id, &node_key) {
+            (Some(n), Some(k)) if *n.get_ref() != k.node_id() => {
+                return Err(ctx.err(
+                    Some(n.span()),
+                    format!(
+                        "node_id {} is not the id of this node's key ({})",
+                        n.get_ref(),
+                        k.node_id()
+                    ),
+                    "remove node_id (a node with a key takes its key's id) or give the key's id",
+                ))
+            }
+            (Some(n), _) => *n.get_ref(),
+            (None, Some(k)) => k.node_id(),
+            (None, None) => {
+                return Err(ctx.err(
+                    None,
+                    "the node needs an id: node_id, or [security] node_key_file".into(),
+                    "generate a key with `hop keygen --out /etc/hopd/node.key` and set node_key_file, or add node_id = <1..4294967294>",
+                ))
+            }
+        };
         if node_id == hop_wire::BROADCAST_NODE || node_id == 0 {
             return Err(ctx.err(
-                Some(raw.node_id.span()),
+                raw.node_id.as_ref().map(|n| n.span()),
                 format!("node_id {node_id} is reserved"),
                 "pick a node id between 1 and 4294967294",
             ));
         }
+        let members_file = raw
+            .security
+            .members_file
+            .as_ref()
+            .map(|f| base.join(f.get_ref()));
+        let members = match (&raw.security.members_file, &members_file) {
+            (Some(f), Some(p)) => {
+                if node_key.is_none() {
+                    return Err(ctx.err(
+                        Some(f.span()),
+                        "members_file needs this node's own key".into(),
+                        "add node_key_file (create it with `hop keygen --out <file>`)",
+                    ));
+                }
+                Some(read_members(p).map_err(|e| {
+                    ctx.err(
+                        Some(f.span()),
+                        e,
+                        "one member per line: <64 hex digits of its public key> [name]; `hop admit KEY` adds one",
+                    )
+                })?)
+            }
+            _ => None,
+        };
         let listen = parse_addr(&ctx, &raw.listen, "listen", Some(DEFAULT_PORT))?;
         // A link-wide destination (IPv4 broadcast, IPv6 multicast group) in `listen`'s family;
         // an IPv6 link-local group is scoped to `interface`.
@@ -662,6 +738,9 @@ impl Config {
             max_incoming_flows,
             mesh_key,
             max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),
+            node_key,
+            members_file,
+            members,
             encrypt: raw.security.encrypt.unwrap_or(true),
             hop,
             first_block_bytes,
@@ -849,6 +928,75 @@ mod tests {
         )
         .unwrap();
         assert!(c.broadcast_address.is_some_and(|a| a.ip().is_multicast()));
+    }
+
+    /// With a node key the node id comes from the key; a node_id that differs is an error,
+    /// as is a members file without a key of this node's own, or a line that is no key.
+    #[test]
+    fn a_node_key_gives_the_node_id_and_members_need_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = crate::identity::write_new_node_key(&dir.path().join("node.key")).unwrap();
+        let other = crate::identity::NodeKey::from_seed(&[5; 32]).unwrap();
+        std::fs::write(
+            dir.path().join("members"),
+            format!(
+                "{} a\n{} b\n",
+                crate::identity::hex(key.public()),
+                crate::identity::hex(other.public())
+            ),
+        )
+        .unwrap();
+        let base = good().replacen("node_id = 1\n", "", 1);
+        let with = |top: &str, sec: &str| {
+            format!(
+                "{top}{}",
+                base.replace("[security]\n", &format!("[security]\n{sec}"))
+            )
+        };
+        let c = Config::parse(
+            "t.toml",
+            &with(
+                "",
+                "node_key_file = \"node.key\"\nmembers_file = \"members\"\n",
+            ),
+            dir.path(),
+        )
+        .unwrap();
+        assert_eq!(c.node_id, key.node_id());
+        let m = c.members.unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[1].id, other.node_id());
+        let e = Config::parse(
+            "t.toml",
+            &with(
+                &format!("node_id = {}\n", key.node_id() ^ 1),
+                "node_key_file = \"node.key\"\n",
+            ),
+            dir.path(),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("not the id of this node's key"), "{e}");
+        assert_eq!(e.line, 1, "{e}");
+        let e = Config::parse(
+            "t.toml",
+            &with("node_id = 1\n", "members_file = \"members\"\n"),
+            dir.path(),
+        )
+        .unwrap_err();
+        assert!(e.hint.contains("hop keygen"), "{e}");
+        let e = Config::parse("t.toml", &with("", ""), dir.path()).unwrap_err();
+        assert!(e.message.contains("needs an id"), "{e}");
+        std::fs::write(dir.path().join("members"), "nonsense\n").unwrap();
+        let e = Config::parse(
+            "t.toml",
+            &with(
+                "",
+                "node_key_file = \"node.key\"\nmembers_file = \"members\"\n",
+            ),
+            dir.path(),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("members:1"), "{e}");
     }
 
     #[test]

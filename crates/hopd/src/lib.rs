@@ -13,6 +13,7 @@ pub mod dtn;
 pub mod durable;
 pub mod flowfmt;
 pub mod http;
+pub mod identity;
 pub mod io;
 pub mod linkstatus;
 pub mod metrics;

@@ -28,6 +28,8 @@ pub struct Counters {
     pub auth_replays: u64,
     pub auth_malformed: u64,
     pub auth_peer_limit: u64,
+    pub auth_not_member: u64,
+    pub auth_bad_hello: u64,
     pub flows_completed: u64,
     pub flows_failed: u64,
     pub flows_cancelled: u64,
@@ -179,7 +181,7 @@ fn transport_label(t: &hop_wire::TransportId) -> String {
 impl Collector for Snapshot {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let (c, custody, stats) = (&self.counters, &self.custody, &self.stats);
-        let daemon: [(&str, &str, u64); 23] = [
+        let daemon: [(&str, &str, u64); 25] = [
             ("rx_datagrams", "UDP datagrams received", c.rx_datagrams),
             (
                 "rx_overheard",
@@ -219,6 +221,16 @@ impl Collector for Snapshot {
                 "auth_peer_limit",
                 "datagrams dropped: per-peer state full",
                 c.auth_peer_limit,
+            ),
+            (
+                "auth_not_member",
+                "datagrams and hellos dropped: their node is not in members_file",
+                c.auth_not_member,
+            ),
+            (
+                "auth_bad_hello",
+                "hellos dropped: a bad signature, or a node id that is not its key's",
+                c.auth_bad_hello,
             ),
             (
                 "flows_completed",

@@ -87,6 +87,37 @@ async fn next_reply(s: &mut UnixStream) -> Result<Reply, Fail> {
     }
 }
 
+/// A members file's text; a missing file is an empty one.
+fn read_members_text(p: &Path) -> Result<String, Fail> {
+    match std::fs::read_to_string(p) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(fail(
+            exit::FAILED,
+            format!("cannot read {}: {e}", p.display()),
+        )),
+    }
+}
+
+/// After a members file changed: make a running hopd re-read its configuration.
+async fn reload_if_running(socket: &Path) -> Result<(), Fail> {
+    let Ok(mut s) = UnixStream::connect(socket).await else {
+        println!("hopd is not running here: it reads the file when it starts");
+        return Ok(());
+    };
+    api::write_json(&mut s, &Request::Reload { v: API_VERSION })
+        .await
+        .map_err(io_fail)?;
+    match next_reply(&mut s).await? {
+        Reply::Reloaded { .. } => {
+            println!("hopd re-read its configuration");
+            Ok(())
+        }
+        Reply::Error { code, message } => Err(reply_fail(code, message)),
+        other => Err(fail(exit::PROTOCOL, format!("unexpected reply {other:?}"))),
+    }
+}
+
 async fn run(args: Args) -> Result<(), Fail> {
     match args.cmd {
         Cmd::Status => {
@@ -139,6 +170,91 @@ async fn run(args: Args) -> Result<(), Fail> {
                 println!("{}", p.display());
             }
             Ok(())
+        }
+        Cmd::Keygen { out } => {
+            use hopd::identity;
+            let (key, created) = if out.exists() {
+                let k = identity::read_node_key(&out).map_err(|e| fail(exit::FAILED, e))?;
+                (k, false)
+            } else {
+                (
+                    identity::write_new_node_key(&out).map_err(|e| fail(exit::FAILED, e))?,
+                    true,
+                )
+            };
+            let public = identity::hex(key.public());
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"ok": true, "created": created, "public_key": public, "node_id": key.node_id()})
+                );
+            } else {
+                if !created {
+                    println!("{} exists; kept", out.display());
+                }
+                println!("public key: {public}");
+                println!("node id:    {}", key.node_id());
+                if created {
+                    println!(
+                        "set [security] node_key_file = \"{}\"; admit the node on each member with `hop admit {public}`",
+                        out.display()
+                    );
+                }
+            }
+            Ok(())
+        }
+        Cmd::Admit { key, name, members } => {
+            let k = hopd::config::parse_hex_key(&key).ok_or_else(|| {
+                fail(
+                    exit::USAGE,
+                    format!(
+                        "`{key}` is not a public key: 64 hex digits, as `hop keygen` prints them"
+                    ),
+                )
+            })?;
+            let text = read_members_text(&members)?;
+            let new = hopd::identity::admit(&text, &k, &name);
+            let changed = new != text;
+            if changed {
+                hopd::durable::write_durably(&members, new.as_bytes()).map_err(|e| {
+                    fail(exit::FAILED, format!("writing {}: {e}", members.display()))
+                })?;
+            }
+            println!(
+                "{} node {} ({})",
+                if changed {
+                    "admitted"
+                } else {
+                    "already a member:"
+                },
+                hopd::identity::id_of(&k),
+                members.display()
+            );
+            reload_if_running(&args.socket).await
+        }
+        Cmd::Revoke { key, members } => {
+            let k = hopd::config::parse_hex_key(&key).ok_or_else(|| {
+                fail(
+                    exit::USAGE,
+                    format!("`{key}` is not a public key: 64 hex digits"),
+                )
+            })?;
+            let text = read_members_text(&members)?;
+            let (new, found) = hopd::identity::revoke(&text, &k);
+            if !found {
+                return Err(fail(
+                    exit::FAILED,
+                    format!("{} does not list that key", members.display()),
+                ));
+            }
+            hopd::durable::write_durably(&members, new.as_bytes())
+                .map_err(|e| fail(exit::FAILED, format!("writing {}: {e}", members.display())))?;
+            println!(
+                "revoked node {} ({}); after a revocation, change the mesh key: the node may still hold it",
+                hopd::identity::id_of(&k),
+                members.display()
+            );
+            reload_if_running(&args.socket).await
         }
         Cmd::Reload => {
             let mut s = connect(&args.socket).await?;

@@ -94,6 +94,18 @@ impl Daemon {
                     self.on_hello(src, from, env.body);
                 }
             }
+            Ok(src) if !self.is_member_id(src) => {
+                self.counters.auth_not_member += 1;
+                if let Some(n) = self.warn_member.due(std::time::Instant::now()) {
+                    warn!(
+                        node = src,
+                        from = ?from,
+                        datagrams = n,
+                        "datagrams from a node that is not in members_file: dropped (admit its key \
+                         with `hop admit KEY`, or it was revoked)"
+                    );
+                }
+            }
             Ok(src) => {
                 if !overheard
                     && !self.addrs.contains_key(&src)

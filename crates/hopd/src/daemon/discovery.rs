@@ -6,7 +6,11 @@
 //! nonce each puts in its hellos. Hellos go through the same authentication as everything
 //! else: a node without the mesh key is not learned.
 //!
-//! Hello body: `"HELO"` | version 1 | listening port (u16) | boot nonce (u64).
+//! Hello body: `"HELO"` | version 1 | listening port (u16) | boot nonce (u64). A node with a
+//! key (identity.rs) sends version 2: the same, then its Ed25519 public key (32 bytes) and
+//! its signature (64 bytes) of `"hop hello v2"` | node id (u32) | the first 15 bytes. A hello
+//! whose signature fails, or whose node id is not its key's, is dropped; with a members file
+//! so is one whose key is not a member's, or that has no key.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -19,6 +23,27 @@ use super::{merged_routes, Daemon};
 
 const MAGIC: &[u8; 4] = b"HELO";
 const VERSION: u8 = 1;
+const VERSION_SIGNED: u8 = 2;
+const HEAD: usize = 15;
+const SIGNED_LEN: usize = HEAD + 32 + crate::identity::SIGNATURE_LEN;
+
+/// What a version 2 hello's signature covers.
+fn signed_part(id: NodeId, head: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(12 + 4 + HEAD);
+    m.extend_from_slice(b"hop hello v2");
+    m.extend_from_slice(&id.to_be_bytes());
+    m.extend_from_slice(head);
+    m
+}
+
+/// A parsed hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Hello {
+    pub(super) port: u16,
+    pub(super) nonce: u64,
+    /// Version 2: the sender's public key, and whether its signature holds for `id`.
+    pub(super) key: Option<(crate::identity::PublicKey, bool)>,
+}
 
 /// A neighbour learned from its hellos.
 #[derive(Debug, Clone, Copy)]
@@ -68,13 +93,27 @@ pub(super) fn random_u64() -> u64 {
     u64::from_be_bytes(b)
 }
 
-/// The hello of node `id`, listening on `port`, this boot's `nonce`.
-pub(super) fn hello(id: NodeId, port: u16, nonce: u64) -> Vec<u8> {
-    let mut body = Vec::with_capacity(15);
+/// The hello of node `id`, listening on `port`, this boot's `nonce`; signed with `key`.
+pub(super) fn hello(
+    id: NodeId,
+    port: u16,
+    nonce: u64,
+    key: Option<&crate::identity::NodeKey>,
+) -> Vec<u8> {
+    let mut body = Vec::with_capacity(SIGNED_LEN);
     body.extend_from_slice(MAGIC);
-    body.push(VERSION);
+    body.push(if key.is_some() {
+        VERSION_SIGNED
+    } else {
+        VERSION
+    });
     body.extend_from_slice(&port.to_be_bytes());
     body.extend_from_slice(&nonce.to_be_bytes());
+    if let Some(k) = key {
+        let sig = k.sign(&signed_part(id, &body));
+        body.extend_from_slice(k.public());
+        body.extend_from_slice(&sig);
+    }
     let repr = EnvelopeRepr {
         transport: TransportId::Hello,
         flags: 0,
@@ -86,23 +125,57 @@ pub(super) fn hello(id: NodeId, port: u16, nonce: u64) -> Vec<u8> {
     out
 }
 
-/// (port, nonce) of a hello body.
-fn parse(body: &[u8]) -> Option<(u16, u64)> {
-    if body.len() < 15 || &body[..4] != MAGIC || body[4] != VERSION {
+/// The hello body `body` of node `id` (version 1 or 2).
+pub(super) fn parse(id: NodeId, body: &[u8]) -> Option<Hello> {
+    if body.len() < HEAD || &body[..4] != MAGIC {
         return None;
     }
     let port = u16::from_be_bytes([body[5], body[6]]);
-    let nonce = u64::from_be_bytes(body[7..15].try_into().ok()?);
-    Some((port, nonce))
+    let nonce = u64::from_be_bytes(body[7..HEAD].try_into().ok()?);
+    let key = match body[4] {
+        VERSION => None,
+        VERSION_SIGNED if body.len() >= SIGNED_LEN => {
+            let key: crate::identity::PublicKey = body[HEAD..HEAD + 32].try_into().ok()?;
+            let sig = &body[HEAD + 32..SIGNED_LEN];
+            let ok = crate::identity::verify(&key, &signed_part(id, &body[..HEAD]), sig);
+            Some((key, ok))
+        }
+        _ => return None,
+    };
+    Some(Hello { port, nonce, key })
 }
 
 impl Daemon {
+    /// Whether a hello signed by `key` may be learned: always without a members file, else
+    /// only a member's key.
+    fn is_member_key(&self, key: Option<crate::identity::PublicKey>) -> bool {
+        match (&self.cfg.members, key) {
+            (None, _) => true,
+            (Some(m), Some(k)) => m.iter().any(|m| m.key == k),
+            (Some(_), None) => false,
+        }
+    }
+
+    /// Whether datagrams from node `id` are taken: always without a members file, else
+    /// only from members' ids.
+    pub(super) fn is_member_id(&self, id: NodeId) -> bool {
+        match &self.cfg.members {
+            None => true,
+            Some(m) => id == self.cfg.node_id || m.iter().any(|m| m.id == id),
+        }
+    }
+
     /// Send this node's hello now.
     pub(super) fn say_hello(&mut self) {
         let Some(to) = self.cfg.discovery_address else {
             return;
         };
-        let mut dg = hello(self.cfg.node_id, self.cfg.listen.port(), self.boot_nonce);
+        let mut dg = hello(
+            self.cfg.node_id,
+            self.cfg.listen.port(),
+            self.boot_nonce,
+            self.cfg.node_key.as_deref(),
+        );
         if self
             .auth
             .seal(&mut dg, crate::auth::Stream::Control)
@@ -125,11 +198,44 @@ impl Daemon {
 
     /// An authenticated hello from node `src` at `from`.
     pub(super) fn on_hello(&mut self, src: NodeId, from: Option<SocketAddr>, body: &[u8]) {
-        let Some((port, nonce)) = parse(body) else {
+        let Some(Hello { port, nonce, key }) = parse(src, body) else {
             self.counters.auth_malformed += 1;
             return;
         };
         let Some(from) = from else { return };
+        let now = Instant::now();
+        match key {
+            Some((k, false)) => {
+                self.counters.auth_bad_hello += 1;
+                if let Some(n) = self.warn_member.due(now) {
+                    warn!(node = src, from = %from, key = %crate::identity::hex(&k), hellos = n,
+                        "hello with a bad signature: dropped (a node with the mesh key but not this key)");
+                }
+                return;
+            }
+            Some((k, true)) if crate::identity::id_of(&k) != src => {
+                self.counters.auth_bad_hello += 1;
+                if let Some(n) = self.warn_member.due(now) {
+                    warn!(node = src, from = %from, key_id = crate::identity::id_of(&k), hellos = n,
+                        "hello whose node id is not its key's id: dropped; remove node_id from that node's configuration");
+                }
+                return;
+            }
+            _ => {}
+        }
+        if src != self.cfg.node_id && !self.is_member_key(key.map(|(k, _)| k)) {
+            self.counters.auth_not_member += 1;
+            if let Some(n) = self.warn_member.due(now) {
+                match key {
+                    Some((k, _)) => warn!(node = src, from = %from, hellos = n,
+                        "hello from a node that is not a member: admit it with `hop admit {}` (and `hop reload`) if it belongs to the mesh",
+                        crate::identity::hex(&k)),
+                    None => warn!(node = src, from = %from, hellos = n,
+                        "hello without a node key while members_file is set: give that node a key (`hop keygen`) and admit it"),
+                }
+            }
+            return;
+        }
         if src == self.cfg.node_id {
             if nonce != self.boot_nonce {
                 if let Some(n) = self.warn_duplicate.due(Instant::now()) {
@@ -143,7 +249,6 @@ impl Daemon {
             return;
         }
         let addr = SocketAddr::new(from.ip(), port);
-        let now = Instant::now();
         let known = self.discovered.insert(src, Discovered { addr, last: now });
         match known {
             None => info!(neighbour = src, %addr, "neighbour discovered"),
@@ -232,11 +337,31 @@ mod tests {
 
     #[test]
     fn a_hello_round_trips() {
-        let dg = hello(7, 7470, 42);
+        let dg = hello(7, 7470, 42, None);
         let env = hop_wire::Envelope::parse(&dg).unwrap();
         assert_eq!(env.repr.transport, TransportId::Hello);
         assert_eq!(env.repr.link_src, 7);
-        assert_eq!(parse(env.body), Some((7470, 42)));
-        assert_eq!(parse(&env.body[..10]), None);
+        let h = parse(7, env.body).unwrap();
+        assert_eq!((h.port, h.nonce, h.key), (7470, 42, None));
+        assert_eq!(parse(7, &env.body[..10]), None);
+    }
+
+    #[test]
+    fn a_signed_hello_is_bound_to_its_key_and_id() {
+        let k = crate::identity::NodeKey::from_seed(&[3; 32]).unwrap();
+        let id = k.node_id();
+        let dg = hello(id, 7470, 42, Some(&k));
+        let env = hop_wire::Envelope::parse(&dg).unwrap();
+        let h = parse(id, env.body).unwrap();
+        assert_eq!(h.key, Some((*k.public(), true)));
+        // Claimed by another id, or with a bit changed, the signature fails.
+        assert_eq!(
+            parse(id ^ 1, env.body).unwrap().key,
+            Some((*k.public(), false))
+        );
+        let mut body = env.body.to_vec();
+        body[8] ^= 1;
+        assert_eq!(parse(id, &body).unwrap().key, Some((*k.public(), false)));
+        assert_eq!(parse(id, &env.body[..40]), None, "cut short");
     }
 }

@@ -61,6 +61,8 @@ pub struct Daemon {
     warn_replay: datapath::RateLimited,
     warn_lease: datapath::RateLimited,
     warn_unknown: datapath::RateLimited,
+    /// Hellos and datagrams from nodes that are not members, or signed wrongly.
+    warn_member: datapath::RateLimited,
     /// After a failed lease write, the next attempt waits until then.
     lease_retry_at: Option<std::time::Instant>,
     custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
@@ -222,6 +224,7 @@ impl Daemon {
             warn_replay: Default::default(),
             warn_lease: Default::default(),
             warn_unknown: Default::default(),
+            warn_member: Default::default(),
             lease_retry_at: None,
             custody: built.custody,
             custody_done: built.custody_done.unwrap_or_default(),
@@ -314,6 +317,13 @@ impl Daemon {
         mut shutdown: oneshot::Receiver<()>,
     ) -> std::io::Result<()> {
         info!(node = self.cfg.node_id, listen = %self.cfg.listen, "hopd running");
+        if let Some(k) = &self.cfg.node_key {
+            info!(
+                public_key = %crate::identity::hex(k.public()),
+                members = self.cfg.members.as_ref().map(Vec::len),
+                "node key loaded"
+            );
+        }
         let mut watchdog_at = self.watchdog.map(|w| tokio::time::Instant::now() + w);
         let mut hello_at = self
             .cfg

@@ -68,8 +68,17 @@ impl Daemon {
             &new.encrypt,
             &mut r.applied,
         );
+        // Admissions and revocations apply at once (the file's keys, not its names).
+        let keys = |c: &Config| {
+            c.members
+                .as_ref()
+                .map(|m| m.iter().map(|m| m.key).collect::<Vec<_>>())
+        };
+        differs("security.members", &keys(old), &keys(&new), &mut r.applied);
         let n = &mut r.need_restart;
         differs("node_id", &old.node_id, &new.node_id, n);
+        let public = |c: &Config| c.node_key.as_ref().map(|k| *k.public());
+        differs("security.node_key_file", &public(old), &public(&new), n);
         differs("listen", &old.listen, &new.listen, n);
         differs("interface", &old.interface, &new.interface, n);
         differs("link_mode", &old.link_mode, &new.link_mode, n);
@@ -145,6 +154,28 @@ impl Daemon {
         if old.encrypt != new.encrypt {
             self.auth.set_encrypt(new.encrypt);
             self.cfg.encrypt = new.encrypt;
+        }
+        if r.applied.iter().any(|a| a == "security.members") {
+            self.cfg.members = new.members.clone();
+            self.cfg.members_file = new.members_file.clone();
+            // A revoked neighbour is forgotten now; its hellos and datagrams are dropped.
+            let revoked: Vec<_> = self
+                .discovered
+                .keys()
+                .copied()
+                .filter(|id| !self.is_member_id(*id))
+                .collect();
+            for id in &revoked {
+                self.discovered.remove(id);
+                self.addrs.remove(id);
+                info!(
+                    neighbour = id,
+                    "neighbour revoked: no longer in members_file"
+                );
+            }
+            if !revoked.is_empty() {
+                self.apply_routes();
+            }
         }
         let old = &self.cfg;
         if r.applied.iter().any(|a| a == "neighbours" || a == "routes") {

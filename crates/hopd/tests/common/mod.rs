@@ -103,14 +103,21 @@ impl Hopd {
         self.dir.join("hopd.sock")
     }
 
+    /// The configuration file of `spec`; lines of `spec.extra` that start with `security.`
+    /// go into the `[security]` table (without the prefix), the rest at the top.
     pub fn write_config(spec: &NodeSpec, dir: &Path, metrics: SocketAddr) {
+        let (security, top): (Vec<&str>, Vec<&str>) = spec
+            .extra
+            .lines()
+            .partition(|l| l.trim_start().starts_with("security."));
+        let top = top.join("\n");
         let mut s = format!(
             "node_id = {}\nlisten = \"{}\"\napi_socket = \"{}\"\nmetrics_listen = \"{}\"\nlog_level = \"info\"\n{}\n",
             spec.id,
             spec.listen,
             dir.join("hopd.sock").display(),
             metrics,
-            spec.extra
+            top
         );
         for (id, a) in &spec.neighbours {
             s += &format!("[[neighbours]]\nid = {id}\naddress = \"{a}\"\n");
@@ -122,6 +129,10 @@ impl Hopd {
             "[storage]\ndir = \"{}\"\n[security]\nmesh_key = \"{KEY}\"\n",
             dir.join("store").display()
         );
+        for l in security {
+            s += l.trim_start().trim_start_matches("security.");
+            s += "\n";
+        }
         std::fs::write(dir.join("hopd.toml"), s).unwrap();
     }
 
