@@ -1,10 +1,11 @@
 //! Next hops from the kernel routing table (rtnetlink), so hopd runs beside a routing daemon
-//! (OLSR, Babel, BATMAN) that installs routes. A thread dumps the IPv4 routes, maps each
-//! known node's address to its route's gateway and the gateway to a neighbour's node id, and
-//! repeats whenever the kernel announces a route change.
+//! (OLSR, Babel, BATMAN) that installs routes. A thread dumps the IPv4 and IPv6 routes of the
+//! main table, maps each known node's address to its route's gateway and the gateway to a
+//! neighbour's node id (configured, or learned from its hellos: an IPv6 routing daemon names
+//! link-local gateways), and repeats whenever the kernel announces a route change.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use hop_wire::NodeId;
@@ -17,38 +18,56 @@ use crate::daemon::cmd::Cmd;
 /// Re-read the table at least this often, in case a notification was lost.
 const REFRESH: Duration = Duration::from_secs(5);
 
-/// One IPv4 route: destination prefix and optional gateway.
+/// One route: destination prefix and optional gateway (IPv4 or IPv6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {
-    pub dst: Ipv4Addr,
+    pub dst: IpAddr,
     pub prefix: u8,
-    pub gateway: Option<Ipv4Addr>,
+    pub gateway: Option<IpAddr>,
 }
 
-fn contains(r: &Route, ip: Ipv4Addr) -> bool {
-    if r.prefix == 0 {
-        return true;
+fn contains(r: &Route, ip: IpAddr) -> bool {
+    match (r.dst, ip) {
+        (IpAddr::V4(d), IpAddr::V4(ip)) => {
+            let p = u32::from(r.prefix.min(32));
+            let mask = u32::MAX.checked_shl(32 - p).unwrap_or(0);
+            (u32::from(d) & mask) == (u32::from(ip) & mask)
+        }
+        (IpAddr::V6(d), IpAddr::V6(ip)) => {
+            let p = u32::from(r.prefix.min(128));
+            let mask = u128::MAX.checked_shl(128 - p).unwrap_or(0);
+            (u128::from(d) & mask) == (u128::from(ip) & mask)
+        }
+        _ => false,
     }
-    let mask = u32::MAX << (32 - u32::from(r.prefix.min(32)));
-    (u32::from(r.dst) & mask) == (u32::from(ip) & mask)
 }
 
-/// Next hop per known node, by longest-prefix match over `routes`.
-pub fn next_hops(cfg: &Config, routes: &[Route]) -> BTreeMap<NodeId, NodeId> {
+/// Next hop per known node, by longest-prefix match over `routes`. Known nodes are the
+/// configured neighbours and `[[hosts]]`, and the neighbours learned from hellos
+/// (`learned`: id and address); a gateway is the neighbour with that address.
+pub fn next_hops(
+    cfg: &Config,
+    routes: &[Route],
+    learned: &[(NodeId, IpAddr)],
+) -> BTreeMap<NodeId, NodeId> {
     let mut nodes: Vec<(NodeId, IpAddr)> =
         cfg.neighbours.iter().map(|n| (n.id, n.addr.ip())).collect();
     nodes.extend(cfg.hosts.iter().copied());
+    nodes.extend(learned.iter().copied());
+    let neighbour_by_ip = |ip: IpAddr| {
+        cfg.neighbour_by_ip(ip)
+            .or_else(|| learned.iter().find(|(_, a)| *a == ip).map(|(id, _)| *id))
+    };
     let mut out = BTreeMap::new();
     for (id, ip) in nodes {
-        let IpAddr::V4(ip4) = ip else { continue };
         let best = routes
             .iter()
-            .filter(|r| contains(r, ip4))
+            .filter(|r| contains(r, ip))
             .max_by_key(|r| r.prefix);
         let Some(r) = best else { continue };
         let nh = match r.gateway {
-            Some(gw) => cfg.neighbour_by_ip(IpAddr::V4(gw)),
-            None => cfg.neighbour_by_ip(ip).filter(|n| *n == id),
+            Some(gw) => neighbour_by_ip(gw),
+            None => neighbour_by_ip(ip).filter(|n| *n == id),
         };
         if let Some(nh) = nh {
             out.insert(id, nh);
@@ -123,10 +142,25 @@ pub fn parse_routes(buf: &[u8], out: &mut Vec<Route>) -> bool {
         if ty == libc::RTM_NEWROUTE && len >= 16 + 12 {
             let m = &buf[off + 16..off + len];
             let (family, dst_len, table, rtype) = (m[0], m[1], m[4], m[7]);
+            let v6 = family == libc::AF_INET6 as u8;
             let mut r = Route {
-                dst: Ipv4Addr::UNSPECIFIED,
+                dst: if v6 {
+                    IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                } else {
+                    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+                },
                 prefix: dst_len,
                 gateway: None,
+            };
+            let addr = |v: &[u8]| -> Option<IpAddr> {
+                match (v6, v.len()) {
+                    (false, 4) => Some(IpAddr::V4(Ipv4Addr::new(v[0], v[1], v[2], v[3]))),
+                    (true, 16) => {
+                        let b: [u8; 16] = v.try_into().ok()?;
+                        Some(IpAddr::V6(Ipv6Addr::from(b)))
+                    }
+                    _ => None,
+                }
             };
             let mut table_id = u32::from(table);
             let mut a = 12;
@@ -138,16 +172,18 @@ pub fn parse_routes(buf: &[u8], out: &mut Vec<Route>) -> bool {
                 }
                 let v = &m[a + 4..a + alen];
                 match (aty, v.len()) {
-                    (libc::RTA_DST, 4) => r.dst = Ipv4Addr::new(v[0], v[1], v[2], v[3]),
-                    (libc::RTA_GATEWAY, 4) => {
-                        r.gateway = Some(Ipv4Addr::new(v[0], v[1], v[2], v[3]))
+                    (libc::RTA_DST, _) => {
+                        if let Some(a) = addr(v) {
+                            r.dst = a;
+                        }
                     }
+                    (libc::RTA_GATEWAY, _) => r.gateway = addr(v),
                     (libc::RTA_TABLE, 4) => table_id = u32::from_ne_bytes([v[0], v[1], v[2], v[3]]),
                     _ => {}
                 }
                 a += (alen + 3) & !3;
             }
-            if family == libc::AF_INET as u8
+            if (family == libc::AF_INET as u8 || v6)
                 && table_id == u32::from(libc::RT_TABLE_MAIN)
                 && rtype == libc::RTN_UNICAST
             {
@@ -159,14 +195,24 @@ pub fn parse_routes(buf: &[u8], out: &mut Vec<Route>) -> bool {
     false
 }
 
+/// The main table's unicast routes of both families.
 fn dump(seq: u32) -> std::io::Result<Vec<Route>> {
+    let mut routes = dump_family(seq, libc::AF_INET as u8)?;
+    // A kernel without IPv6 answers with an error: the IPv4 routes stand.
+    if let Ok(v6) = dump_family(seq.wrapping_add(1), libc::AF_INET6 as u8) {
+        routes.extend(v6);
+    }
+    Ok(routes)
+}
+
+fn dump_family(seq: u32, family: u8) -> std::io::Result<Vec<Route>> {
     let fd = nl_socket(0)?;
     let mut req = [0u8; 16 + 12];
     req[..4].copy_from_slice(&(28u32).to_ne_bytes());
     req[4..6].copy_from_slice(&libc::RTM_GETROUTE.to_ne_bytes());
     req[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
     req[8..12].copy_from_slice(&seq.to_ne_bytes());
-    req[16] = libc::AF_INET as u8;
+    req[16] = family;
     // SAFETY: req is a valid buffer for reads of its length.
     let sent = unsafe { libc::send(fd, req.as_ptr() as *const libc::c_void, req.len(), 0) };
     let mut routes = Vec::new();
@@ -194,7 +240,7 @@ fn dump(seq: u32) -> std::io::Result<Vec<Route>> {
 /// routes to next hops with the configuration it has then (a reload changes neighbours).
 pub fn spawn(cmds: mpsc::Sender<Cmd>) {
     std::thread::spawn(move || {
-        let notify = match nl_socket(libc::RTMGRP_IPV4_ROUTE as u32) {
+        let notify = match nl_socket((libc::RTMGRP_IPV4_ROUTE | libc::RTMGRP_IPV6_ROUTE) as u32) {
             Ok(fd) => Some(fd),
             Err(e) => {
                 warn!(error = %e, "cannot subscribe to route changes; polling");
@@ -212,7 +258,7 @@ pub fn spawn(cmds: mpsc::Sender<Cmd>) {
                 }
                 Err(e) => warn!(error = %e, "reading the kernel routing table failed"),
             }
-            seq = seq.wrapping_add(1);
+            seq = seq.wrapping_add(2);
             match notify {
                 Some(fd) => {
                     let _ = recv(fd, &mut buf);
@@ -234,21 +280,100 @@ mod tests {
         let cfg = Config::parse("t", text, Path::new("/")).unwrap();
         let routes = [
             Route {
-                dst: Ipv4Addr::new(10, 0, 0, 0),
+                dst: "10.0.0.0".parse().unwrap(),
                 prefix: 24,
                 gateway: None,
             },
             Route {
-                dst: Ipv4Addr::new(10, 0, 1, 0),
+                dst: "10.0.1.0".parse().unwrap(),
                 prefix: 24,
-                gateway: Some(Ipv4Addr::new(10, 0, 0, 2)),
+                gateway: Some("10.0.0.2".parse().unwrap()),
             },
         ];
-        let nh = next_hops(&cfg, &routes);
+        let nh = next_hops(&cfg, &routes, &[]);
         assert_eq!(nh.get(&2), Some(&2));
         assert_eq!(nh.get(&3), Some(&2));
-        let nh = next_hops(&cfg, &routes[..1]);
+        let nh = next_hops(&cfg, &routes[..1], &[]);
         assert_eq!(nh.get(&3), None);
+    }
+
+    /// IPv6: a host behind a link-local gateway that is a neighbour learned from its hellos
+    /// (as Babel installs routes), and the default route.
+    #[test]
+    fn ipv6_routes_through_a_learned_link_local_neighbour() {
+        let text = "node_id = 1\nlisten = \"[::]:7470\"\nkernel_routes = true\n[[hosts]]\nid = 3\naddress = \"fd00:1::3\"\n[[hosts]]\nid = 4\naddress = \"2001:db8::4\"\n[storage]\ndir = \"/tmp\"\n[security]\nmesh_key = \"0000000000000000000000000000000000000000000000000000000000000000\"\n";
+        let cfg = Config::parse("t", text, Path::new("/")).unwrap();
+        let gw: IpAddr = "fe80::2".parse().unwrap();
+        let routes = [
+            Route {
+                dst: "fd00:1::".parse().unwrap(),
+                prefix: 64,
+                gateway: Some(gw),
+            },
+            Route {
+                dst: "::".parse().unwrap(),
+                prefix: 0,
+                gateway: Some("fe80::5".parse().unwrap()),
+            },
+            Route {
+                dst: "10.0.0.0".parse().unwrap(),
+                prefix: 0,
+                gateway: Some("10.0.0.9".parse().unwrap()),
+            },
+        ];
+        let learned = [(2, gw), (5, "fe80::5".parse().unwrap())];
+        let nh = next_hops(&cfg, &routes, &learned);
+        assert_eq!(nh.get(&3), Some(&2));
+        assert_eq!(nh.get(&4), Some(&5), "default route");
+        assert_eq!(
+            nh.get(&2),
+            Some(&5),
+            "fe80::2 itself: only the default route covers it"
+        );
+        assert!(
+            next_hops(&cfg, &routes, &[]).is_empty(),
+            "gateways not known"
+        );
+    }
+
+    #[test]
+    fn an_ipv6_route_message_parses() {
+        // RTM_NEWROUTE, AF_INET6, /64, main table, unicast; RTA_DST and RTA_GATEWAY.
+        let mut m = vec![0u8; 16];
+        let mut body = vec![
+            libc::AF_INET6 as u8,
+            64,
+            0,
+            0,
+            libc::RT_TABLE_MAIN,
+            3,
+            0,
+            libc::RTN_UNICAST,
+            0,
+            0,
+            0,
+            0,
+        ];
+        for (ty, a) in [(libc::RTA_DST, "fd00:1::"), (libc::RTA_GATEWAY, "fe80::2")] {
+            let ip: Ipv6Addr = a.parse().unwrap();
+            body.extend_from_slice(&20u16.to_ne_bytes());
+            body.extend_from_slice(&ty.to_ne_bytes());
+            body.extend_from_slice(&ip.octets());
+        }
+        m.extend_from_slice(&body);
+        let len = m.len() as u32;
+        m[..4].copy_from_slice(&len.to_ne_bytes());
+        m[4..6].copy_from_slice(&libc::RTM_NEWROUTE.to_ne_bytes());
+        let mut out = Vec::new();
+        parse_routes(&m, &mut out);
+        assert_eq!(
+            out,
+            vec![Route {
+                dst: "fd00:1::".parse().unwrap(),
+                prefix: 64,
+                gateway: Some("fe80::2".parse().unwrap()),
+            }]
+        );
     }
 
     #[test]

@@ -135,3 +135,82 @@ fn ipv6_neighbours_are_found_by_link_local_multicast() {
     );
     receive_one_file(&nodes[1], &work.path().join("in"), "f.bin", &data);
 }
+
+/// IPv6 kernel routes (`kernel_routes = true`): on a three-node IPv6-only chain the end nodes
+/// know each other only as `[[hosts]]`, and the kernel's routes through the relay give the
+/// next hop; a file crosses.
+#[test]
+fn ipv6_kernel_routes_give_the_next_hop() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    let port = free_port();
+    let chain = NetnsChain::new_v6(3, 1500);
+    let tag = chain.tag;
+    ip_ok(&[
+        "-n",
+        &chain.names[0],
+        "-6",
+        "route",
+        "add",
+        &format!("fd00:{tag:x}:1::/64"),
+        "via",
+        &format!("fd00:{tag:x}:0::2"),
+    ]);
+    ip_ok(&[
+        "-n",
+        &chain.names[2],
+        "-6",
+        "route",
+        "add",
+        &format!("fd00:{tag:x}:0::/64"),
+        "via",
+        &format!("fd00:{tag:x}:1::1"),
+    ]);
+    let work = tempfile::tempdir().unwrap();
+    let nodes: Vec<Hopd> = (1..=3)
+        .map(|i| {
+            let (other, addr) = match i {
+                1 => (3, format!("fd00:{tag:x}:1::2")),
+                _ => (1, format!("fd00:{tag:x}:0::1")),
+            };
+            let extra = if i == 2 {
+                String::new()
+            } else {
+                format!("kernel_routes = true\n[[hosts]]\nid = {other}\naddress = \"{addr}\"")
+            };
+            let listen: std::net::SocketAddr = format!("[::]:{port}").parse().unwrap();
+            let mut spec = chain_spec(
+                3,
+                i,
+                listen,
+                &|j| chain.addr6(j, i, port),
+                Some(chain.names[i as usize - 1].clone()),
+                &extra,
+            );
+            spec.routes.clear();
+            Hopd::start(spec, work.path().join(format!("n{i}")))
+        })
+        .collect();
+    let t0 = Instant::now();
+    while nodes[0].status()["kernel_next_hops"]["3"].as_u64() != Some(2) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no kernel next hop to 3: {}\n{}",
+            nodes[0].status(),
+            nodes[0].log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let file = work.path().join("f.bin");
+    let data = pattern(6, 500_000);
+    std::fs::write(&file, &data).unwrap();
+    let out = send(&nodes[0], &[&file], 3);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    receive_one_file(&nodes[2], &work.path().join("out"), "f.bin", &data);
+}

@@ -258,6 +258,10 @@ impl Daemon {
             Some(_) => return,
         }
         self.addrs.insert(src, addr);
+        if self.cfg.kernel_routes {
+            // A learned neighbour may be the gateway of kernel routes (IPv6 link-local).
+            self.refresh_kernel_routes();
+        }
         self.apply_routes();
     }
 
@@ -295,6 +299,9 @@ impl Daemon {
             );
         }
         if !gone.is_empty() {
+            if self.cfg.kernel_routes {
+                self.refresh_kernel_routes();
+            }
             self.apply_routes();
         }
     }
@@ -302,7 +309,12 @@ impl Daemon {
     /// Map the kernel's routes as last read to next hops with the current neighbours; the
     /// routing table is rebuilt if that changed them.
     pub(super) fn refresh_kernel_routes(&mut self) {
-        let kernel = crate::netlink::next_hops(&self.cfg, &self.kernel_raw);
+        let learned: Vec<(NodeId, std::net::IpAddr)> = self
+            .discovered
+            .iter()
+            .map(|(id, d)| (*id, d.addr.ip()))
+            .collect();
+        let kernel = crate::netlink::next_hops(&self.cfg, &self.kernel_raw, &learned);
         if kernel != self.kernel_routes {
             info!(routes = kernel.len(), "kernel routes changed");
             self.kernel_routes = kernel;
