@@ -126,6 +126,11 @@ impl Window {
 /// Seals outgoing and opens incoming envelopes.
 pub struct Authenticator {
     aead: LessSafeKey,
+    /// The key before the last rotation, still taken until the instant given (neighbours
+    /// not yet given the new key keep sealing with it).
+    previous: Option<(LessSafeKey, std::time::Instant)>,
+    /// Datagrams opened with the previous key since the rotation.
+    pub opened_with_previous: u64,
     local: NodeId,
     /// Next counter of each stream (index `Stream as usize`), the stream bit included.
     counters: [u64; 2],
@@ -146,12 +151,27 @@ impl Authenticator {
             aead: LessSafeKey::new(
                 UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte ChaCha20-Poly1305 key"),
             ),
+            previous: None,
+            opened_with_previous: 0,
             local,
             counters: [first, first | STREAM_BIT],
             windows: HashMap::new(),
             max_peers,
             encrypt: true,
         }
+    }
+
+    /// Seal with `key` from now on and keep opening datagrams sealed with the key used so far
+    /// for `grace`: a mesh changes its key node by node (`hop reload` on each), and until
+    /// the last node has it the others keep sealing with the old one. Counters continue: a
+    /// (sender, counter) nonce is never used twice under one key.
+    pub fn rotate(&mut self, key: &[u8; 32], grace: std::time::Duration) {
+        let new = LessSafeKey::new(
+            UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte ChaCha20-Poly1305 key"),
+        );
+        let old = std::mem::replace(&mut self.aead, new);
+        self.previous = Some((old, std::time::Instant::now() + grace));
+        self.opened_with_previous = 0;
     }
 
     /// Whether `seal` encrypts bodies (receiving takes both forms either way).
@@ -249,6 +269,50 @@ impl Authenticator {
         Ok(())
     }
 
+    /// Check (and for an encrypted body, decrypt into `plain`) a datagram under `aead`.
+    #[allow(clippy::too_many_arguments)]
+    fn open_with(
+        aead: &LessSafeKey,
+        datagram: &[u8],
+        plain: &mut Vec<u8>,
+        src: NodeId,
+        counter: u64,
+        end: usize,
+        encrypted: bool,
+        mut tag: [u8; 16],
+    ) -> bool {
+        plain.clear();
+        if encrypted {
+            let aad = Self::body_aad(&datagram[..HEADER_LEN], counter);
+            plain.extend_from_slice(datagram);
+            let opened = aead.open_in_place_separate_tag(
+                Self::nonce(src, counter),
+                Aad::from(&aad[..]),
+                Tag::from(tag),
+                &mut plain[HEADER_LEN..end],
+                0..,
+            );
+            if opened.is_err() {
+                plain.clear();
+                return false;
+            }
+            plain[4] &= !FLAG_ENCRYPTED;
+            let crc = crc32c::crc32c(&plain[..end]);
+            plain[end..end + CRC_LEN].copy_from_slice(&crc.to_be_bytes());
+            true
+        } else {
+            let covered = end + CRC_LEN + 8;
+            // Empty ciphertext followed by the tag: `open_in_place` checks the tag in constant
+            // time.
+            aead.open_in_place(
+                Self::nonce(src, counter),
+                Aad::from(&datagram[..covered]),
+                &mut tag,
+            )
+            .is_ok()
+        }
+    }
+
     /// Associated data of an encrypted body: the header as sent, then the counter.
     fn body_aad(header: &[u8], counter: u64) -> [u8; HEADER_LEN + 8] {
         let mut aad = [0u8; HEADER_LEN + 8];
@@ -277,34 +341,43 @@ impl Authenticator {
         } else if self.windows.len() >= self.max_peers {
             return Err(AuthError::TooManyPeers(src));
         }
-        let mut tag = [0u8; 16];
-        tag.copy_from_slice(&env.trailer[8..]);
         let end = HEADER_LEN + env.body.len();
-        if env.repr.flags & FLAG_ENCRYPTED != 0 {
-            let aad = Self::body_aad(&datagram[..HEADER_LEN], counter);
-            plain.extend_from_slice(datagram);
-            let opened = self.aead.open_in_place_separate_tag(
-                Self::nonce(src, counter),
-                Aad::from(&aad[..]),
-                Tag::from(tag),
-                &mut plain[HEADER_LEN..end],
-                0..,
-            );
-            if opened.is_err() {
-                plain.clear();
-                return Err(AuthError::BadTag);
+        let encrypted = env.repr.flags & FLAG_ENCRYPTED != 0;
+        let trailer_tag: [u8; 16] = env.trailer[8..].try_into().unwrap_or([0; 16]);
+        let mut opened = Self::open_with(
+            &self.aead,
+            datagram,
+            plain,
+            src,
+            counter,
+            end,
+            encrypted,
+            trailer_tag,
+        );
+        if !opened {
+            if let Some((old, until)) = &self.previous {
+                if std::time::Instant::now() < *until {
+                    opened = Self::open_with(
+                        old,
+                        datagram,
+                        plain,
+                        src,
+                        counter,
+                        end,
+                        encrypted,
+                        trailer_tag,
+                    );
+                    if opened {
+                        self.opened_with_previous += 1;
+                    }
+                } else {
+                    self.previous = None;
+                }
             }
-            plain[4] &= !FLAG_ENCRYPTED;
-            let crc = crc32c::crc32c(&plain[..end]);
-            plain[end..end + CRC_LEN].copy_from_slice(&crc.to_be_bytes());
-        } else {
-            let covered = end + CRC_LEN + 8;
-            let aad = &datagram[..covered];
-            // Empty ciphertext followed by the tag: `open_in_place` checks the tag in constant
-            // time.
-            self.aead
-                .open_in_place(Self::nonce(src, counter), Aad::from(aad), &mut tag)
-                .map_err(|_| AuthError::BadTag)?;
+        }
+        if !opened {
+            plain.clear();
+            return Err(AuthError::BadTag);
         }
         let ws = self.windows.entry(src).or_insert([None, None]);
         match &mut ws[stream] {
@@ -335,6 +408,38 @@ mod tests {
         .emit(b"payload", &mut v)
         .unwrap();
         v
+    }
+
+    /// After a rotation a node seals with the new key and still opens the old one's datagrams
+    /// (both forms) during the grace period, counting them; not after it.
+    #[test]
+    fn a_rotated_key_takes_the_old_one_during_its_grace() {
+        let (old, new) = ([7u8; 32], [8u8; 32]);
+        let mut sender = Authenticator::new(&old, 1, 100, 8);
+        let mut rx = Authenticator::new(&old, 2, 100, 8);
+        rx.rotate(&new, std::time::Duration::from_secs(60));
+        for encrypt in [true, false] {
+            sender.set_encrypt(encrypt);
+            let mut d = datagram(1);
+            sender.seal(&mut d, Stream::Data).unwrap();
+            let mut plain = Vec::new();
+            assert_eq!(rx.open(&d, &mut plain), Ok(1), "encrypt {encrypt}");
+            if encrypt {
+                assert_eq!(Envelope::parse(&plain).unwrap().body, b"payload");
+            }
+        }
+        assert_eq!(rx.opened_with_previous, 2);
+        // The rotated node's own datagrams are sealed with the new key.
+        let mut d = datagram(2);
+        rx.seal(&mut d, Stream::Data).unwrap();
+        assert_eq!(open(&mut sender, &d), Err(AuthError::BadTag));
+        sender.rotate(&new, std::time::Duration::ZERO);
+        assert_eq!(open(&mut sender, &d), Ok(2));
+        // Without grace the old key is refused at once.
+        let mut late = Authenticator::new(&old, 3, 100, 8);
+        let mut d = datagram(3);
+        late.seal(&mut d, Stream::Data).unwrap();
+        assert_eq!(open(&mut sender, &d), Err(AuthError::BadTag));
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub struct Counters {
     pub auth_peer_limit: u64,
     pub auth_not_member: u64,
     pub auth_bad_hello: u64,
+    pub auth_previous_key: u64,
     pub flows_completed: u64,
     pub flows_failed: u64,
     pub flows_cancelled: u64,
@@ -181,7 +182,7 @@ fn transport_label(t: &hop_wire::TransportId) -> String {
 impl Collector for Snapshot {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let (c, custody, stats) = (&self.counters, &self.custody, &self.stats);
-        let daemon: [(&str, &str, u64); 25] = [
+        let daemon: [(&str, &str, u64); 26] = [
             ("rx_datagrams", "UDP datagrams received", c.rx_datagrams),
             (
                 "rx_overheard",
@@ -231,6 +232,11 @@ impl Collector for Snapshot {
                 "auth_bad_hello",
                 "hellos dropped: a bad signature, or a node id that is not its key's",
                 c.auth_bad_hello,
+            ),
+            (
+                "auth_previous_key",
+                "datagrams taken under the mesh key before the last change (hop reload)",
+                c.auth_previous_key,
             ),
             (
                 "flows_completed",

@@ -102,3 +102,52 @@ fn sighup_applies_a_corrected_neighbour_address_without_dropping_the_transfer() 
     assert!(String::from_utf8_lossy(&o.stderr).contains("hopd.toml:1:"));
     assert_eq!(nodes[0].status()["node_id"], 1);
 }
+
+/// A new mesh key, node by node without a restart: node 2 gets it first and takes node 1's
+/// datagrams under the old key (counted), node 1 drops node 2's until it has the new key too,
+/// and a transfer started in between completes once both have it.
+#[test]
+fn a_new_mesh_key_is_taken_node_by_node_without_dropping_a_transfer() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    let new_key = "ff".repeat(32);
+    let rekey = |node: &Hopd| {
+        let p = node.config_path();
+        let text = std::fs::read_to_string(&p).unwrap().replace(KEY, &new_key);
+        std::fs::write(&p, text).unwrap();
+        let out = node.hop(&["reload"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            said.contains("applied: ") && said.contains("security.mesh_key"),
+            "{said}"
+        );
+    };
+    rekey(&nodes[1]);
+    let file = work.path().join("f.bin");
+    let data = pattern(17, 3_000_000);
+    std::fs::write(&file, &data).unwrap();
+    let mut sender = ChildGuard(Some(spawn_send(&nodes[0], &file, 2)));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(sender.running(), "node 1 cannot read node 2's answers yet");
+    assert!(
+        nodes[1].counter("auth_previous_key") > 0,
+        "node 2 took the old key"
+    );
+    assert!(
+        nodes[0].counter("auth_failures") > 0,
+        "node 1 dropped the new key's"
+    );
+    rekey(&nodes[0]);
+    let out = sender.wait(Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    receive_one_file(&nodes[1], &work.path().join("out"), "f.bin", &data);
+}

@@ -84,6 +84,8 @@ impl Daemon {
         // An encrypted datagram is decrypted into this buffer and handed on from there.
         let mut plain = std::mem::take(&mut self.rx_plain);
         let opened = self.auth.open(dg, &mut plain);
+        // Taken under the previous mesh key: a neighbour not yet given the new one.
+        self.counters.auth_previous_key = self.auth.opened_with_previous;
         let dg: &[u8] = if plain.is_empty() { dg } else { &plain };
         match opened {
             Ok(src) if hello => {

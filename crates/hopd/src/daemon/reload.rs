@@ -9,6 +9,10 @@ use tracing::{info, warn};
 use super::Daemon;
 use crate::config::Config;
 
+/// After a change of the mesh key, how long datagrams sealed with the old key are taken:
+/// the time to give every node of a mesh the new key and reload it.
+pub const MESH_KEY_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// What a reload did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReloadReport {
@@ -141,7 +145,7 @@ impl Daemon {
         );
         // The key itself is never logged.
         if old.mesh_key != new.mesh_key {
-            n.push("security.mesh_key".into());
+            r.applied.push("security.mesh_key".into());
         }
         differs("security.max_peers", &old.max_peers, &new.max_peers, n);
         differs("hop", &old.hop, &new.hop, n);
@@ -154,6 +158,16 @@ impl Daemon {
         if old.encrypt != new.encrypt {
             self.auth.set_encrypt(new.encrypt);
             self.cfg.encrypt = new.encrypt;
+        }
+        if self.cfg.mesh_key != new.mesh_key {
+            // Seal with the new key now; take the old one from neighbours not yet changed.
+            self.auth.rotate(&new.mesh_key, MESH_KEY_GRACE);
+            self.cfg.mesh_key = new.mesh_key;
+            warn!(
+                grace_s = MESH_KEY_GRACE.as_secs(),
+                "mesh key changed: sealing with the new key, taking the old one as well for the \
+                 grace period; give every node the new key (and `hop reload`) before it ends"
+            );
         }
         if r.applied.iter().any(|a| a == "security.members") {
             self.cfg.members = new.members.clone();
