@@ -4,21 +4,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-
-fn wait_log(node: &Hopd, what: &str, limit: Duration) {
-    let t0 = Instant::now();
-    while !node.log().contains(what) {
-        assert!(
-            t0.elapsed() < limit,
-            "no `{what}` within {limit:?}:\n{}",
-            node.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn nodes_without_neighbour_tables_find_each_other_and_move_a_file() {

@@ -21,18 +21,6 @@ fn frag_creates6(ns: &str) -> u64 {
         .expect("Ip6FragCreates in /proc/net/snmp6")
 }
 
-fn wait_log(node: &Hopd, what: &str, limit: Duration) {
-    let t0 = Instant::now();
-    while !node.log().contains(what) {
-        assert!(
-            t0.elapsed() < limit,
-            "no `{what}` within {limit:?}:\n{}",
-            node.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Four nodes on IPv6-only links (three hops) of MTU 1,280 and then 1,500: hopd sizes its
 /// packets to the path and a 2 MB file crosses without one IPv6 fragment on any node.
 #[test]

@@ -5,21 +5,9 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-
-fn wait_log(node: &Hopd, what: &str, limit: Duration) {
-    let t0 = Instant::now();
-    while !node.log().contains(what) {
-        assert!(
-            t0.elapsed() < limit,
-            "no `{what}` within {limit:?}:\n{}",
-            node.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// `hop keygen --json --out FILE`: (public key, node id).
 fn keygen(file: &Path) -> (String, u32) {

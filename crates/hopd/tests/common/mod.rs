@@ -666,3 +666,16 @@ pub fn metric(text: &str, name: &str) -> u64 {
         .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
         .unwrap_or_else(|| panic!("metric {name} missing"))
 }
+
+/// Wait until `node`'s log holds `what`; panics with the log after `limit`.
+pub fn wait_log(node: &Hopd, what: &str, limit: Duration) {
+    let t0 = std::time::Instant::now();
+    while !node.log().contains(what) {
+        assert!(
+            t0.elapsed() < limit,
+            "no `{what}` within {limit:?}:\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
