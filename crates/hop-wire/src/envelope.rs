@@ -62,6 +62,9 @@ pub enum TransportId {
     Tcp = 4,
     /// A node's hello (neighbour discovery, hopd): not a transport; the daemon handles it.
     Hello = 5,
+    /// A session handshake between two neighbours (hopd's per-neighbour keys): not a
+    /// transport; the daemon handles it.
+    Session = 6,
 }
 
 impl TransportId {
@@ -72,6 +75,7 @@ impl TransportId {
             3 => Ok(TransportId::Atp),
             4 => Ok(TransportId::Tcp),
             5 => Ok(TransportId::Hello),
+            6 => Ok(TransportId::Session),
             other => Err(Error::UnknownTransport(other)),
         }
     }

@@ -15,6 +15,12 @@
 //! takes both forms, whatever its own setting: it decrypts an encrypted body into a buffer,
 //! clears the flag and recomputes the crc, so the node sees the plaintext envelope.
 //!
+//! With per-neighbour sessions (`[security] sessions`, session.rs) there is no mesh key: each
+//! node seals with its own sender key and opens a neighbour's datagrams with the key that
+//! neighbour gave it, kept with its own replay windows; a neighbour's previous key is taken
+//! for a short grace after a new one arrives (datagrams already on their way). A datagram
+//! from a node whose key is not held is refused as [`AuthError::NoKey`].
+//!
 //! A sender keeps one counter [`Stream`] per datagram class, told apart by the counter's top
 //! bit, and receivers keep one window per sender and stream. Control datagrams travel in the
 //! top 802.11e access category and data in the lowest, so a control datagram regularly
@@ -66,6 +72,8 @@ pub enum AuthError {
     Replay(u64),
     #[error("sender {0} refused: per-peer state is full")]
     TooManyPeers(NodeId),
+    #[error("no key of sender {0} is held (no session with it yet)")]
+    NoKey(NodeId),
 }
 
 #[derive(Debug, Clone)]
@@ -123,9 +131,43 @@ impl Window {
     }
 }
 
+/// A neighbour's sender key and the replay windows of what came under it.
+struct Keyed {
+    id: u32,
+    aead: LessSafeKey,
+    windows: [Option<Window>; 2],
+}
+
+impl Keyed {
+    fn new(id: u32, key: &[u8; 32]) -> Keyed {
+        Keyed {
+            id,
+            aead: aead_key(key),
+            windows: [None, None],
+        }
+    }
+}
+
+/// A neighbour's current key and the one before it, taken until the instant given.
+struct PeerKeys {
+    current: Keyed,
+    previous: Option<(Keyed, std::time::Instant)>,
+}
+
+fn aead_key(key: &[u8; 32]) -> LessSafeKey {
+    LessSafeKey::new(
+        UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte ChaCha20-Poly1305 key"),
+    )
+}
+
 /// Seals outgoing and opens incoming envelopes.
 pub struct Authenticator {
-    aead: LessSafeKey,
+    /// The mesh key (none with sessions).
+    aead: Option<LessSafeKey>,
+    /// With sessions: the id and key this node seals with.
+    own: Option<(u32, LessSafeKey)>,
+    /// With sessions: each neighbour's sender keys.
+    peer_keys: HashMap<NodeId, PeerKeys>,
     /// The key before the last rotation, still taken until the instant given (neighbours
     /// not yet given the new key keep sealing with it).
     previous: Option<(LessSafeKey, std::time::Instant)>,
@@ -148,9 +190,9 @@ impl Authenticator {
     pub fn new(key: &[u8; 32], local: NodeId, first_counter: u64, max_peers: usize) -> Self {
         let first = first_counter & !STREAM_BIT;
         Authenticator {
-            aead: LessSafeKey::new(
-                UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte ChaCha20-Poly1305 key"),
-            ),
+            aead: Some(aead_key(key)),
+            own: None,
+            peer_keys: HashMap::new(),
             previous: None,
             opened_with_previous: 0,
             local,
@@ -161,15 +203,86 @@ impl Authenticator {
         }
     }
 
+    /// An authenticator without a mesh key: it seals with its own sender key (`own_id`,
+    /// `own_key`) and opens only datagrams of neighbours whose keys it was given
+    /// ([`Authenticator::set_peer_key`]).
+    pub fn with_sessions(
+        local: NodeId,
+        first_counter: u64,
+        max_peers: usize,
+        own_id: u32,
+        own_key: &[u8; 32],
+    ) -> Self {
+        let mut a = Authenticator::new(&[0; 32], local, first_counter, max_peers);
+        a.aead = None;
+        a.own = Some((own_id, aead_key(own_key)));
+        a
+    }
+
+    /// Seal with this sender key from now on (sessions). Counters go on: a (sender,
+    /// counter) pair is never used twice under one key, nor across keys.
+    pub fn set_own(&mut self, id: u32, key: &[u8; 32]) {
+        self.own = Some((id, aead_key(key)));
+    }
+
+    /// Take neighbour `peer`'s datagrams under key `id` from now on; its key before, if
+    /// another, is still taken for `grace`. False if `id` is the key already held.
+    pub fn set_peer_key(
+        &mut self,
+        peer: NodeId,
+        id: u32,
+        key: &[u8; 32],
+        grace: std::time::Duration,
+    ) -> bool {
+        match self.peer_keys.get_mut(&peer) {
+            Some(p) if p.current.id == id => false,
+            Some(p) => {
+                let old = std::mem::replace(&mut p.current, Keyed::new(id, key));
+                p.previous = Some((old, std::time::Instant::now() + grace));
+                true
+            }
+            None => {
+                self.peer_keys.insert(
+                    peer,
+                    PeerKeys {
+                        current: Keyed::new(id, key),
+                        previous: None,
+                    },
+                );
+                true
+            }
+        }
+    }
+
+    /// Whether a key of `peer` is held (sessions).
+    pub fn has_peer_key(&self, peer: NodeId) -> bool {
+        self.peer_keys.contains_key(&peer)
+    }
+
+    /// Neighbours whose keys are held (sessions).
+    pub fn keyed_peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.peer_keys.keys().copied()
+    }
+
+    /// Drop every key of `peer` (revoked): its datagrams are refused from now on.
+    pub fn forget_peer(&mut self, peer: NodeId) {
+        self.peer_keys.remove(&peer);
+        self.windows.remove(&peer);
+    }
+
+    /// Whether this authenticator works with sessions (no mesh key).
+    pub fn sessions(&self) -> bool {
+        self.own.is_some()
+    }
+
     /// Seal with `key` from now on and keep opening datagrams sealed with the key used so far
     /// for `grace`: a mesh changes its key node by node (`hop reload` on each), and until
     /// the last node has it the others keep sealing with the old one. Counters continue: a
     /// (sender, counter) nonce is never used twice under one key.
     pub fn rotate(&mut self, key: &[u8; 32], grace: std::time::Duration) {
-        let new = LessSafeKey::new(
-            UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte ChaCha20-Poly1305 key"),
-        );
-        let old = std::mem::replace(&mut self.aead, new);
+        let Some(old) = self.aead.replace(aead_key(key)) else {
+            return;
+        };
         self.previous = Some((old, std::time::Instant::now() + grace));
         self.opened_with_previous = 0;
     }
@@ -185,7 +298,7 @@ impl Authenticator {
     }
 
     pub fn peers(&self) -> usize {
-        self.windows.len()
+        self.windows.len().max(self.peer_keys.len())
     }
 
     fn nonce(src: NodeId, counter: u64) -> Nonce {
@@ -233,6 +346,10 @@ impl Authenticator {
         if datagram[4] & FLAG_AUTH != 0 {
             return Ok(());
         }
+        let aead = match (&self.own, &self.aead) {
+            (Some((_, k)), _) | (None, Some(k)) => k,
+            (None, None) => return Err(AuthError::NoKey(self.local)),
+        };
         datagram[4] |= FLAG_AUTH;
         let slot = &mut self.counters[stream as usize];
         let counter = *slot;
@@ -242,8 +359,7 @@ impl Authenticator {
         if self.encrypt {
             datagram[4] |= FLAG_ENCRYPTED;
             let aad = Self::body_aad(&datagram[..HEADER_LEN], counter);
-            let tag = self
-                .aead
+            let tag = aead
                 .seal_in_place_separate_tag(
                     nonce,
                     Aad::from(&aad[..]),
@@ -260,8 +376,7 @@ impl Authenticator {
         datagram[end..].copy_from_slice(&crc.to_be_bytes());
         let mut aad = std::mem::take(datagram);
         aad.extend_from_slice(&counter.to_be_bytes());
-        let tag = self
-            .aead
+        let tag = aead
             .seal_in_place_separate_tag(nonce, Aad::from(&aad[..]), &mut [])
             .map_err(|_| AuthError::BadTag)?;
         aad.extend_from_slice(tag.as_ref());
@@ -334,6 +449,55 @@ impl Authenticator {
         let src = env.repr.link_src;
         let counter = u64::from_be_bytes(env.trailer[..8].try_into().unwrap_or([0; 8]));
         let stream = Stream::of(counter) as usize;
+        let end = HEADER_LEN + env.body.len();
+        let encrypted = env.repr.flags & FLAG_ENCRYPTED != 0;
+        let trailer_tag: [u8; 16] = env.trailer[8..].try_into().unwrap_or([0; 16]);
+        if self.own.is_some() {
+            let Some(p) = self.peer_keys.get_mut(&src) else {
+                return Err(AuthError::NoKey(src));
+            };
+            let now = std::time::Instant::now();
+            if p.previous.as_ref().is_some_and(|(_, until)| now >= *until) {
+                p.previous = None;
+            }
+            let mut replay = false;
+            let candidates =
+                std::iter::once(&mut p.current).chain(p.previous.as_mut().map(|(k, _)| k));
+            for k in candidates {
+                if k.windows[stream]
+                    .as_ref()
+                    .is_some_and(|w| !w.check(counter))
+                {
+                    replay = true;
+                    continue;
+                }
+                if Self::open_with(
+                    &k.aead,
+                    datagram,
+                    plain,
+                    src,
+                    counter,
+                    end,
+                    encrypted,
+                    trailer_tag,
+                ) {
+                    match &mut k.windows[stream] {
+                        Some(w) => w.mark(counter),
+                        slot => *slot = Some(Window::new(counter)),
+                    }
+                    return Ok(src);
+                }
+            }
+            plain.clear();
+            return Err(if replay {
+                AuthError::Replay(counter)
+            } else {
+                AuthError::BadTag
+            });
+        }
+        let Some(aead) = &self.aead else {
+            return Err(AuthError::NoKey(src));
+        };
         if let Some(ws) = self.windows.get(&src) {
             if ws[stream].as_ref().is_some_and(|w| !w.check(counter)) {
                 return Err(AuthError::Replay(counter));
@@ -341,11 +505,8 @@ impl Authenticator {
         } else if self.windows.len() >= self.max_peers {
             return Err(AuthError::TooManyPeers(src));
         }
-        let end = HEADER_LEN + env.body.len();
-        let encrypted = env.repr.flags & FLAG_ENCRYPTED != 0;
-        let trailer_tag: [u8; 16] = env.trailer[8..].try_into().unwrap_or([0; 16]);
         let mut opened = Self::open_with(
-            &self.aead,
+            aead,
             datagram,
             plain,
             src,
@@ -440,6 +601,49 @@ mod tests {
         let mut d = datagram(3);
         late.seal(&mut d, Stream::Data).unwrap();
         assert_eq!(open(&mut sender, &d), Err(AuthError::BadTag));
+    }
+
+    /// With sessions a node opens only the neighbours whose keys it holds, each with its own
+    /// windows; a neighbour's previous key is taken during its grace; a forgotten one is not.
+    #[test]
+    fn sessions_open_with_each_neighbours_key() {
+        let mut a = Authenticator::with_sessions(1, 100, 8, 11, &[1u8; 32]);
+        let mut b = Authenticator::with_sessions(2, 100, 8, 22, &[2u8; 32]);
+        let mut d = datagram(1);
+        a.seal(&mut d, Stream::Data).unwrap();
+        assert_eq!(open(&mut b, &d), Err(AuthError::NoKey(1)));
+        assert!(b.set_peer_key(1, 11, &[1u8; 32], std::time::Duration::from_secs(60)));
+        assert!(!b.set_peer_key(1, 11, &[1u8; 32], std::time::Duration::ZERO));
+        assert_eq!(open(&mut b, &d), Ok(1));
+        assert_eq!(open(&mut b, &d), Err(AuthError::Replay(100)));
+        // A new own key: datagrams under the old one still open during the grace.
+        let mut old = datagram(1);
+        a.seal(&mut old, Stream::Data).unwrap();
+        a.set_own(12, &[3u8; 32]);
+        let mut new = datagram(1);
+        a.seal(&mut new, Stream::Data).unwrap();
+        assert_eq!(open(&mut b, &new), Err(AuthError::BadTag));
+        assert!(b.set_peer_key(1, 12, &[3u8; 32], std::time::Duration::from_secs(60)));
+        assert_eq!(open(&mut b, &new), Ok(1));
+        assert_eq!(open(&mut b, &old), Ok(1));
+        assert_eq!(open(&mut b, &old), Err(AuthError::Replay(101)));
+        // Without grace the old key is refused at once.
+        let mut older = datagram(1);
+        a.seal(&mut older, Stream::Data).unwrap();
+        b.set_peer_key(1, 13, &[4u8; 32], std::time::Duration::ZERO);
+        assert_eq!(open(&mut b, &older), Err(AuthError::BadTag));
+        // A neighbour that restarted with its counter behind (no clock, no lease) is taken
+        // under its new key: each key has windows of its own.
+        let mut restarted = Authenticator::with_sessions(1, 5, 8, 14, &[5u8; 32]);
+        let mut d = datagram(1);
+        restarted.seal(&mut d, Stream::Data).unwrap();
+        b.set_peer_key(1, 14, &[5u8; 32], std::time::Duration::ZERO);
+        assert_eq!(open(&mut b, &d), Ok(1));
+        b.forget_peer(1);
+        assert_eq!(open(&mut b, &older), Err(AuthError::NoKey(1)));
+        // A node with the mesh key opens none of it.
+        let mut m = Authenticator::new(&[1u8; 32], 3, 100, 8);
+        assert_eq!(open(&mut m, &new), Err(AuthError::BadTag));
     }
 
     #[test]

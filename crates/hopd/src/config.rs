@@ -156,6 +156,7 @@ struct RawSecurity {
     encrypt: Option<bool>,
     node_key_file: Option<Spanned<PathBuf>>,
     members_file: Option<Spanned<PathBuf>>,
+    sessions: Option<Spanned<bool>>,
 }
 
 /// A neighbour: node id and UDP address.
@@ -214,7 +215,10 @@ pub struct Config {
     pub max_memory_bytes: u64,
     pub max_disk_bytes: u64,
     pub max_incoming_flows: usize,
-    pub mesh_key: [u8; 32],
+    /// The key every node seals with (none with `sessions`).
+    pub mesh_key: Option<[u8; 32]>,
+    /// Per-neighbour sessions instead of a mesh key (`[security] sessions`; session.rs).
+    pub sessions: bool,
     pub max_peers: usize,
     /// This node's key pair (`[security] node_key_file`; identity.rs).
     pub node_key: Option<std::sync::Arc<crate::identity::NodeKey>>,
@@ -639,14 +643,37 @@ impl Config {
             let addr = parse_addr(&ctx, &h.address, "host address", Some(DEFAULT_PORT))?;
             hosts.push((*h.id.get_ref(), addr.ip()));
         }
+        let sessions = raw.security.sessions.as_ref().is_some_and(|s| *s.get_ref());
+        if let Some(s) = raw.security.sessions.as_ref().filter(|s| *s.get_ref()) {
+            if members.is_none() {
+                return Err(ctx.err(
+                    Some(s.span()),
+                    "sessions need this node's key and a members file".into(),
+                    "add node_key_file (`hop keygen --out /etc/hopd/node.key`) and members_file (`hop admit KEY` on each node)",
+                ));
+            }
+            if let Some(k) = raw.security.mesh_key_file.as_ref().map(|f| f.span()).or(raw
+                .security
+                .mesh_key
+                .as_ref()
+                .map(|k| k.span()))
+            {
+                return Err(ctx.err(
+                    Some(k),
+                    "sessions replace the mesh key: both are set".into(),
+                    "remove mesh_key / mesh_key_file (every node of the mesh needs sessions = true)",
+                ));
+            }
+        }
         let mesh_key = match (&raw.security.mesh_key, &raw.security.mesh_key_file) {
-            (Some(k), None) => parse_hex_key(k.get_ref()).ok_or_else(|| {
+            (None, None) if sessions => None,
+            (Some(k), None) => Some(parse_hex_key(k.get_ref()).ok_or_else(|| {
                 ctx.err(
                     Some(k.span()),
                     "mesh_key is not 64 hex digits".into(),
                     "generate one with `head -c32 /dev/urandom | xxd -p -c64`",
                 )
-            })?,
+            })?),
             (None, Some(f)) => {
                 let p = base.join(f.get_ref());
                 let s = std::fs::read_to_string(&p).map_err(|e| {
@@ -656,13 +683,13 @@ impl Config {
                         "check the path (relative paths start at the config file's folder)",
                     )
                 })?;
-                parse_hex_key(&s).ok_or_else(|| {
+                Some(parse_hex_key(&s).ok_or_else(|| {
                     ctx.err(
                         Some(f.span()),
                         format!("{} does not hold 64 hex digits", p.display()),
                         "write the key as 64 hex digits, e.g. `head -c32 /dev/urandom | xxd -p -c64`",
                     )
-                })?
+                })?)
             }
             (Some(k), Some(_)) => {
                 return Err(ctx.err(
@@ -673,8 +700,8 @@ impl Config {
             }
             (None, None) => return Err(ctx.err(
                 None,
-                "[security] needs mesh_key or mesh_key_file".into(),
-                "add mesh_key_file = \"/etc/hopd/mesh.key\" (64 hex digits, same on every node)",
+                "[security] needs mesh_key or mesh_key_file, or sessions".into(),
+                "add mesh_key_file = \"/etc/hopd/mesh.key\" (64 hex digits, same on every node), or node keys, members and sessions = true (docs/hopd.md, Node keys and members)",
             )),
         };
         let max_memory_bytes = raw
@@ -737,6 +764,7 @@ impl Config {
             max_disk_bytes: raw.storage.max_disk_bytes.unwrap_or(DEFAULT_MAX_DISK_BYTES),
             max_incoming_flows,
             mesh_key,
+            sessions,
             max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),
             node_key,
             members_file,

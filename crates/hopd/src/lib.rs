@@ -22,6 +22,7 @@ pub mod netlink;
 pub mod overhear;
 pub mod resume;
 pub mod server;
+pub mod session;
 mod socket;
 
 pub mod custody;

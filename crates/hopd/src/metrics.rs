@@ -31,6 +31,11 @@ pub struct Counters {
     pub auth_not_member: u64,
     pub auth_bad_hello: u64,
     pub auth_previous_key: u64,
+    /// Datagrams from nodes whose session key this node does not hold (yet).
+    pub auth_no_key: u64,
+    pub sessions_completed: u64,
+    pub sessions_refused: u64,
+    pub sessions_timed_out: u64,
     pub flows_completed: u64,
     pub flows_failed: u64,
     pub flows_cancelled: u64,
@@ -182,7 +187,7 @@ fn transport_label(t: &hop_wire::TransportId) -> String {
 impl Collector for Snapshot {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let (c, custody, stats) = (&self.counters, &self.custody, &self.stats);
-        let daemon: [(&str, &str, u64); 26] = [
+        let daemon: [(&str, &str, u64); 30] = [
             ("rx_datagrams", "UDP datagrams received", c.rx_datagrams),
             (
                 "rx_overheard",
@@ -237,6 +242,26 @@ impl Collector for Snapshot {
                 "auth_previous_key",
                 "datagrams taken under the mesh key before the last change (hop reload)",
                 c.auth_previous_key,
+            ),
+            (
+                "auth_no_key",
+                "datagrams dropped: no session key of their sender is held (yet)",
+                c.auth_no_key,
+            ),
+            (
+                "sessions_completed",
+                "session handshakes completed with neighbours (sessions = true)",
+                c.sessions_completed,
+            ),
+            (
+                "sessions_refused",
+                "session handshakes refused: not a member, wrong id or certificate",
+                c.sessions_refused,
+            ),
+            (
+                "sessions_timed_out",
+                "session handshakes started and not answered in time",
+                c.sessions_timed_out,
             ),
             (
                 "flows_completed",

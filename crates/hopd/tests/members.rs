@@ -4,25 +4,9 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-
-/// `hop keygen --json --out FILE`: (public key, node id).
-fn keygen(file: &Path) -> (String, u32) {
-    let o = std::process::Command::new(HOP)
-        .args(["--json", "keygen", "--out"])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    (
-        v["public_key"].as_str().unwrap().to_string(),
-        v["node_id"].as_u64().unwrap() as u32,
-    )
-}
 
 #[test]
 fn only_admitted_nodes_are_learned_and_a_revoked_one_is_dropped() {

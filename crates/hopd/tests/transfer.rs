@@ -227,14 +227,18 @@ fn loopback_events_report_detached_outcomes() {
 /// the file crosses in clear (the capture works).
 #[test]
 fn loopback_file_bytes_cross_the_wire_encrypted() {
-    for encrypt in [true, false] {
-        let (captured, file) = capture_one_transfer(encrypt);
+    // (encrypt, sessions): the mesh key with and without encryption, and sessions.
+    for (encrypt, sessions) in [(true, false), (false, false), (true, true)] {
+        let (captured, file) = capture_one_transfer(encrypt, sessions);
         let clear = file
             .chunks_exact(32)
             .filter(|w| captured.iter().any(|d| d.windows(32).any(|x| x == *w)))
             .count();
         if encrypt {
-            assert_eq!(clear, 0, "{clear} runs of the file seen in clear");
+            assert_eq!(
+                clear, 0,
+                "{clear} runs of the file seen in clear (sessions {sessions})"
+            );
         } else {
             assert!(clear > 1000, "the capture saw {clear} runs of the file");
         }
@@ -243,7 +247,8 @@ fn loopback_file_bytes_cross_the_wire_encrypted() {
 
 /// Node 1 and node 2 on loopback, each told the other is at a relay address owned by this
 /// test, which records and forwards every datagram. Returns the datagrams and the file sent.
-fn capture_one_transfer(encrypt: bool) -> (Vec<Vec<u8>>, Vec<u8>) {
+/// With `sessions` the two have node keys, admit each other and seal with session keys.
+fn capture_one_transfer(encrypt: bool, sessions: bool) -> (Vec<Vec<u8>>, Vec<u8>) {
     use std::net::{SocketAddr, UdpSocket};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
@@ -253,22 +258,32 @@ fn capture_one_transfer(encrypt: bool) -> (Vec<Vec<u8>>, Vec<u8>) {
     // Relay sockets: `to2` is where node 1 sends for node 2, `to1` where node 2 sends for 1.
     let to2 = UdpSocket::bind("127.0.0.3:0").unwrap();
     let to1 = UdpSocket::bind("127.0.0.4:0").unwrap();
-    let spec = |id: u32, peer: u32, via: SocketAddr| NodeSpec {
-        id,
-        listen: listen(id),
-        neighbours: vec![(peer, via)],
+    let (mut ids, mut extra) = ([1, 2], [String::new(), String::new()]);
+    if sessions {
+        let made: Vec<(String, u32)> = (1..=2)
+            .map(|i| keygen(&work.path().join(format!("node{i}.key"))))
+            .collect();
+        let members = work.path().join("members");
+        std::fs::write(&members, format!("{}\n{}\n", made[0].0, made[1].0)).unwrap();
+        for i in 0..2 {
+            ids[i] = made[i].1;
+            extra[i] = format!(
+                "security.node_key_file = \"{}\"\nsecurity.members_file = \"{}\"\nsecurity.sessions = true",
+                work.path().join(format!("node{}.key", i + 1)).display(),
+                members.display()
+            );
+        }
+    }
+    let spec = |i: usize, via: SocketAddr| NodeSpec {
+        id: ids[i],
+        listen: listen(i as u32 + 1),
+        neighbours: vec![(ids[1 - i], via)],
         routes: vec![],
         netns: None,
-        extra: String::new(),
+        extra: extra[i].clone(),
     };
-    let mut n1 = Hopd::start(
-        spec(1, 2, to2.local_addr().unwrap()),
-        work.path().join("n1"),
-    );
-    let mut n2 = Hopd::start(
-        spec(2, 1, to1.local_addr().unwrap()),
-        work.path().join("n2"),
-    );
+    let mut n1 = Hopd::start(spec(0, to2.local_addr().unwrap()), work.path().join("n1"));
+    let mut n2 = Hopd::start(spec(1, to1.local_addr().unwrap()), work.path().join("n2"));
     if !encrypt {
         for n in [&mut n1, &mut n2] {
             n.terminate();
@@ -299,7 +314,7 @@ fn capture_one_transfer(encrypt: bool) -> (Vec<Vec<u8>>, Vec<u8>) {
     let file = pattern(11, 300_000);
     let f = work.path().join("secret.bin");
     std::fs::write(&f, &file).unwrap();
-    let o = send(&n1, &[f.as_path()], 2);
+    let o = send(&n1, &[f.as_path()], ids[1]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     receive_one_file(&n2, &work.path().join("got"), "secret.bin", &file);
     stop.store(true, Ordering::Relaxed);

@@ -16,7 +16,7 @@ fn good_config_parses() {
     assert_eq!(c.node_id, 1);
     assert_eq!(c.routes.get(&3), Some(&2));
     assert_eq!(c.neighbour_addr(2), Some("127.0.0.2:7000".parse().unwrap()));
-    assert_eq!(c.mesh_key[1], 0x11);
+    assert_eq!(c.mesh_key.unwrap()[1], 0x11);
 }
 
 #[test]
@@ -159,6 +159,54 @@ fn a_node_key_gives_the_node_id_and_members_need_one() {
     )
     .unwrap_err();
     assert!(e.message.contains("members:1"), "{e}");
+}
+
+/// Sessions replace the mesh key: they need the node's key and a members file, and a mesh
+/// key beside them is an error, not silently ignored.
+#[test]
+fn sessions_need_keys_and_members_and_no_mesh_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = crate::identity::write_new_node_key(&dir.path().join("node.key")).unwrap();
+    std::fs::write(
+        dir.path().join("members"),
+        format!("{} a\n", crate::identity::hex(key.public())),
+    )
+    .unwrap();
+    let base = good().replacen("node_id = 1\n", "", 1);
+    let mesh = format!("mesh_key = \"{KEY}\"\n");
+    let with = |sec: &str, keep_mesh: bool| {
+        let b = if keep_mesh {
+            base.clone()
+        } else {
+            base.replace(&mesh, "")
+        };
+        b.replace("[security]\n", &format!("[security]\n{sec}"))
+    };
+    let keys = "node_key_file = \"node.key\"\nmembers_file = \"members\"\n";
+    let c = Config::parse(
+        "t.toml",
+        &with(&format!("{keys}sessions = true\n"), false),
+        dir.path(),
+    )
+    .unwrap();
+    assert!(c.sessions);
+    assert_eq!(c.mesh_key, None);
+    let e = Config::parse(
+        "t.toml",
+        &with(&format!("{keys}sessions = true\n"), true),
+        dir.path(),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("sessions replace the mesh key"), "{e}");
+    let e = Config::parse(
+        "t.toml",
+        &with("node_key_file = \"node.key\"\nsessions = true\n", false),
+        dir.path(),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("members file"), "{e}");
+    let e = Config::parse("t.toml", &with(keys, false), dir.path()).unwrap_err();
+    assert!(e.message.contains("or sessions"), "{e}");
 }
 
 #[test]

@@ -81,6 +81,28 @@ impl Daemon {
         if !hello && n >= 12 && dg[8..12] == self.cfg.node_id.to_be_bytes() {
             return;
         }
+        // Session handshakes (sessions = true) protect themselves (session.rs); what is
+        // overheard of other nodes' handshakes is not this node's.
+        if n >= 4 && dg[3] == hop_wire::TransportId::Session as u8 && self.sessions.is_some() {
+            if !overheard {
+                self.on_session(from, dg);
+            }
+            return;
+        }
+        // With sessions, hellos travel unsealed (a neighbour without this node's key must
+        // hear them) and signed: `on_hello` checks the signature and the members file.
+        if hello && self.sessions.is_some() {
+            if let Ok(env) = hop_wire::Envelope::parse(dg) {
+                if env.repr.flags & hop_wire::envelope::FLAG_AUTH == 0 {
+                    let src = env.repr.link_src;
+                    self.on_hello(src, from, env.body);
+                    if src != self.cfg.node_id && self.is_member_id(src) {
+                        self.last_heard.insert(src, std::time::Instant::now());
+                    }
+                    return;
+                }
+            }
+        }
         // An encrypted datagram is decrypted into this buffer and handed on from there.
         let mut plain = std::mem::take(&mut self.rx_plain);
         let opened = self.auth.open(dg, &mut plain);
@@ -152,6 +174,25 @@ impl Daemon {
                         }
                     }
                     AuthError::TooManyPeers(_) => self.counters.auth_peer_limit += 1,
+                    AuthError::NoKey(src) => {
+                        self.counters.auth_no_key += 1;
+                        self.session_key_missing(src);
+                    }
+                    AuthError::BadTag if self.sessions.is_some() => {
+                        self.counters.auth_failures += 1;
+                        let src = u32::from_be_bytes([dg[8], dg[9], dg[10], dg[11]]);
+                        self.session_key_missing(src);
+                        if let Some(n) = self.warn_auth.due(now) {
+                            warn!(
+                                from = %from_s,
+                                node = src,
+                                dropped = n,
+                                "datagrams fail authentication under the key their sender gave \
+                                 this node: it restarted or changed its key (a new handshake \
+                                 follows), or they are forged"
+                            );
+                        }
+                    }
                     AuthError::Malformed(_) => self.counters.auth_malformed += 1,
                     _ => {
                         self.counters.auth_failures += 1;

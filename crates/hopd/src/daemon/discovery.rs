@@ -176,10 +176,13 @@ impl Daemon {
             self.boot_nonce,
             self.cfg.node_key.as_deref(),
         );
-        if self
-            .auth
-            .seal(&mut dg, crate::auth::Stream::Control)
-            .is_err()
+        // With sessions hellos go unsealed (signed): a neighbour hears them before it has
+        // this node's key.
+        if self.sessions.is_none()
+            && self
+                .auth
+                .seal(&mut dg, crate::auth::Stream::Control)
+                .is_err()
         {
             return;
         }

@@ -8,6 +8,7 @@ mod inbox;
 mod outgoing;
 mod persist;
 pub mod reload;
+mod sessions;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -28,6 +29,7 @@ use crate::socket::{io_err, make_socket, tos};
 use cmd::{Cmd, FlowUpdate, InboxEntry, Opened};
 use inbox::InFlow;
 use outgoing::OutFlow;
+use sessions::SESSION_TICK;
 
 /// The daemon's state; owned by one task.
 pub struct Daemon {
@@ -75,6 +77,10 @@ pub struct Daemon {
     node: Node,
     clock: std::time::Instant,
     auth: Authenticator,
+    /// Per-neighbour sessions (`[security] sessions`), which give `auth` the neighbours' keys.
+    sessions: Option<crate::session::Sessions>,
+    /// Handshakes refused (not a member, a bad certificate).
+    warn_session: datapath::RateLimited,
     /// Where received encrypted datagrams are decrypted (reused).
     rx_plain: Vec<u8>,
     ctrl: Arc<UdpSocket>,
@@ -201,7 +207,27 @@ impl Daemon {
         // behind (counter.rs).
         let (lease, first) = crate::counter::CounterLease::start(&cfg.storage_dir, first_counter())
             .map_err(|e| io_err("writing the authentication counter's lease", e))?;
-        let mut auth = Authenticator::new(&cfg.mesh_key, cfg.node_id, first, cfg.max_peers);
+        // With sessions each node seals with its own key, given to member neighbours by
+        // handshakes (session.rs); else with the mesh key.
+        let sessions = match (&cfg.node_key, cfg.sessions) {
+            (Some(k), true) => Some(
+                crate::session::Sessions::new(cfg.node_id, k)
+                    .map_err(|e| std::io::Error::other(format!("starting sessions: {e}")))?,
+            ),
+            _ => None,
+        };
+        let mut auth = match (&sessions, &cfg.mesh_key) {
+            (Some(s), _) => {
+                let own = s.own();
+                Authenticator::with_sessions(cfg.node_id, first, cfg.max_peers, own.id, &own.key)
+            }
+            (None, Some(k)) => Authenticator::new(k, cfg.node_id, first, cfg.max_peers),
+            (None, None) => {
+                return Err(std::io::Error::other(
+                    "no mesh key and no sessions: see [security] in docs/hopd.md",
+                ))
+            }
+        };
         auth.set_encrypt(cfg.encrypt);
         let spool = crate::custody::Spool::new(&cfg.storage_dir.join("incoming"))
             .map_err(|e| io_err("opening the spool", e))?;
@@ -233,6 +259,8 @@ impl Daemon {
             node,
             clock: std::time::Instant::now(),
             auth,
+            sessions,
+            warn_session: Default::default(),
             rx_plain: Vec::new(),
             ctrl: Arc::new(UdpSocket::from_std(ctrl)?),
             data: Arc::new(UdpSocket::from_std(data)?),
@@ -330,6 +358,7 @@ impl Daemon {
             .discovery_address
             .map(|_| tokio::time::Instant::now());
         let discovery_rx = self.discovery_rx.clone();
+        let mut session_at = self.sessions.as_ref().map(|_| tokio::time::Instant::now());
         loop {
             self.flush_tx();
             self.renew_lease()?;
@@ -386,6 +415,10 @@ impl Daemon {
                     self.say_hello();
                     self.expire_discovered();
                     hello_at = Some(tokio::time::Instant::now() + self.next_hello());
+                }
+                _ = sleep_opt(session_at), if session_at.is_some() => {
+                    self.session_tick();
+                    session_at = Some(tokio::time::Instant::now() + SESSION_TICK);
                 }
                 r = readable_opt(&discovery_rx), if discovery_rx.is_some() => {
                     r?;

@@ -143,8 +143,9 @@ impl Daemon {
             &new.max_incoming_flows,
             n,
         );
+        differs("security.sessions", &old.sessions, &new.sessions, n);
         // The key itself is never logged.
-        if old.mesh_key != new.mesh_key {
+        if old.mesh_key != new.mesh_key && old.sessions == new.sessions {
             r.applied.push("security.mesh_key".into());
         }
         differs("security.max_peers", &old.max_peers, &new.max_peers, n);
@@ -159,9 +160,12 @@ impl Daemon {
             self.auth.set_encrypt(new.encrypt);
             self.cfg.encrypt = new.encrypt;
         }
-        if self.cfg.mesh_key != new.mesh_key {
+        if let Some(key) = new
+            .mesh_key
+            .filter(|k| self.cfg.mesh_key.is_some_and(|o| o != *k))
+        {
             // Seal with the new key now; take the old one from neighbours not yet changed.
-            self.auth.rotate(&new.mesh_key, MESH_KEY_GRACE);
+            self.auth.rotate(&key, MESH_KEY_GRACE);
             self.cfg.mesh_key = new.mesh_key;
             warn!(
                 grace_s = MESH_KEY_GRACE.as_secs(),
@@ -190,6 +194,7 @@ impl Daemon {
             if !revoked.is_empty() {
                 self.apply_routes();
             }
+            self.revoke_sessions();
         }
         let old = &self.cfg;
         if r.applied.iter().any(|a| a == "neighbours" || a == "routes") {

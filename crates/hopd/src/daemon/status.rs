@@ -43,6 +43,13 @@ impl Daemon {
                 "discovered": true,
             }));
         }
+        // With sessions: whether this node holds each neighbour's key.
+        if self.sessions.is_some() {
+            for n in neighbours.iter_mut() {
+                let id = n["id"].as_u64().unwrap_or(0) as u32;
+                n["session_key"] = self.auth.has_peer_key(id).into();
+            }
+        }
         let outgoing = self.outgoing_list();
         // `bytes`: delivered in order and spooled; `received_bytes`: unique payload bytes
         // the transport holds for the flow, including packets of blocks not complete yet
@@ -63,6 +70,7 @@ impl Daemon {
             "node_id": self.cfg.node_id,
             "listen": self.cfg.listen.to_string(),
             "packet_payload_bytes": self.cfg.hop.packet_payload_bytes,
+            "sessions": self.sessions.is_some(),
             "uptime_s": self.clock.elapsed().as_secs(),
             "neighbours": neighbours,
             "outgoing": outgoing,

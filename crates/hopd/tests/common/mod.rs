@@ -125,10 +125,15 @@ impl Hopd {
         for (d, n) in &spec.routes {
             s += &format!("[[routes]]\ndestination = {d}\nnext_hop = {n}\n");
         }
+        // Sessions replace the mesh key (a configuration with both is refused).
+        let sessions = security.iter().any(|l| l.contains("sessions = true"));
         s += &format!(
-            "[storage]\ndir = \"{}\"\n[security]\nmesh_key = \"{KEY}\"\n",
+            "[storage]\ndir = \"{}\"\n[security]\n",
             dir.join("store").display()
         );
+        if !sessions {
+            s += &format!("mesh_key = \"{KEY}\"\n");
+        }
         for l in security {
             s += l.trim_start().trim_start_matches("security.");
             s += "\n";
@@ -678,4 +683,19 @@ pub fn wait_log(node: &Hopd, what: &str, limit: Duration) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `hop keygen --json --out FILE`: (public key, node id).
+pub fn keygen(file: &Path) -> (String, u32) {
+    let o = std::process::Command::new(HOP)
+        .args(["--json", "keygen", "--out"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    (
+        v["public_key"].as_str().unwrap().to_string(),
+        v["node_id"].as_u64().unwrap() as u32,
+    )
 }
