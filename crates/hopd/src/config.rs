@@ -103,6 +103,7 @@ struct RawConfig {
     metrics_listen: Option<Spanned<String>>,
     http_listen: Option<Spanned<String>>,
     discovery_address: Option<Spanned<String>>,
+    discovery_addresses: Option<Spanned<Vec<Spanned<String>>>>,
     hello_interval: Option<Spanned<String>>,
     default_lifetime: Option<Spanned<String>>,
     log_level: Option<String>,
@@ -190,6 +191,9 @@ pub struct Config {
     /// Hellos go to this IPv4 broadcast address:port, and neighbours are learned from theirs
     /// (off unless set).
     pub discovery_address: Option<SocketAddr>,
+    /// Every address hellos go to: `discovery_address`, or the IPv4 broadcast address of
+    /// each mesh link of a node on several (`discovery_addresses`).
+    pub discovery_addresses: Vec<SocketAddr>,
     pub hello_interval: std::time::Duration,
     /// The lifetime of a transfer sent without one (`hop send --lifetime`); none: it is
     /// tried until `[hop] give_up_after` without progress.
@@ -550,6 +554,30 @@ impl Config {
             }
             None => None,
         };
+        // A node on several mesh links says hello on each: IPv4 broadcast addresses, heard
+        // by a socket listening on the wildcard address.
+        let mut discovery_addresses: Vec<SocketAddr> = discovery_address.into_iter().collect();
+        if let Some(list) = &raw.discovery_addresses {
+            if raw.discovery_address.is_some() {
+                return Err(ctx.err(
+                    Some(list.span()),
+                    "both discovery_address and discovery_addresses are set".into(),
+                    "keep one: discovery_addresses lists every link's broadcast address",
+                ));
+            }
+            if !listen.ip().is_unspecified() || !listen.is_ipv4() || list.get_ref().is_empty() {
+                return Err(ctx.err(
+                    Some(list.span()),
+                    "discovery_addresses needs listen on the IPv4 wildcard address".into(),
+                    "set listen = \"0.0.0.0:<port>\" (the socket then hears every link's broadcasts), and list at least one address",
+                ));
+            }
+            for m in list.get_ref() {
+                let a = parse_addr(&ctx, m, "discovery_addresses", None)?;
+                discovery_addresses.push(link_wide(m, "discovery_addresses", a)?);
+            }
+        }
+        let discovery_address = discovery_addresses.first().copied();
         let default_lifetime = match &raw.default_lifetime {
             None => None,
             Some(l) => {
@@ -748,6 +776,7 @@ impl Config {
             metrics_listen,
             http_listen,
             discovery_address,
+            discovery_addresses,
             hello_interval,
             default_lifetime,
             log_level: raw.log_level,

@@ -43,15 +43,18 @@ fn contains(r: &Route, ip: IpAddr) -> bool {
 }
 
 /// Next hop per known node, by longest-prefix match over `routes`. Known nodes are the
-/// configured neighbours and `[[hosts]]`, and the neighbours learned from hellos
-/// (`learned`: id and address); a gateway is the neighbour with that address.
+/// configured neighbours and `[[hosts]]`, the neighbours learned from hellos (`learned`:
+/// id and address) and the nodes of the mesh's directory (`directory`: id and each of its
+/// addresses); a gateway is the neighbour with that address.
 pub fn next_hops(
     cfg: &Config,
     routes: &[Route],
     learned: &[(NodeId, IpAddr)],
+    directory: &[(NodeId, IpAddr)],
 ) -> BTreeMap<NodeId, NodeId> {
-    let mut nodes: Vec<(NodeId, IpAddr)> =
-        cfg.neighbours.iter().map(|n| (n.id, n.addr.ip())).collect();
+    // The directory first: what is configured or heard directly, mapped later, wins.
+    let mut nodes: Vec<(NodeId, IpAddr)> = directory.to_vec();
+    nodes.extend(cfg.neighbours.iter().map(|n| (n.id, n.addr.ip())));
     nodes.extend(cfg.hosts.iter().copied());
     nodes.extend(learned.iter().copied());
     let neighbour_by_ip = |ip: IpAddr| {
@@ -290,10 +293,10 @@ mod tests {
                 gateway: Some("10.0.0.2".parse().unwrap()),
             },
         ];
-        let nh = next_hops(&cfg, &routes, &[]);
+        let nh = next_hops(&cfg, &routes, &[], &[]);
         assert_eq!(nh.get(&2), Some(&2));
         assert_eq!(nh.get(&3), Some(&2));
-        let nh = next_hops(&cfg, &routes[..1], &[]);
+        let nh = next_hops(&cfg, &routes[..1], &[], &[]);
         assert_eq!(nh.get(&3), None);
     }
 
@@ -322,7 +325,7 @@ mod tests {
             },
         ];
         let learned = [(2, gw), (5, "fe80::5".parse().unwrap())];
-        let nh = next_hops(&cfg, &routes, &learned);
+        let nh = next_hops(&cfg, &routes, &learned, &[]);
         assert_eq!(nh.get(&3), Some(&2));
         assert_eq!(nh.get(&4), Some(&5), "default route");
         assert_eq!(
@@ -331,9 +334,46 @@ mod tests {
             "fe80::2 itself: only the default route covers it"
         );
         assert!(
-            next_hops(&cfg, &routes, &[]).is_empty(),
+            next_hops(&cfg, &routes, &[], &[]).is_empty(),
             "gateways not known"
         );
+    }
+
+    /// Nodes known only from the directory (no `[[hosts]]`) get the next hop of the route
+    /// to any of their addresses; a configured host's address wins over the directory's.
+    #[test]
+    fn directory_nodes_route_through_the_gateway_of_their_addresses() {
+        let text = "node_id = 1\nlisten = \"0.0.0.0:7470\"\nkernel_routes = true\n[[hosts]]\nid = 4\naddress = \"10.0.3.4\"\n[storage]\ndir = \"/tmp\"\n[security]\nmesh_key = \"0000000000000000000000000000000000000000000000000000000000000000\"\n";
+        let cfg = Config::parse("t", text, Path::new("/")).unwrap();
+        let routes = [
+            Route {
+                dst: "10.0.0.0".parse().unwrap(),
+                prefix: 24,
+                gateway: None,
+            },
+            Route {
+                dst: "10.0.2.0".parse().unwrap(),
+                prefix: 24,
+                gateway: Some("10.0.0.2".parse().unwrap()),
+            },
+            Route {
+                dst: "10.0.3.0".parse().unwrap(),
+                prefix: 24,
+                gateway: Some("10.0.0.5".parse().unwrap()),
+            },
+        ];
+        let learned = [
+            (2, "10.0.0.2".parse().unwrap()),
+            (5, "10.0.0.5".parse().unwrap()),
+        ];
+        let directory = [
+            (3, "10.0.2.3".parse().unwrap()),
+            (4, "10.0.2.4".parse().unwrap()),
+        ];
+        let nh = next_hops(&cfg, &routes, &learned, &directory);
+        assert_eq!(nh.get(&3), Some(&2));
+        assert_eq!(nh.get(&4), Some(&5), "the configured host's address");
+        assert_eq!(next_hops(&cfg, &routes, &learned, &[]).get(&3), None);
     }
 
     #[test]

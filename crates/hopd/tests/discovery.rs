@@ -78,3 +78,109 @@ fn nodes_without_neighbour_tables_find_each_other_and_move_a_file() {
     );
     nodes.truncate(1);
 }
+
+/// Five nodes in a chain (four hops) configured with nothing but their keys, the members,
+/// their links' broadcast addresses and kernel routes (as a routing daemon would install
+/// them): they find their neighbours by hellos, exchange session keys, learn every node's
+/// addresses from the directory, and a file crosses all four hops.
+#[test]
+fn nodes_with_only_keys_find_each_other_and_move_a_file_over_four_hops() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    const N: u32 = 5;
+    let port = free_port();
+    let chain = NetnsChain::new(N, 0, port);
+    let t = chain.tag;
+    // Link k joins namespaces k and k+1: 10.t.k.1 and 10.t.k.2.
+    for i in 0..N {
+        for k in 0..N - 1 {
+            let gw = if k > i {
+                format!("10.{t}.{i}.2")
+            } else if k + 1 < i {
+                format!("10.{t}.{}.1", i - 1)
+            } else {
+                continue;
+            };
+            ip_ok(&[
+                "-n",
+                &chain.names[i as usize],
+                "route",
+                "add",
+                &format!("10.{t}.{k}.0/24"),
+                "via",
+                &gw,
+            ]);
+        }
+    }
+    let work = tempfile::tempdir().unwrap();
+    let keys: Vec<(String, u32)> = (0..N)
+        .map(|i| keygen(&work.path().join(format!("node{i}.key"))))
+        .collect();
+    let members = work.path().join("members");
+    let list: String = keys.iter().map(|k| format!("{}\n", k.0)).collect();
+    std::fs::write(&members, list).unwrap();
+    let nodes: Vec<Hopd> = (0..N)
+        .map(|i| {
+            let mut links = Vec::new();
+            if i > 0 {
+                links.push(format!("\"10.{t}.{}.255:{port}\"", i - 1));
+            }
+            if i + 1 < N {
+                links.push(format!("\"10.{t}.{i}.255:{port}\""));
+            }
+            let extra = format!(
+                "discovery_addresses = [{}]\nhello_interval = \"300ms\"\nkernel_routes = true\n\
+                 security.node_key_file = \"{}\"\nsecurity.members_file = \"{}\"\nsecurity.sessions = true",
+                links.join(", "),
+                work.path().join(format!("node{i}.key")).display(),
+                members.display()
+            );
+            let spec = NodeSpec {
+                id: keys[i as usize].1,
+                listen: format!("0.0.0.0:{port}").parse().unwrap(),
+                neighbours: vec![],
+                routes: vec![],
+                netns: Some(chain.names[i as usize].clone()),
+                extra,
+            };
+            Hopd::start(spec, work.path().join(format!("n{i}")))
+        })
+        .collect();
+    let last = keys[N as usize - 1].1;
+    let t0 = std::time::Instant::now();
+    while !nodes[0].status()["directory"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|e| e["id"] == last))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "node 0 never learned the last node: {}",
+            nodes[0].log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let file = work.path().join("f.bin");
+    let data = pattern(81, 500_000);
+    std::fs::write(&file, &data).unwrap();
+    let out = send(&nodes[0], &[&file], last);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        nodes[0].log()
+    );
+    receive_one_file(
+        &nodes[N as usize - 1],
+        &work.path().join("in"),
+        "f.bin",
+        &data,
+    );
+    let relay = nodes[2].status();
+    assert_eq!(
+        relay["neighbours"].as_array().map(Vec::len),
+        Some(2),
+        "{relay}"
+    );
+}

@@ -209,6 +209,41 @@ fn sessions_need_keys_and_members_and_no_mesh_key() {
     assert!(e.message.contains("or sessions"), "{e}");
 }
 
+/// A node on several links lists each link's broadcast address; the list needs the
+/// wildcard listen address and excludes `discovery_address`.
+#[test]
+fn discovery_addresses_list_every_link() {
+    let base = good()
+        .replace("listen = \"127.0.0.1:7000\"", "listen = \"0.0.0.0:7000\"")
+        .replace(
+            "node_id = 1\n",
+            "node_id = 1\ndiscovery_addresses = [\"10.1.0.255:7000\", \"10.2.0.255:7000\"]\n",
+        );
+    let c = Config::parse("t.toml", &base, Path::new("/")).unwrap();
+    assert_eq!(c.discovery_addresses.len(), 2);
+    assert_eq!(
+        c.discovery_address,
+        Some("10.1.0.255:7000".parse().unwrap())
+    );
+    let e = Config::parse(
+        "t.toml",
+        &base.replace("0.0.0.0:7000", "10.1.0.1:7000"),
+        Path::new("/"),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("wildcard"), "{e}");
+    let e = Config::parse(
+        "t.toml",
+        &base.replace(
+            "node_id = 1\n",
+            "node_id = 1\ndiscovery_address = \"10.1.0.255:7000\"\n",
+        ),
+        Path::new("/"),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("both"), "{e}");
+}
+
 #[test]
 fn every_transport_name_parses() {
     for kind in TransportKind::ALL {

@@ -167,9 +167,9 @@ impl Daemon {
 
     /// Send this node's hello now.
     pub(super) fn say_hello(&mut self) {
-        let Some(to) = self.cfg.discovery_address else {
+        if self.cfg.discovery_addresses.is_empty() {
             return;
-        };
+        }
         let mut dg = hello(
             self.cfg.node_id,
             self.cfg.listen.port(),
@@ -186,14 +186,16 @@ impl Daemon {
         {
             return;
         }
-        match self.ctrl.try_send_to(&dg, to) {
-            Ok(_) => {
-                self.counters.tx_datagrams += 1;
-                self.counters.tx_bytes += dg.len() as u64;
-            }
-            Err(e) => {
-                if let Some(n) = self.warn_hello.due(Instant::now()) {
-                    warn!(to = %to, error = %e, failures = n, "cannot send hellos (discovery_address)");
+        for to in self.cfg.discovery_addresses.clone() {
+            match self.ctrl.try_send_to(&dg, to) {
+                Ok(_) => {
+                    self.counters.tx_datagrams += 1;
+                    self.counters.tx_bytes += dg.len() as u64;
+                }
+                Err(e) => {
+                    if let Some(n) = self.warn_hello.due(Instant::now()) {
+                        warn!(to = %to, error = %e, failures = n, "cannot send hellos (discovery_address)");
+                    }
                 }
             }
         }
@@ -201,6 +203,11 @@ impl Daemon {
 
     /// An authenticated hello from node `src` at `from`.
     pub(super) fn on_hello(&mut self, src: NodeId, from: Option<SocketAddr>, body: &[u8]) {
+        if super::directory::is_directory(body) {
+            // The directory travels with the hellos (directory.rs).
+            self.on_directory(src, body);
+            return;
+        }
         let Some(Hello { port, nonce, key }) = parse(src, body) else {
             self.counters.auth_malformed += 1;
             return;
@@ -317,7 +324,12 @@ impl Daemon {
             .iter()
             .map(|(id, d)| (*id, d.addr.ip()))
             .collect();
-        let kernel = crate::netlink::next_hops(&self.cfg, &self.kernel_raw, &learned);
+        let kernel = crate::netlink::next_hops(
+            &self.cfg,
+            &self.kernel_raw,
+            &learned,
+            &self.directory_hosts(),
+        );
         if kernel != self.kernel_routes {
             info!(routes = kernel.len(), "kernel routes changed");
             self.kernel_routes = kernel;

@@ -3,6 +3,7 @@
 
 pub mod cmd;
 mod datapath;
+mod directory;
 mod discovery;
 mod inbox;
 mod outgoing;
@@ -36,6 +37,12 @@ pub struct Daemon {
     cfg: Config,
     /// Neighbours learned from their hellos (discovery.rs).
     discovered: HashMap<NodeId, discovery::Discovered>,
+    /// Every node's addresses as the nodes say them (directory.rs), for kernel routes.
+    directory: HashMap<NodeId, directory::Entry>,
+    /// The sequence number of this node's last record.
+    directory_seq: u64,
+    /// The last other node's record sent: the next directory datagram goes on from there.
+    directory_cursor: NodeId,
     /// This run's random nonce in hellos (tells a node with the same id from an echo).
     boot_nonce: u64,
     warn_hello: datapath::RateLimited,
@@ -235,6 +242,10 @@ impl Daemon {
         let mut d = Daemon {
             config_path: None,
             discovered: HashMap::new(),
+            directory: HashMap::new(),
+            // Grows across restarts with the counter's lease (directory.rs).
+            directory_seq: first,
+            directory_cursor: 0,
             boot_nonce: discovery::random_u64(),
             warn_hello: Default::default(),
             warn_duplicate: Default::default(),
@@ -413,7 +424,9 @@ impl Daemon {
                 }
                 _ = sleep_opt(hello_at), if hello_at.is_some() => {
                     self.say_hello();
+                    self.say_directory();
                     self.expire_discovered();
+                    self.expire_directory();
                     hello_at = Some(tokio::time::Instant::now() + self.next_hello());
                 }
                 _ = sleep_opt(session_at), if session_at.is_some() => {

@@ -144,6 +144,18 @@ impl Daemon {
             n,
         );
         differs("security.sessions", &old.sessions, &new.sessions, n);
+        differs(
+            "discovery_addresses",
+            &old.discovery_addresses,
+            &new.discovery_addresses,
+            n,
+        );
+        differs(
+            "hello_interval",
+            &old.hello_interval,
+            &new.hello_interval,
+            n,
+        );
         // The key itself is never logged.
         if old.mesh_key != new.mesh_key && old.sessions == new.sessions {
             r.applied.push("security.mesh_key".into());

@@ -71,6 +71,7 @@ impl Daemon {
             "listen": self.cfg.listen.to_string(),
             "packet_payload_bytes": self.cfg.hop.packet_payload_bytes,
             "sessions": self.sessions.is_some(),
+            "directory": self.directory_status(),
             "uptime_s": self.clock.elapsed().as_secs(),
             "neighbours": neighbours,
             "outgoing": outgoing,

@@ -1,0 +1,425 @@
+//! The mesh's directory: which IP addresses each node has, learned from the nodes
+//! themselves, so that kernel routes (a routing daemon's) reach nodes that are not
+//! neighbours without `[[hosts]]` in every configuration.
+//!
+//! With discovery on, every node puts its **record** (node id, a sequence number, its IP
+//! addresses) in a directory datagram to each discovery address at every hello, followed by
+//! as many other nodes' records as fit, taken in turn; each node keeps the newest record of
+//! every node and passes it on, so records cross the mesh hop by hop. A node signs its
+//! record with its node key when it has one (and with a members file only members' signed
+//! records are taken); without node keys the mesh key's seal is all that vouches for it.
+//! The sequence number grows at every hello (it starts from the authentication counter's
+//! lease, which grows across restarts), and a record whose number has not grown for
+//! [`EXPIRE_HELLOS`] hello intervals (at least [`EXPIRE_MIN`]) is forgotten: a node gone
+//! from the mesh drops out of every directory, while copies passed round cannot keep it.
+//!
+//! Body: `"HDIR"` | version 1 | record count (u8) | records. Record: node id (u32) |
+//! sequence (u64) | address count (u8) | addresses (family 4 or 6, then 4 or 16 bytes) |
+//! signed (u8, 0 or 1) | if signed: Ed25519 public key (32) and signature (64) of
+//! `"hop record v1"` and every record byte before the key.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use hop_proto::NodeId;
+use hop_wire::{EnvelopeRepr, TransportId};
+use tracing::{debug, info};
+
+use super::Daemon;
+use crate::identity::{NodeKey, PublicKey, SIGNATURE_LEN};
+
+pub(super) const MAGIC: &[u8; 4] = b"HDIR";
+const VERSION: u8 = 1;
+const CONTEXT: &[u8] = b"hop record v1";
+/// Addresses a record lists at most.
+const MAX_ADDRS: usize = 16;
+/// Body bytes of one directory datagram at most (fits every MTU hopd supports).
+const MAX_BODY: usize = 1100;
+/// A record not renewed within this many hello intervals is forgotten ...
+pub(super) const EXPIRE_HELLOS: u32 = 30;
+/// ... and never sooner than this.
+pub(super) const EXPIRE_MIN: Duration = Duration::from_secs(30);
+
+/// A node's record as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Record {
+    pub(super) id: NodeId,
+    pub(super) seq: u64,
+    pub(super) addrs: Vec<IpAddr>,
+    /// The signing key and whether the signature verified.
+    pub(super) key: Option<(PublicKey, bool)>,
+    /// The record's bytes, passed on as they came.
+    pub(super) bytes: Vec<u8>,
+}
+
+/// A record kept, and when its sequence number last grew.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) record: Record,
+    pub(super) renewed: Instant,
+}
+
+/// The record of node `id`, signed with `key` when given.
+pub(super) fn encode_record(
+    id: NodeId,
+    seq: u64,
+    addrs: &[IpAddr],
+    key: Option<&NodeKey>,
+) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64);
+    b.extend_from_slice(&id.to_be_bytes());
+    b.extend_from_slice(&seq.to_be_bytes());
+    let addrs = &addrs[..addrs.len().min(MAX_ADDRS)];
+    b.push(addrs.len() as u8);
+    for a in addrs {
+        match a {
+            IpAddr::V4(v4) => {
+                b.push(4);
+                b.extend_from_slice(&v4.octets());
+            }
+            IpAddr::V6(v6) => {
+                b.push(6);
+                b.extend_from_slice(&v6.octets());
+            }
+        }
+    }
+    match key {
+        Some(k) => {
+            b.push(1);
+            let mut m = CONTEXT.to_vec();
+            m.extend_from_slice(&b);
+            let sig = k.sign(&m);
+            b.extend_from_slice(k.public());
+            b.extend_from_slice(&sig);
+        }
+        None => b.push(0),
+    }
+    b
+}
+
+/// One record from the front of `b`; returns it and the bytes it took.
+pub(super) fn decode_record(b: &[u8]) -> Option<(Record, usize)> {
+    let id = u32::from_be_bytes(b.get(..4)?.try_into().ok()?);
+    let seq = u64::from_be_bytes(b.get(4..12)?.try_into().ok()?);
+    let n = *b.get(12)? as usize;
+    if n > MAX_ADDRS {
+        return None;
+    }
+    let mut at = 13;
+    let mut addrs = Vec::with_capacity(n);
+    for _ in 0..n {
+        match *b.get(at)? {
+            4 => {
+                let o: [u8; 4] = b.get(at + 1..at + 5)?.try_into().ok()?;
+                addrs.push(IpAddr::from(o));
+                at += 5;
+            }
+            6 => {
+                let o: [u8; 16] = b.get(at + 1..at + 17)?.try_into().ok()?;
+                addrs.push(IpAddr::from(o));
+                at += 17;
+            }
+            _ => return None,
+        }
+    }
+    let key = match *b.get(at)? {
+        0 => {
+            at += 1;
+            None
+        }
+        1 => {
+            let signed_end = at + 1;
+            let key: PublicKey = b.get(signed_end..signed_end + 32)?.try_into().ok()?;
+            let sig = b.get(signed_end + 32..signed_end + 32 + SIGNATURE_LEN)?;
+            let mut m = CONTEXT.to_vec();
+            m.extend_from_slice(&b[..signed_end]);
+            let ok = crate::identity::verify(&key, &m, sig);
+            at = signed_end + 32 + SIGNATURE_LEN;
+            Some((key, ok))
+        }
+        _ => return None,
+    };
+    Some((
+        Record {
+            id,
+            seq,
+            addrs,
+            key,
+            bytes: b[..at].to_vec(),
+        },
+        at,
+    ))
+}
+
+/// The records of a directory body (none if it is not one).
+pub(super) fn decode(body: &[u8]) -> Option<Vec<Record>> {
+    if body.len() < 6 || &body[..4] != MAGIC || body[4] != VERSION {
+        return None;
+    }
+    let count = body[5] as usize;
+    let mut at = 6;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (r, n) = decode_record(&body[at..])?;
+        out.push(r);
+        at += n;
+    }
+    (at == body.len()).then_some(out)
+}
+
+/// This host's addresses worth listing: every IPv4 address but loopback, every IPv6
+/// address but loopback and link-local (a route never names those as a destination).
+pub(super) fn local_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    // SAFETY: getifaddrs(3) fills a list that is read here and freed with freeifaddrs(3);
+    // each ifa_addr is checked for null and read as the sockaddr its family says.
+    unsafe {
+        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+        if libc::getifaddrs(&mut list) != 0 {
+            return out;
+        }
+        let mut p = list;
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            if !a.is_null() {
+                match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(a as *const libc::sockaddr_in);
+                        let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                        if !ip.is_loopback() && !ip.is_unspecified() {
+                            out.push(IpAddr::V4(ip));
+                        }
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(a as *const libc::sockaddr_in6);
+                        let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                        let link_local = ip.segments()[0] & 0xffc0 == 0xfe80;
+                        if !ip.is_loopback() && !link_local && !ip.is_unspecified() {
+                            out.push(IpAddr::V6(ip));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(list);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+impl Daemon {
+    /// Whether a record may be kept: signed by its node's key (a member's, with a members
+    /// file), or unsigned where no members file is set.
+    fn record_acceptable(&self, r: &Record) -> bool {
+        match r.key {
+            Some((k, true)) => {
+                crate::identity::id_of(&k) == r.id
+                    && self
+                        .cfg
+                        .members
+                        .as_ref()
+                        .is_none_or(|m| m.iter().any(|m| m.key == k))
+            }
+            Some((_, false)) => false,
+            None => self.cfg.members.is_none(),
+        }
+    }
+
+    /// Records learned from a directory datagram of a neighbour.
+    pub(super) fn on_directory(&mut self, from: NodeId, body: &[u8]) {
+        let Some(records) = decode(body) else {
+            self.counters.auth_malformed += 1;
+            return;
+        };
+        let now = Instant::now();
+        let mut changed = false;
+        for r in records {
+            if r.id == self.cfg.node_id {
+                continue;
+            }
+            if !self.record_acceptable(&r) {
+                self.counters.auth_bad_hello += 1;
+                debug!(node = r.id, via = from, "directory record refused");
+                continue;
+            }
+            match self.directory.get_mut(&r.id) {
+                Some(e) if e.record.seq >= r.seq => {}
+                Some(e) => {
+                    if e.record.addrs != r.addrs {
+                        info!(node = r.id, addresses = ?r.addrs, "directory: node's addresses changed");
+                        changed = true;
+                    }
+                    e.record = r;
+                    e.renewed = now;
+                }
+                None => {
+                    info!(node = r.id, addresses = ?r.addrs, via = from, "directory: node learned");
+                    self.directory.insert(
+                        r.id,
+                        Entry {
+                            record: r,
+                            renewed: now,
+                        },
+                    );
+                    changed = true;
+                }
+            }
+        }
+        if changed && self.cfg.kernel_routes {
+            self.refresh_kernel_routes();
+        }
+    }
+
+    /// Forget records not renewed in time.
+    pub(super) fn expire_directory(&mut self) {
+        let limit = (self.cfg.hello_interval * EXPIRE_HELLOS).max(EXPIRE_MIN);
+        let now = Instant::now();
+        let before = self.directory.len();
+        self.directory.retain(|id, e| {
+            let keep = now.duration_since(e.renewed) <= limit;
+            if !keep {
+                info!(
+                    node = id,
+                    "directory: node forgotten: its record was not renewed"
+                );
+            }
+            keep
+        });
+        if self.directory.len() != before && self.cfg.kernel_routes {
+            self.refresh_kernel_routes();
+        }
+    }
+
+    /// The (node, address) pairs the directory knows.
+    pub(super) fn directory_hosts(&self) -> Vec<(NodeId, IpAddr)> {
+        let mut v: Vec<(NodeId, IpAddr)> = self
+            .directory
+            .values()
+            .flat_map(|e| e.record.addrs.iter().map(|a| (e.record.id, *a)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The directory datagram of this hello: this node's record, then others in turn.
+    pub(super) fn directory_datagram(&mut self) -> Vec<u8> {
+        self.directory_seq += 1;
+        let own = encode_record(
+            self.cfg.node_id,
+            self.directory_seq,
+            &local_addresses(),
+            self.cfg.node_key.as_deref(),
+        );
+        let mut records = vec![own];
+        let mut size = 6 + records[0].len();
+        let mut ids: Vec<NodeId> = self.directory.keys().copied().collect();
+        ids.sort_unstable();
+        // Start after the last record sent, so the whole directory goes round.
+        let start = ids.partition_point(|id| *id <= self.directory_cursor);
+        for id in ids[start..].iter().chain(ids[..start].iter()) {
+            let b = &self.directory[id].record.bytes;
+            if size + b.len() > MAX_BODY || records.len() == 255 {
+                break;
+            }
+            size += b.len();
+            records.push(b.clone());
+            self.directory_cursor = *id;
+        }
+        let mut body = Vec::with_capacity(size);
+        body.extend_from_slice(MAGIC);
+        body.push(VERSION);
+        body.push(records.len() as u8);
+        for r in &records {
+            body.extend_from_slice(r);
+        }
+        let mut out = Vec::new();
+        let _ = EnvelopeRepr {
+            transport: TransportId::Hello,
+            flags: 0,
+            link_src: self.cfg.node_id,
+            link_dst: hop_wire::envelope::BROADCAST_NODE,
+        }
+        .emit(&body, &mut out);
+        out
+    }
+
+    /// Send the directory datagram to every discovery address (sealed as hellos are).
+    pub(super) fn say_directory(&mut self) {
+        if self.cfg.discovery_addresses.is_empty() {
+            return;
+        }
+        let mut dg = self.directory_datagram();
+        if self.sessions.is_none()
+            && self
+                .auth
+                .seal(&mut dg, crate::auth::Stream::Control)
+                .is_err()
+        {
+            return;
+        }
+        for to in self.cfg.discovery_addresses.clone() {
+            if self.ctrl.try_send_to(&dg, to).is_ok() {
+                self.counters.tx_datagrams += 1;
+                self.counters.tx_bytes += dg.len() as u64;
+            }
+        }
+    }
+
+    /// The directory for `hop status --json`.
+    pub(super) fn directory_status(&self) -> Vec<serde_json::Value> {
+        let now = Instant::now();
+        let mut v: Vec<&Entry> = self.directory.values().collect();
+        v.sort_by_key(|e| e.record.id);
+        v.into_iter()
+            .map(|e| {
+                serde_json::json!({
+                    "id": e.record.id,
+                    "addresses": e.record.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+                    "renewed_ms": now.duration_since(e.renewed).as_millis() as u64,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Not a hello but a directory datagram.
+pub(super) fn is_directory(body: &[u8]) -> bool {
+    body.len() >= 4 && &body[..4] == MAGIC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_signed_and_not() {
+        let k = NodeKey::from_seed(&[3; 32]).unwrap();
+        let addrs: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+        for key in [None, Some(&k)] {
+            let b = encode_record(k.node_id(), 7, &addrs, key);
+            let (r, n) = decode_record(&b).unwrap();
+            assert_eq!(n, b.len());
+            assert_eq!((r.id, r.seq, &r.addrs), (k.node_id(), 7, &addrs));
+            assert_eq!(r.key, key.map(|k| (*k.public(), true)));
+        }
+        // A changed byte breaks the signature.
+        let mut b = encode_record(k.node_id(), 7, &addrs, Some(&k));
+        b[10] ^= 1;
+        assert_eq!(decode_record(&b).unwrap().0.key.map(|k| k.1), Some(false));
+        // Truncated or padded bodies are refused.
+        let one = encode_record(1, 1, &addrs, None);
+        let mut body = MAGIC.to_vec();
+        body.extend_from_slice(&[VERSION, 1]);
+        body.extend_from_slice(&one);
+        assert_eq!(decode(&body).unwrap().len(), 1);
+        assert!(decode(&body[..body.len() - 1]).is_none());
+        body.push(0);
+        assert!(decode(&body).is_none());
+        for n in 0..body.len() {
+            let _ = decode(&body[..n]);
+        }
+    }
+}
