@@ -1,6 +1,7 @@
 //! Neighbour discovery: nodes without `[[neighbours]]` find each other by authenticated
-//! hellos on their link's broadcast address, move a file, notice a neighbour gone, and
-//! detect a second node with the same id.
+//! hellos on their link's broadcast address, move a file, notice a neighbour gone and back
+//! at a new address, and detect a second node with the same id; nodes with nothing but
+//! keys find each other over four hops.
 
 mod common;
 
@@ -43,7 +44,7 @@ fn nodes_without_neighbour_tables_find_each_other_and_move_a_file() {
         spec.routes.clear();
         Hopd::start(spec, work.path().join(dir))
     };
-    let mut nodes = vec![start(1, 1, port, "n1"), start(2, 2, port, "n2")];
+    let mut nodes = [start(1, 1, port, "n1"), start(2, 2, port, "n2")];
     wait_log(&nodes[0], "neighbour discovered", Duration::from_secs(10));
     wait_log(&nodes[1], "neighbour discovered", Duration::from_secs(10));
     let st = nodes[0].status();
@@ -76,7 +77,42 @@ fn nodes_without_neighbour_tables_find_each_other_and_move_a_file() {
         nodes[0].status()["neighbours"].as_array().map(Vec::len),
         Some(0)
     );
-    nodes.truncate(1);
+    // It comes back at another address (a new lease): node 1 learns it there and a file
+    // crosses again.
+    ip_ok(&[
+        "-n",
+        &chain.names[1],
+        "addr",
+        "add",
+        &format!("10.{}.0.3/24", chain.tag),
+        "dev",
+        &format!("h{}v0b", chain.tag),
+    ]);
+    let mut spec = nodes[1].spec.clone();
+    spec.listen = format!("10.{}.0.3:{port}", chain.tag).parse().unwrap();
+    nodes[1] = Hopd::start(spec, work.path().join("n2-back"));
+    let moved = format!("10.{}.0.3:{port}", chain.tag);
+    let t0 = std::time::Instant::now();
+    while !nodes[0].status()["neighbours"].as_array().is_some_and(|n| {
+        n.iter()
+            .any(|n| n["id"] == 2 && n["address"] == moved.as_str())
+    }) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "node 2 not learned at its new address: {}",
+            nodes[0].log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let data = pattern(61, 300_000);
+    std::fs::write(&file, &data).unwrap();
+    let out = send(&nodes[0], &[&file], 2);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    receive_one_file(&nodes[1], &work.path().join("in2"), "f.bin", &data);
 }
 
 /// Five nodes in a chain (four hops) configured with nothing but their keys, the members,
