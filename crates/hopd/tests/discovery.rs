@@ -18,17 +18,26 @@ fn nodes_without_neighbour_tables_find_each_other_and_move_a_file() {
     let port = free_port();
     let chain = NetnsChain::new(2, 0, port);
     let work = tempfile::tempdir().unwrap();
-    let discovery = format!(
-        "discovery_address = \"10.{}.0.255:{port}\"\nhello_interval = \"500ms\"",
-        chain.tag
-    );
-    // Node 1 listens on the wildcard address (its event socket hears broadcasts), node 2 on
-    // its link address (a second socket listens on the broadcast address).
+    // Node 1 listens on the wildcard address (its event socket hears broadcasts) and finds
+    // the broadcast address on its interface ("auto"); node 2 listens on its link address (a
+    // second socket listens on the broadcast address), which it is given.
     let start = |i: u32, id: u32, listen_port: u16, dir: &str| {
-        let ip = if i == 1 {
-            "0.0.0.0".to_string()
+        let (ip, discovery) = if i == 1 {
+            (
+                "0.0.0.0".to_string(),
+                format!(
+                    "discovery_address = \"auto\"\ninterface = \"h{}v0a\"\nhello_interval = \"500ms\"",
+                    chain.tag
+                ),
+            )
         } else {
-            format!("10.{}.0.2", chain.tag)
+            (
+                format!("10.{}.0.2", chain.tag),
+                format!(
+                    "discovery_address = \"10.{}.0.255:{port}\"\nhello_interval = \"500ms\"",
+                    chain.tag
+                ),
+            )
         };
         let listen: std::net::SocketAddr = format!("{ip}:{listen_port}").parse().unwrap();
         let mut spec = chain_spec(
@@ -64,12 +73,14 @@ fn nodes_without_neighbour_tables_find_each_other_and_move_a_file() {
     let dir = work.path().join("in");
     receive_one_file(&nodes[1], &dir, "f.bin", &data);
     // A second node with id 1 on the link: node 1 says so.
-    let _dup = start(2, 1, free_port(), "dup");
+    let dup = start(2, 1, free_port(), "dup");
     wait_log(
         &nodes[0],
         "another node uses this node's id",
         Duration::from_secs(10),
     );
+    // (Gone again before node 2 comes back, which would learn node 1 at both places.)
+    drop(dup);
     // Node 2 goes: node 1 forgets it after 3.5 hello intervals.
     nodes[1].terminate();
     wait_log(&nodes[0], "neighbour lost", Duration::from_secs(10));
