@@ -92,11 +92,12 @@ fi
 # a group that exists everywhere.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/mesh.key"
-sed -e "s|/etc/hopd/mesh.key|$tmp/mesh.key|" -e 's|api_group = "hop"|api_group = "0"|' \
-    packaging/hopd.toml >"$tmp/hopd.toml"
 arm="$target_dir/static/aarch64-unknown-linux-musl"
 qemu-aarch64-static "$arm/hopd" --version
 qemu-aarch64-static "$arm/hop" --help >/dev/null
+# The key and members file the package's postinst makes, by the aarch64 hop.
+qemu-aarch64-static "$arm/hop" keygen --out "$tmp/node.key" --members "$tmp/members" >/dev/null
+sed -e "s|/etc/hopd/|$tmp/|g" -e 's|api_group = "hop"|api_group = "0"|' \
+    packaging/hopd.toml >"$tmp/hopd.toml"
 qemu-aarch64-static "$arm/hopd" --check-config "$tmp/hopd.toml"
 exit "$fail"

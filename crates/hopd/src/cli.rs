@@ -99,6 +99,13 @@ pub enum Cmd {
         /// Where to write the key (mode 0600), e.g. /etc/hopd/node.key.
         #[arg(long)]
         out: PathBuf,
+        /// Also admit this node to the members file given (created if missing), as a new
+        /// node's own file starts: with its own key.
+        #[arg(long)]
+        members: Option<PathBuf>,
+        /// The name for people in the members file (default: the host's name).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Admit a node to the mesh: add its public key (as `hop keygen` printed it on that
     /// node) to the members file, then make the local hopd re-read it.

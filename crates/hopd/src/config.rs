@@ -160,6 +160,10 @@ struct RawSecurity {
     sessions: Option<Spanned<bool>>,
 }
 
+/// The IPv6 group hellos go to with `discovery_address = "auto"` (link-local scope).
+pub const AUTO_DISCOVERY_GROUP: std::net::Ipv6Addr =
+    std::net::Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x7470);
+
 /// A neighbour: node id and UDP address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Neighbour {
@@ -194,6 +198,9 @@ pub struct Config {
     /// Every address hellos go to: `discovery_address`, or the IPv4 broadcast address of
     /// each mesh link of a node on several (`discovery_addresses`).
     pub discovery_addresses: Vec<SocketAddr>,
+    /// `discovery_address = "auto"`: the addresses are those of `interface`, found by
+    /// [`Config::resolve_discovery`] when hopd starts.
+    pub discovery_auto: bool,
     pub hello_interval: std::time::Duration,
     /// The lifetime of a transfer sent without one (`hop send --lifetime`); none: it is
     /// tried until `[hop] give_up_after` without progress.
@@ -365,6 +372,50 @@ pub fn parse_hex_key(s: &str) -> Option<[u8; 32]> {
 
 impl Config {
     /// Read and check a configuration file.
+    /// With `discovery_address = "auto"`, find the discovery addresses on `interface`: its
+    /// IPv4 broadcast addresses (the listening port), or with an IPv6 `listen` the group
+    /// `ff02::7470` on it. An error names the interface and what it lacks.
+    pub fn resolve_discovery(&mut self) -> Result<(), String> {
+        if !self.discovery_auto {
+            return Ok(());
+        }
+        let Some(ifname) = self.interface.clone() else {
+            return Err("discovery_address = \"auto\" needs interface".into());
+        };
+        let port = self.listen.port();
+        let mut found: Vec<SocketAddr> = if self.listen.is_ipv4() {
+            crate::ifaddr::broadcasts(&ifname)
+                .into_iter()
+                .map(|b| SocketAddr::new(IpAddr::V4(b), port))
+                .collect()
+        } else {
+            let group = SocketAddr::new(IpAddr::V6(AUTO_DISCOVERY_GROUP), port);
+            let g = crate::socket::scoped(group, &ifname);
+            match g {
+                SocketAddr::V6(v6) if v6.scope_id() != 0 => vec![g],
+                _ => vec![],
+            }
+        };
+        if found.is_empty() {
+            return Err(format!(
+                "discovery_address = \"auto\": interface {ifname} has no {}; bring it up with an \
+                 address, or give discovery_address",
+                if self.listen.is_ipv4() {
+                    "IPv4 address with a broadcast address"
+                } else {
+                    "index (is it there?)"
+                }
+            ));
+        }
+        if !self.listen.ip().is_unspecified() {
+            // One socket hears the broadcasts of the one address listened on.
+            found.truncate(1);
+        }
+        self.discovery_address = found.first().copied();
+        self.discovery_addresses = found;
+        Ok(())
+    }
+
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
@@ -547,7 +598,23 @@ impl Config {
             Some(m) => Some(parse_addr(&ctx, m, "http_listen", None)?),
             None => None,
         };
+        // "auto": the mesh interface's own broadcast addresses, found at start.
+        let discovery_auto = raw
+            .discovery_address
+            .as_ref()
+            .is_some_and(|m| m.get_ref() == "auto");
+        if let (true, Some(m)) = (
+            discovery_auto && raw.interface.is_none(),
+            &raw.discovery_address,
+        ) {
+            return Err(ctx.err(
+                Some(m.span()),
+                "discovery_address = \"auto\" needs the mesh interface".into(),
+                "add interface = \"<mesh interface>\" (e.g. \"wlan0\"), or give the link's broadcast address",
+            ));
+        }
         let discovery_address = match &raw.discovery_address {
+            Some(_) if discovery_auto => None,
             Some(m) => {
                 let a = parse_addr(&ctx, m, "discovery_address", None)?;
                 Some(link_wide(m, "discovery_address", a)?)
@@ -777,6 +844,7 @@ impl Config {
             http_listen,
             discovery_address,
             discovery_addresses,
+            discovery_auto,
             hello_interval,
             default_lifetime,
             log_level: raw.log_level,

@@ -14,6 +14,7 @@ pub mod durable;
 pub mod flowfmt;
 pub mod http;
 pub mod identity;
+pub mod ifaddr;
 pub mod io;
 pub mod linkstatus;
 pub mod metrics;

@@ -163,21 +163,40 @@ fn the_api_socket_can_belong_to_a_group() {
     assert_eq!(nodes[0].status()["node_id"], 1);
 }
 
-/// The package's template configuration (packaging/hopd.toml) is valid once its key file
-/// exists (and its group, which the package creates).
+/// The package's template configuration (packaging/hopd.toml) is valid with the key and
+/// members file its postinst makes (`hop keygen --members`), and the group the package
+/// creates.
 #[test]
 fn the_packaged_template_configuration_checks_out() {
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("mesh.key");
-    std::fs::write(&key, KEY).unwrap();
+    let (key, members) = (dir.path().join("node.key"), dir.path().join("members"));
+    let o = std::process::Command::new(HOP)
+        .args(["--json", "keygen", "--out"])
+        .arg(&key)
+        .arg("--members")
+        .arg(&members)
+        .args(["--name", "this-node"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["admitted"], true);
+    let listed = std::fs::read_to_string(&members).unwrap();
+    assert!(
+        listed.contains(v["public_key"].as_str().unwrap()) && listed.contains("this-node"),
+        "{listed}"
+    );
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../packaging/hopd.toml"
     ))
     .unwrap()
-    .replace("/etc/hopd/mesh.key", key.to_str().unwrap())
+    .replace("/etc/hopd/", &format!("{}/", dir.path().display()))
     .replace("api_group = \"hop\"", "api_group = \"0\"");
     let (code, out) = check(&text);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("node 1, 1 neighbours"), "{out}");
+    assert!(
+        out.contains(&format!("node {}, 0 neighbours", v["node_id"])),
+        "{out}"
+    );
 }

@@ -88,6 +88,13 @@ async fn next_reply(s: &mut UnixStream) -> Result<Reply, Fail> {
 }
 
 /// A members file's text; a missing file is an empty one.
+/// The host's name (for a members file), or "" if it cannot be read.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 fn read_members_text(p: &Path) -> Result<String, Fail> {
     match std::fs::read_to_string(p) {
         Ok(t) => Ok(t),
@@ -171,7 +178,7 @@ async fn run(args: Args) -> Result<(), Fail> {
             }
             Ok(())
         }
-        Cmd::Keygen { out } => {
+        Cmd::Keygen { out, members, name } => {
             use hopd::identity;
             let (key, created) = if out.exists() {
                 let k = identity::read_node_key(&out).map_err(|e| fail(exit::FAILED, e))?;
@@ -183,10 +190,21 @@ async fn run(args: Args) -> Result<(), Fail> {
                 )
             };
             let public = identity::hex(key.public());
+            let mut admitted = false;
+            if let Some(m) = &members {
+                let name = name.clone().unwrap_or_else(host_name);
+                let text = read_members_text(m)?;
+                let new = identity::admit(&text, key.public(), &name);
+                if new != text {
+                    hopd::durable::write_durably(m, new.as_bytes())
+                        .map_err(|e| fail(exit::FAILED, format!("writing {}: {e}", m.display())))?;
+                    admitted = true;
+                }
+            }
             if args.json {
                 println!(
                     "{}",
-                    serde_json::json!({"ok": true, "created": created, "public_key": public, "node_id": key.node_id()})
+                    serde_json::json!({"ok": true, "created": created, "public_key": public, "node_id": key.node_id(), "admitted": admitted})
                 );
             } else {
                 if !created {
@@ -194,6 +212,9 @@ async fn run(args: Args) -> Result<(), Fail> {
                 }
                 println!("public key: {public}");
                 println!("node id:    {}", key.node_id());
+                if let (true, Some(m)) = (admitted, &members) {
+                    println!("admitted to {}", m.display());
+                }
                 if created {
                     println!(
                         "set [security] node_key_file = \"{}\"; admit the node on each member with `hop admit {public}`",

@@ -167,49 +167,6 @@ pub(super) fn decode(body: &[u8]) -> Option<Vec<Record>> {
     (at == body.len()).then_some(out)
 }
 
-/// This host's addresses worth listing: every IPv4 address but loopback, every IPv6
-/// address but loopback and link-local (a route never names those as a destination).
-pub(super) fn local_addresses() -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    // SAFETY: getifaddrs(3) fills a list that is read here and freed with freeifaddrs(3);
-    // each ifa_addr is checked for null and read as the sockaddr its family says.
-    unsafe {
-        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-        if libc::getifaddrs(&mut list) != 0 {
-            return out;
-        }
-        let mut p = list;
-        while !p.is_null() {
-            let a = (*p).ifa_addr;
-            if !a.is_null() {
-                match i32::from((*a).sa_family) {
-                    libc::AF_INET => {
-                        let sin = &*(a as *const libc::sockaddr_in);
-                        let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-                        if !ip.is_loopback() && !ip.is_unspecified() {
-                            out.push(IpAddr::V4(ip));
-                        }
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = &*(a as *const libc::sockaddr_in6);
-                        let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-                        let link_local = ip.segments()[0] & 0xffc0 == 0xfe80;
-                        if !ip.is_loopback() && !link_local && !ip.is_unspecified() {
-                            out.push(IpAddr::V6(ip));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            p = (*p).ifa_next;
-        }
-        libc::freeifaddrs(list);
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
 impl Daemon {
     /// Whether a record may be kept: signed by its node's key (a member's, with a members
     /// file), or unsigned where no members file is set.
@@ -310,7 +267,7 @@ impl Daemon {
         let own = encode_record(
             self.cfg.node_id,
             self.directory_seq,
-            &local_addresses(),
+            &crate::ifaddr::routable(),
             self.cfg.node_key.as_deref(),
         );
         let mut records = vec![own];

@@ -146,7 +146,11 @@ fn first_counter() -> u64 {
 
 impl Daemon {
     /// Bind sockets and build the node; `transport` is the transport the node hosts.
-    pub fn new(cfg: Config, built: crate::transport::Built) -> std::io::Result<Daemon> {
+    pub fn new(mut cfg: Config, built: crate::transport::Built) -> std::io::Result<Daemon> {
+        cfg.resolve_discovery().map_err(std::io::Error::other)?;
+        if cfg.discovery_auto {
+            info!(addresses = ?cfg.discovery_addresses, interface = ?cfg.interface, "discovery addresses found on the interface");
+        }
         let transport = built.transport;
         for sub in ["incoming", "inbox", "rejected"] {
             std::fs::create_dir_all(cfg.storage_dir.join(sub))

@@ -35,7 +35,12 @@ impl Daemon {
         let Some(path) = self.config_path.clone() else {
             return Err("this daemon was not started from a configuration file".into());
         };
-        let new = Config::load(&path).map_err(|e| e.to_string())?;
+        let mut new = Config::load(&path).map_err(|e| e.to_string())?;
+        // "auto" discovery addresses as found now: a change shows as one needing a restart.
+        if new.resolve_discovery().is_err() {
+            new.discovery_addresses = self.cfg.discovery_addresses.clone();
+            new.discovery_address = self.cfg.discovery_address;
+        }
         let report = self.apply_config(new);
         if report.applied.is_empty() && report.need_restart.is_empty() {
             info!(file = %path.display(), "configuration re-read: nothing changed");

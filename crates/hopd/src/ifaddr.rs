@@ -1,0 +1,144 @@
+//! The host's interface addresses (getifaddrs(3)): what a node announces in the mesh's
+//! directory, and the broadcast addresses `discovery_address = "auto"` says hello to.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// One address of an interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfAddr {
+    pub interface: String,
+    pub addr: IpAddr,
+    /// The IPv4 broadcast address of the address's subnet, on a broadcast-capable link.
+    pub broadcast: Option<Ipv4Addr>,
+}
+
+/// Every address of every interface (empty if the list cannot be read).
+pub fn all() -> Vec<IfAddr> {
+    let mut out = Vec::new();
+    // SAFETY: getifaddrs(3) fills a list that is only read here and freed with
+    // freeifaddrs(3); every pointer is checked for null and each sockaddr read as the
+    // family it names.
+    unsafe {
+        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+        if libc::getifaddrs(&mut list) != 0 {
+            return out;
+        }
+        let mut p = list;
+        while !p.is_null() {
+            let ifa = &*p;
+            p = ifa.ifa_next;
+            if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+                continue;
+            }
+            let interface = std::ffi::CStr::from_ptr(ifa.ifa_name)
+                .to_string_lossy()
+                .into_owned();
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    let addr = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                    // The subnet's broadcast address from the address and its mask: an
+                    // address added without `brd` has none of its own in the kernel's list.
+                    let mask = (!ifa.ifa_netmask.is_null()
+                        && i32::from((*ifa.ifa_netmask).sa_family) == libc::AF_INET)
+                        .then(|| {
+                            let m = &*(ifa.ifa_netmask as *const libc::sockaddr_in);
+                            u32::from_be(m.sin_addr.s_addr)
+                        });
+                    let broadcast = match mask {
+                        Some(m) if ifa.ifa_flags & libc::IFF_BROADCAST as u32 != 0 => {
+                            subnet_broadcast(addr, m)
+                        }
+                        _ => None,
+                    };
+                    out.push(IfAddr {
+                        interface,
+                        addr: IpAddr::V4(addr),
+                        broadcast,
+                    });
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    out.push(IfAddr {
+                        interface,
+                        addr: IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                        broadcast: None,
+                    });
+                }
+                _ => {}
+            }
+        }
+        libc::freeifaddrs(list);
+    }
+    out
+}
+
+/// The broadcast address of `addr`'s subnet of mask `mask`; none for /31 and /32, which have
+/// no broadcast address.
+pub fn subnet_broadcast(addr: Ipv4Addr, mask: u32) -> Option<Ipv4Addr> {
+    if mask.leading_ones() >= 31 || mask.leading_ones() + mask.trailing_zeros() != 32 {
+        return None;
+    }
+    Some(Ipv4Addr::from(u32::from(addr) | !mask))
+}
+
+/// The host's addresses a route may name as a destination: every IPv4 address but
+/// loopback, every IPv6 address but loopback and link-local. Sorted, no duplicates.
+pub fn routable() -> Vec<IpAddr> {
+    let mut v: Vec<IpAddr> = all()
+        .into_iter()
+        .map(|a| a.addr)
+        .filter(|a| {
+            !a.is_loopback()
+                && !a.is_unspecified()
+                && match a {
+                    IpAddr::V4(_) => true,
+                    IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 != 0xfe80,
+                }
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The IPv4 broadcast addresses of interface `name` (one per subnet on it).
+pub fn broadcasts(name: &str) -> Vec<Ipv4Addr> {
+    let mut v: Vec<Ipv4Addr> = all()
+        .into_iter()
+        .filter(|a| a.interface == name)
+        .filter_map(|a| a.broadcast)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subnets_broadcast_comes_from_its_mask() {
+        let a = Ipv4Addr::new(10, 1, 2, 3);
+        assert_eq!(
+            subnet_broadcast(a, 0xffff_ff00),
+            Some(Ipv4Addr::new(10, 1, 2, 255))
+        );
+        assert_eq!(
+            subnet_broadcast(a, 0xffff_0000),
+            Some(Ipv4Addr::new(10, 1, 255, 255))
+        );
+        assert_eq!(subnet_broadcast(a, 0xffff_fffe), None);
+        assert_eq!(subnet_broadcast(a, u32::MAX), None);
+        assert_eq!(subnet_broadcast(a, 0xff00_ff00), None, "not a prefix");
+    }
+
+    #[test]
+    fn loopback_is_listed_and_never_routable() {
+        let all = all();
+        assert!(all.iter().any(|a| a.addr.is_loopback()), "{all:?}");
+        assert!(routable().iter().all(|a| !a.is_loopback()));
+        assert!(broadcasts("lo").is_empty(), "loopback has no broadcast");
+    }
+}
