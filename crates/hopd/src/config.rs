@@ -113,6 +113,7 @@ struct RawConfig {
     routes: Vec<RawRoute>,
     #[serde(default)]
     kernel_routes: bool,
+    batman_interface: Option<String>,
     #[serde(default)]
     overhear: bool,
     link_status_socket: Option<PathBuf>,
@@ -209,6 +210,8 @@ pub struct Config {
     pub neighbours: Vec<Neighbour>,
     pub routes: BTreeMap<NodeId, NodeId>,
     pub kernel_routes: bool,
+    /// Next hops from batman-adv's originator table of this interface (batman.rs).
+    pub batman_interface: Option<String>,
     /// Read the unicast datagrams neighbours send each other from a packet socket
     /// (CAP_NET_RAW): HxH then uses passive feedback (HxH §3.2) and Hop caches what it hears.
     pub overhear: bool,
@@ -851,6 +854,7 @@ impl Config {
             neighbours,
             routes,
             kernel_routes: raw.kernel_routes,
+            batman_interface: raw.batman_interface.clone(),
             overhear: raw.overhear,
             link_status_socket: raw.link_status_socket,
             link_queue_frames,

@@ -82,6 +82,40 @@ pub fn subnet_broadcast(addr: Ipv4Addr, mask: u32) -> Option<Ipv4Addr> {
     Some(Ipv4Addr::from(u32::from(addr) | !mask))
 }
 
+/// The MAC addresses of the host's interfaces (loopback's and all-zero ones left out),
+/// sorted, no duplicates.
+pub fn macs() -> Vec<[u8; 6]> {
+    let mut out = Vec::new();
+    // SAFETY: as in `all`; an AF_PACKET address is a sockaddr_ll.
+    unsafe {
+        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+        if libc::getifaddrs(&mut list) != 0 {
+            return out;
+        }
+        let mut p = list;
+        while !p.is_null() {
+            let ifa = &*p;
+            p = ifa.ifa_next;
+            if ifa.ifa_addr.is_null() || i32::from((*ifa.ifa_addr).sa_family) != libc::AF_PACKET {
+                continue;
+            }
+            let ll = &*(ifa.ifa_addr as *const libc::sockaddr_ll);
+            if ll.sll_halen != 6 {
+                continue;
+            }
+            let mut m = [0u8; 6];
+            m.copy_from_slice(&ll.sll_addr[..6]);
+            if m != [0; 6] {
+                out.push(m);
+            }
+        }
+        libc::freeifaddrs(list);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The host's addresses a route may name as a destination: every IPv4 address but
 /// loopback, every IPv6 address but loopback and link-local. Sorted, no duplicates.
 pub fn routable() -> Vec<IpAddr> {

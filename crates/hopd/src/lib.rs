@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod batman;
 pub mod cli;
 pub mod config;
 pub mod counter;

@@ -140,6 +140,7 @@ async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Resul
     };
     let api = hopd::server::bind_api(&cfg.api_socket, cfg.api_gid)?;
     let kernel_routes = cfg.kernel_routes;
+    let batman = cfg.batman_interface.clone();
     let api_path = cfg.api_socket.clone();
     let (ctx, crx) = mpsc::channel(1024);
     // Detached transfers a previous run kept on disk are sent again.
@@ -154,6 +155,9 @@ async fn run(mut cfg: Config, config_path: std::path::PathBuf) -> std::io::Resul
     }
     if kernel_routes {
         hopd::netlink::spawn(ctx.clone());
+    }
+    if let Some(ifname) = batman {
+        hopd::batman::spawn(ifname, ctx.clone());
     }
     // SIGHUP re-reads the configuration (neighbours and routes at once, without dropping
     // flows); it used to end the daemon, the signal's default action.

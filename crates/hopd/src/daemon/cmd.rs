@@ -134,4 +134,8 @@ pub enum Cmd {
     Routes {
         routes: Vec<crate::netlink::Route>,
     },
+    /// batman-adv's originator table, read again (batman.rs).
+    Originators {
+        table: Vec<crate::batman::Originator>,
+    },
 }

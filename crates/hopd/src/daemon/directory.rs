@@ -13,10 +13,13 @@
 //! [`EXPIRE_HELLOS`] hello intervals (at least [`EXPIRE_MIN`]) is forgotten: a node gone
 //! from the mesh drops out of every directory, while copies passed round cannot keep it.
 //!
+//! Records also list the host's MAC addresses, which map batman-adv's originators to nodes
+//! (batman.rs).
+//!
 //! Body: `"HDIR"` | version 1 | record count (u8) | records. Record: node id (u32) |
 //! sequence (u64) | address count (u8) | addresses (family 4 or 6, then 4 or 16 bytes) |
-//! signed (u8, 0 or 1) | if signed: Ed25519 public key (32) and signature (64) of
-//! `"hop record v1"` and every record byte before the key.
+//! MAC count (u8) | MACs (6 bytes each) | signed (u8, 0 or 1) | if signed: Ed25519 public
+//! key (32) and signature (64) of `"hop record v1"` and every record byte before the key.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -46,6 +49,7 @@ pub(super) struct Record {
     pub(super) id: NodeId,
     pub(super) seq: u64,
     pub(super) addrs: Vec<IpAddr>,
+    pub(super) macs: Vec<crate::batman::Mac>,
     /// The signing key and whether the signature verified.
     pub(super) key: Option<(PublicKey, bool)>,
     /// The record's bytes, passed on as they came.
@@ -64,6 +68,7 @@ pub(super) fn encode_record(
     id: NodeId,
     seq: u64,
     addrs: &[IpAddr],
+    macs: &[crate::batman::Mac],
     key: Option<&NodeKey>,
 ) -> Vec<u8> {
     let mut b = Vec::with_capacity(64);
@@ -82,6 +87,11 @@ pub(super) fn encode_record(
                 b.extend_from_slice(&v6.octets());
             }
         }
+    }
+    let macs = &macs[..macs.len().min(MAX_ADDRS)];
+    b.push(macs.len() as u8);
+    for m in macs {
+        b.extend_from_slice(m);
     }
     match key {
         Some(k) => {
@@ -122,6 +132,16 @@ pub(super) fn decode_record(b: &[u8]) -> Option<(Record, usize)> {
             _ => return None,
         }
     }
+    let m = *b.get(at)? as usize;
+    if m > MAX_ADDRS {
+        return None;
+    }
+    at += 1;
+    let mut macs = Vec::with_capacity(m);
+    for _ in 0..m {
+        macs.push(b.get(at..at + 6)?.try_into().ok()?);
+        at += 6;
+    }
     let key = match *b.get(at)? {
         0 => {
             at += 1;
@@ -144,6 +164,7 @@ pub(super) fn decode_record(b: &[u8]) -> Option<(Record, usize)> {
             id,
             seq,
             addrs,
+            macs,
             key,
             bytes: b[..at].to_vec(),
         },
@@ -205,7 +226,7 @@ impl Daemon {
             match self.directory.get_mut(&r.id) {
                 Some(e) if e.record.seq >= r.seq => {}
                 Some(e) => {
-                    if e.record.addrs != r.addrs {
+                    if e.record.addrs != r.addrs || e.record.macs != r.macs {
                         info!(node = r.id, addresses = ?r.addrs, "directory: node's addresses changed");
                         changed = true;
                     }
@@ -228,6 +249,9 @@ impl Daemon {
         if changed && self.cfg.kernel_routes {
             self.refresh_kernel_routes();
         }
+        if changed {
+            self.refresh_batman_routes();
+        }
     }
 
     /// Forget records not renewed in time.
@@ -245,8 +269,31 @@ impl Daemon {
             }
             keep
         });
-        if self.directory.len() != before && self.cfg.kernel_routes {
-            self.refresh_kernel_routes();
+        if self.directory.len() != before {
+            if self.cfg.kernel_routes {
+                self.refresh_kernel_routes();
+            }
+            self.refresh_batman_routes();
+        }
+    }
+
+    /// Next hops from batman-adv's originator table as last read (batman.rs), with the
+    /// nodes' MACs from the directory; the routing table is rebuilt if they changed.
+    pub(super) fn refresh_batman_routes(&mut self) {
+        if self.cfg.batman_interface.is_none() {
+            return;
+        }
+        let mut nodes: Vec<(NodeId, Vec<crate::batman::Mac>)> = self
+            .directory
+            .values()
+            .map(|e| (e.record.id, e.record.macs.clone()))
+            .collect();
+        nodes.push((self.cfg.node_id, crate::ifaddr::macs()));
+        let routes = crate::batman::next_hops(&self.batman_raw, &nodes, self.cfg.node_id);
+        if routes != self.batman_routes {
+            info!(routes = routes.len(), "batman-adv next hops changed");
+            self.batman_routes = routes;
+            self.apply_routes();
         }
     }
 
@@ -268,6 +315,7 @@ impl Daemon {
             self.cfg.node_id,
             self.directory_seq,
             &crate::ifaddr::routable(),
+            &crate::ifaddr::macs(),
             self.cfg.node_key.as_deref(),
         );
         let mut records = vec![own];
@@ -335,6 +383,7 @@ impl Daemon {
                 serde_json::json!({
                     "id": e.record.id,
                     "addresses": e.record.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+                    "macs": e.record.macs.iter().map(|m| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")).collect::<Vec<_>>(),
                     "renewed_ms": now.duration_since(e.renewed).as_millis() as u64,
                 })
             })
@@ -355,19 +404,21 @@ mod tests {
     fn records_round_trip_signed_and_not() {
         let k = NodeKey::from_seed(&[3; 32]).unwrap();
         let addrs: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+        let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
         for key in [None, Some(&k)] {
-            let b = encode_record(k.node_id(), 7, &addrs, key);
+            let b = encode_record(k.node_id(), 7, &addrs, &macs, key);
             let (r, n) = decode_record(&b).unwrap();
             assert_eq!(n, b.len());
             assert_eq!((r.id, r.seq, &r.addrs), (k.node_id(), 7, &addrs));
+            assert_eq!(r.macs, macs);
             assert_eq!(r.key, key.map(|k| (*k.public(), true)));
         }
         // A changed byte breaks the signature.
-        let mut b = encode_record(k.node_id(), 7, &addrs, Some(&k));
+        let mut b = encode_record(k.node_id(), 7, &addrs, &macs, Some(&k));
         b[10] ^= 1;
         assert_eq!(decode_record(&b).unwrap().0.key.map(|k| k.1), Some(false));
         // Truncated or padded bodies are refused.
-        let one = encode_record(1, 1, &addrs, None);
+        let one = encode_record(1, 1, &addrs, &[], None);
         let mut body = MAGIC.to_vec();
         body.extend_from_slice(&[VERSION, 1]);
         body.extend_from_slice(&one);

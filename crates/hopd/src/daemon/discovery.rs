@@ -340,7 +340,10 @@ impl Daemon {
     /// The core's routes: configured neighbours and routes, kernel routes, and discovered
     /// neighbours as their own next hops.
     pub(super) fn apply_routes(&mut self) {
-        let mut r = merged_routes(&self.cfg, &self.kernel_routes);
+        // batman-adv's next hops over the kernel's (which on bat0 name no gateway).
+        let mut learned = self.kernel_routes.clone();
+        learned.extend(self.batman_routes.iter().map(|(d, n)| (*d, *n)));
+        let mut r = merged_routes(&self.cfg, &learned);
         for id in self.discovered.keys() {
             if hop_proto::routing::Routing::next_hop(&r, *id).is_none() {
                 r.insert(*id, *id);

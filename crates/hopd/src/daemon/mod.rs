@@ -109,6 +109,9 @@ pub struct Daemon {
     /// The kernel's routes as last read (`kernel_routes` maps them with the current
     /// neighbours).
     kernel_raw: Vec<crate::netlink::Route>,
+    /// batman-adv's originator table as last read, and the next hops it gives (batman.rs).
+    batman_raw: Vec<crate::batman::Originator>,
+    batman_routes: BTreeMap<NodeId, NodeId>,
     last_heard: HashMap<NodeId, std::time::Instant>,
     /// Receive buffers; taken out while their datagrams are handled.
     rx: Option<Box<crate::io::RxBatch>>,
@@ -289,6 +292,8 @@ impl Daemon {
             offered: BTreeSet::new(),
             kernel_routes: BTreeMap::new(),
             kernel_raw: Vec::new(),
+            batman_raw: Vec::new(),
+            batman_routes: BTreeMap::new(),
             last_heard: HashMap::new(),
             rx: Some(Box::new(crate::io::RxBatch::new())),
             txq: crate::io::TxQueue::new(true),
@@ -761,6 +766,10 @@ impl Daemon {
             Cmd::Routes { routes } => {
                 self.kernel_raw = routes;
                 self.refresh_kernel_routes();
+            }
+            Cmd::Originators { table } => {
+                self.batman_raw = table;
+                self.refresh_batman_routes();
             }
         }
     }

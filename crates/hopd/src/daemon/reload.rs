@@ -109,6 +109,12 @@ impl Daemon {
         );
         differs("log_level", &old.log_level, &new.log_level, n);
         differs("kernel_routes", &old.kernel_routes, &new.kernel_routes, n);
+        differs(
+            "batman_interface",
+            &old.batman_interface,
+            &new.batman_interface,
+            n,
+        );
         differs("overhear", &old.overhear, &new.overhear, n);
         differs(
             "link_status_socket",

@@ -85,6 +85,11 @@ impl Daemon {
                 .iter()
                 .map(|(d, n)| (d.to_string(), serde_json::json!(n)))
                 .collect::<serde_json::Map<_, _>>(),
+            "batman_next_hops": self
+                .batman_routes
+                .iter()
+                .map(|(d, n)| (d.to_string(), serde_json::json!(n)))
+                .collect::<serde_json::Map<_, _>>(),
             "custody": self.custody_json(),
             "spool": self.spool_json(),
             "counters": self.counters,
