@@ -5,9 +5,10 @@
 //! sees them (`PACKET_OTHERHOST`). With `overhear = true` hopd opens one (`AF_PACKET`, which
 //! needs CAP_NET_RAW) and hands the mesh's datagrams on it to the node as overheard: HxH's
 //! passive feedback (HxH §3.2) learns from them that the next hop forwarded a packet, and Hop
-//! caches the data it overhears (Hop §3.2). A classic BPF filter in the kernel keeps only IPv4
-//! UDP datagrams to the mesh port that were meant for another host, so nothing else is copied
-//! to user space.
+//! caches the data it overhears (Hop §3.2). A classic BPF filter in the kernel keeps only UDP
+//! datagrams to the mesh port that were meant for another host, so nothing else is copied to
+//! user space: IPv4 ones, or IPv6 ones (UDP right after the fixed header) for a node that
+//! listens on IPv6.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -78,31 +79,84 @@ pub fn filter(port: u16) -> Vec<libc::sock_filter> {
     ]
 }
 
+/// The IPv6 filter: another host's IPv6 packet whose next header is UDP (no extension
+/// headers: Hop's datagrams carry none), to `port`.
+pub fn filter_v6(port: u16) -> Vec<libc::sock_filter> {
+    let ip = ETH_HDR as u32;
+    vec![
+        /* 0 */ stmt(BPF_LD | BPF_W | BPF_ABS, AD_PKTTYPE),
+        /* 1 */ jump(BPF_JMP | BPF_JEQ | BPF_K, PACKET_OTHERHOST, 0, 5),
+        /* 2 */ stmt(BPF_LD | BPF_B | BPF_ABS, ip + 6),
+        /* 3 */ jump(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_UDP, 0, 3),
+        /* 4 */ stmt(BPF_LD | BPF_H | BPF_ABS, ip + 40 + 2),
+        /* 5 */ jump(BPF_JMP | BPF_JEQ | BPF_K, u32::from(port), 0, 1),
+        /* 6 */ stmt(BPF_RET | BPF_K, BUF as u32),
+        /* 7 */ stmt(BPF_RET | BPF_K, 0),
+    ]
+}
+
 /// The source and the datagrams of one frame read with its virtio header: one UDP payload,
 /// or the segments of a GSO aggregate (`gso_size` bytes each, the last one shorter).
 pub fn datagrams(read: &[u8], port: u16) -> Option<(SocketAddr, Vec<&[u8]>)> {
-    if read.len() < VNET_HDR + ETH_HDR || read[VNET_HDR + 12..VNET_HDR + 14] != [0x08, 0x00] {
+    if read.len() < VNET_HDR + ETH_HDR {
         return None;
     }
+    let v6 = match read[VNET_HDR + 12..VNET_HDR + 14] {
+        [0x08, 0x00] => false,
+        [0x86, 0xdd] => true,
+        _ => return None,
+    };
     let gso_type = read[1];
     let gso_size = usize::from(u16::from_ne_bytes([read[4], read[5]]));
     let pkt = &read[VNET_HDR + ETH_HDR..];
+    let header = if v6 { udp_header_v6 } else { udp_header };
     if gso_type == 0 {
-        let (src, body) = udp_payload(pkt, port)?;
-        return Some((src, vec![body]));
+        if !v6 {
+            let (src, body) = udp_payload(pkt, port)?;
+            return Some((src, vec![body]));
+        }
+        let (src, udp) = header(pkt, port)?;
+        let ulen = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+        if ulen < 8 || ulen > udp.len() {
+            return None;
+        }
+        return Some((src, vec![&udp[8..ulen]]));
     }
     // An aggregate: its IP and UDP lengths describe the whole; the segments follow the UDP
     // header back to back.
     if gso_size == 0 {
         return None;
     }
-    let (src, body) = udp_aggregate(pkt, port)?;
-    Some((src, body.chunks(gso_size).collect()))
+    let (src, udp) = header(pkt, port)?;
+    Some((src, udp[8..].chunks(gso_size).collect()))
 }
 
-fn udp_aggregate(pkt: &[u8], port: u16) -> Option<(SocketAddr, &[u8])> {
-    let (src, udp) = udp_header(pkt, port)?;
-    Some((src, &udp[8..]))
+/// The source and the UDP packet (header included) of an IPv6 packet to `port` whose next
+/// header is UDP, up to the payload length.
+fn udp_header_v6(pkt: &[u8], port: u16) -> Option<(SocketAddr, &[u8])> {
+    if pkt.len() < 48 || pkt[0] >> 4 != 6 || u32::from(pkt[6]) != IPPROTO_UDP {
+        return None;
+    }
+    let payload = usize::from(u16::from_be_bytes([pkt[4], pkt[5]]));
+    // An aggregate's payload length may be 0: then the packet as read.
+    let end = if payload == 0 {
+        pkt.len()
+    } else {
+        40 + payload
+    };
+    if end < 48 || end > pkt.len() {
+        return None;
+    }
+    let udp = &pkt[40..end];
+    if u16::from_be_bytes([udp[2], udp[3]]) != port {
+        return None;
+    }
+    let src: [u8; 16] = pkt[8..24].try_into().ok()?;
+    let sport = u16::from_be_bytes([udp[0], udp[1]]);
+    Some((
+        SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::from(src)), sport),
+        udp,
+    ))
 }
 
 /// The source and the UDP packet (header included) of an IPv4 packet to `port`, up to the
@@ -164,9 +218,11 @@ pub struct Overhear {
 }
 
 impl Overhear {
-    /// Open on `interface` (every interface when `None`) for datagrams to `port`.
-    pub fn open(interface: Option<&str>, port: u16) -> io::Result<Overhear> {
-        let proto = (libc::ETH_P_IP as u16).to_be();
+    /// Open on `interface` (every interface when `None`) for datagrams to `port`, IPv6 ones
+    /// if `v6`, else IPv4 ones.
+    pub fn open(interface: Option<&str>, port: u16, v6: bool) -> io::Result<Overhear> {
+        let eth_p = if v6 { libc::ETH_P_IPV6 } else { libc::ETH_P_IP };
+        let proto = (eth_p as u16).to_be();
         let sock = Socket::new(
             Domain::PACKET,
             Type::RAW,
@@ -179,7 +235,7 @@ impl Overhear {
             )
         })?;
         // Filter first, so nothing unfiltered queues before the bind.
-        sock.attach_filter(&filter(port))?;
+        sock.attach_filter(&if v6 { filter_v6(port) } else { filter(port) })?;
         // A neighbour's burst must not overflow it (the datagrams would just be unheard).
         crate::socket::force_buffers(&sock);
         let r = crate::io::set_int_option(sock.as_raw_fd(), libc::SOL_PACKET, PACKET_VNET_HDR, 1);
@@ -350,9 +406,49 @@ mod tests {
         assert!(datagrams(&one[..VNET_HDR + 5], 7470).is_none());
     }
 
+    fn packet_v6(dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; 48 + payload.len()];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        p[6] = 17;
+        p[7] = 64;
+        p[8..24].copy_from_slice(&"fd00::3".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p[24..40].copy_from_slice(&"fd00::4".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p[40..42].copy_from_slice(&40000u16.to_be_bytes());
+        p[42..44].copy_from_slice(&dport.to_be_bytes());
+        p[44..46].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        p[48..].copy_from_slice(payload);
+        p
+    }
+
+    #[test]
+    fn ipv6_datagrams_and_aggregates_parse_too() {
+        let mut one = framed(0, 0, &packet_v6(7470, b"abc"));
+        one[VNET_HDR + 12..VNET_HDR + 14].copy_from_slice(&[0x86, 0xdd]);
+        let (src, d) = datagrams(&one, 7470).unwrap();
+        assert_eq!(src, "[fd00::3]:40000".parse().unwrap());
+        assert_eq!(d, vec![&b"abc"[..]]);
+        assert!(datagrams(&one, 7471).is_none(), "another port");
+        let mut agg = framed(5, 4, &packet_v6(7470, b"aaaabbbbcc"));
+        agg[VNET_HDR + 12..VNET_HDR + 14].copy_from_slice(&[0x86, 0xdd]);
+        let (_, d) = datagrams(&agg, 7470).unwrap();
+        assert_eq!(d, vec![&b"aaaa"[..], b"bbbb", b"cc"]);
+        let mut ext = one.clone();
+        ext[VNET_HDR + ETH_HDR + 6] = 0; // a hop-by-hop options header first
+        assert!(datagrams(&ext, 7470).is_none());
+        for cut in [VNET_HDR + ETH_HDR + 10, one.len() - 1] {
+            assert!(datagrams(&one[..cut], 7470).is_none(), "truncated at {cut}");
+        }
+    }
+
     #[test]
     fn filter_jumps_land_on_its_two_returns() {
-        let f = filter(7470);
+        for f in [filter(7470), filter_v6(7470)] {
+            filter_lands(&f);
+        }
+    }
+
+    fn filter_lands(f: &[libc::sock_filter]) {
         let (accept, drop) = (f.len() - 2, f.len() - 1);
         for (i, ins) in f.iter().enumerate() {
             if ins.code & 0x07 == BPF_JMP {

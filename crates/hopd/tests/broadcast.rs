@@ -20,14 +20,20 @@ fn transfer_on_one_bridge(mode: &str) -> (u64, u64) {
     let extra = |tag: u32, port: u16| {
         format!("link_mode = \"{mode}\"\nbroadcast_address = \"10.{tag}.0.255:{port}\"")
     };
-    let st = transfer_on_bridge(&extra, false);
+    let st = transfer_on_bridge(&extra, false, false);
     let overheard = |s: &serde_json::Value| s["node"]["datagrams_overheard"].as_u64().unwrap();
     (overheard(&st[0]), overheard(&st[2]))
 }
 
 /// Transfer a file 1 → 2 → 3 over one bridge, each node configured with `extra(tag, port)`;
-/// a `hub` bridge floods every frame to every port. Returns the nodes' statuses.
-fn transfer_on_bridge(extra: &dyn Fn(u32, u16) -> String, hub: bool) -> Vec<serde_json::Value> {
+/// a `hub` bridge floods every frame to every port; `v6`: the nodes have only IPv6
+/// addresses (fd00:<tag>::<i>/64, no duplicate address detection) and listen on them.
+/// Returns the nodes' statuses.
+fn transfer_on_bridge(
+    extra: &dyn Fn(u32, u16) -> String,
+    hub: bool,
+    v6: bool,
+) -> Vec<serde_json::Value> {
     let tag = (std::process::id() % 200 + unique() * 7) % 250 + 1;
     let base = format!("hopb{}x{}", std::process::id(), unique());
     let bridge_ns = format!("{base}br");
@@ -75,12 +81,23 @@ fn transfer_on_bridge(extra: &dyn Fn(u32, u16) -> String, hub: bool) -> Vec<serd
                 "off",
             ]);
         }
-        let addr = format!("10.{tag}.0.{}/24", i + 1);
-        ip_ok(&["-n", ns, "addr", "add", &addr, "dev", "eth0"]);
+        if v6 {
+            let addr = format!("fd00:{tag:x}::{}/64", i + 1);
+            ip_ok(&["-n", ns, "addr", "add", &addr, "dev", "eth0", "nodad"]);
+        } else {
+            let addr = format!("10.{tag}.0.{}/24", i + 1);
+            ip_ok(&["-n", ns, "addr", "add", &addr, "dev", "eth0"]);
+        }
         ip_ok(&["-n", ns, "link", "set", "eth0", "up"]);
     }
     let port = 7470;
-    let addr = |i: u32| -> SocketAddr { format!("10.{tag}.0.{i}:{port}").parse().unwrap() };
+    let addr = |i: u32| -> SocketAddr {
+        if v6 {
+            format!("[fd00:{tag:x}::{i}]:{port}").parse().unwrap()
+        } else {
+            format!("10.{tag}.0.{i}:{port}").parse().unwrap()
+        }
+    };
     let extra = extra(tag, port);
     let work = tempfile::tempdir().unwrap();
     let nodes: Vec<Hopd> = (1..=3)
@@ -146,7 +163,7 @@ fn hxh_learns_from_overheard_forwards_instead_of_per_packet_acks() {
     }
     let run = |overhear: bool| {
         let extra = move |_: u32, _: u16| format!("transport = \"hxh\"\noverhear = {overhear}");
-        transfer_on_bridge(&extra, true)
+        transfer_on_bridge(&extra, true, false)
     };
     let hxh = |s: &serde_json::Value| s["node"]["transports"][0][1].clone();
     let count = |v: &serde_json::Value, a: &str, b: &str| v[a][b].as_u64().unwrap_or(0);
@@ -176,4 +193,25 @@ fn hxh_learns_from_overheard_forwards_instead_of_per_packet_acks() {
         count(&relay, "sent_by_type", "hopack") >= first_sends,
         "{relay}"
     );
+}
+
+/// IPv6: on a hub bridge, with `overhear = true`, the end nodes of a Hop transfer 1 -> 2 -> 3
+/// read the unicast datagrams they are not the destination of (the packet filter takes
+/// IPv6 UDP to the mesh port when hopd listens on IPv6).
+#[test]
+fn ipv6_unicast_between_neighbours_is_overheard() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    let extra = |_: u32, _: u16| "overhear = true".to_string();
+    let st = transfer_on_bridge(&extra, true, true);
+    let overheard = |s: &serde_json::Value| s["counters"]["rx_overheard"].as_u64().unwrap();
+    eprintln!(
+        "IPv6, datagrams overheard: node 1 {}, node 3 {}",
+        overheard(&st[0]),
+        overheard(&st[2])
+    );
+    assert!(overheard(&st[0]) > 0, "node 1 overheard nothing: {}", st[0]);
+    assert!(overheard(&st[2]) > 0, "node 3 overheard nothing: {}", st[2]);
 }

@@ -191,7 +191,11 @@ impl Daemon {
             tos(cfg.data_dscp),
         )?;
         let overhear = if cfg.overhear {
-            let o = crate::overhear::Overhear::open(cfg.interface.as_deref(), cfg.listen.port())?;
+            let o = crate::overhear::Overhear::open(
+                cfg.interface.as_deref(),
+                cfg.listen.port(),
+                cfg.listen.is_ipv6(),
+            )?;
             debug!("overhearing the neighbours' datagrams");
             Some(o)
         } else {
