@@ -10,8 +10,9 @@
 //! records are taken); without node keys the mesh key's seal is all that vouches for it.
 //! The sequence number grows at every hello (it starts from the authentication counter's
 //! lease, which grows across restarts), and a record whose number has not grown for
-//! [`EXPIRE_HELLOS`] hello intervals (at least [`EXPIRE_MIN`]) is forgotten: a node gone
-//! from the mesh drops out of every directory, while copies passed round cannot keep it.
+//! [`EXPIRE_HELLOS`] hello intervals (at least [`EXPIRE_MIN`], longer for a directory too
+//! large to pass round in that time) is forgotten: a node gone from the mesh drops out of
+//! every directory, while copies passed round cannot keep it.
 //!
 //! Records also list the host's MAC addresses, which map batman-adv's originators to nodes
 //! (batman.rs).
@@ -254,9 +255,12 @@ impl Daemon {
         }
     }
 
-    /// Forget records not renewed in time.
+    /// Forget records not renewed in time: [`EXPIRE_HELLOS`] hello intervals, or four
+    /// rounds of the whole directory where it is larger than that (about six signed records
+    /// fit a datagram, so a node passes each record on once in `n / 6 + 1` hellos).
     pub(super) fn expire_directory(&mut self) {
-        let limit = (self.cfg.hello_interval * EXPIRE_HELLOS).max(EXPIRE_MIN);
+        let rounds = 4 * (self.directory.len() as u32 / 6 + 1);
+        let limit = (self.cfg.hello_interval * EXPIRE_HELLOS.max(rounds)).max(EXPIRE_MIN);
         let now = Instant::now();
         let before = self.directory.len();
         self.directory.retain(|id, e| {
