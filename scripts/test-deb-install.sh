@@ -6,12 +6,12 @@
 # `apt-get install ./hopd_*.deb` resolves the dependencies and the maintainer scripts succeed;
 # hopd and hop run; manual pages, completions, unit and sysusers file are in place; user `hopd`
 # (the unit's) and group `hop` exist; /etc/hopd/hopd.toml is a conffile, mode 640 root:hopd,
-# and an edit survives a reinstall; the mesh key made as the template says is readable by
-# hopd and no one else;
-# `hopd --check-config` rejects the template until the mesh key is made as its comments say,
-# then accepts it; the unit is not enabled; two nodes started from the installed binaries with
-# configurations made from the template move a file and standard input over loopback; purge
-# removes the binaries, unit and configuration.
+# and an edit survives a reinstall; the node key and members file the postinst makes are
+# readable by hopd and no one else, the members file admits the node's own key, and a
+# reinstall keeps the key; `hopd --check-config` accepts the template as installed; the unit is
+# not enabled; two nodes started from the installed binaries with configurations made from the
+# template (each its own key, both in one members file, sessions) move a file and standard
+# input over loopback; purge removes the binaries, unit and configuration.
 # On the host: `systemd-analyze verify` on the unit as installed in that chroot, and lintian.
 #
 # Usage (root): scripts/test-deb-install.sh [hopd_VERSION_ARCH.deb]
@@ -158,54 +158,69 @@ install)
     dmode=$(stat -c '%a %U:%G' /etc/hopd)
     [ "$dmode" = "750 root:hopd" ] || fail "/etc/hopd: $dmode"
 
-    say "hopd --check-config on the template without its mesh key (must fail)"
-    if out=$(hopd --check-config /etc/hopd/hopd.toml 2>&1); then fail "accepted: $out"; fi
-    echo "$out"
-    grep -q 'mesh_key_file' <<<"$out" || fail "not the missing key"
-
-    say "the mesh key, made by the commands in the template's [security] comment"
-    sed -n '/^\[security\]/,/^mesh_key_file/s/^#   //p' /etc/hopd/hopd.toml | tee /root/make-key.sh
-    sh -e /root/make-key.sh
-    grep -Eqx '[0-9a-f]{64}' /etc/hopd/mesh.key || fail "mesh.key is not 64 hex digits"
-    kmode=$(stat -c '%a %U:%G' /etc/hopd/mesh.key)
-    [ "$kmode" = "640 root:hopd" ] || fail "mesh.key: $kmode"
-
-    say "hopd --check-config on the template with the key, as user hopd (as the unit runs it)"
-    out=$(runuser -u hopd -- hopd --check-config /etc/hopd/hopd.toml 2>&1) || fail "$out"
-    echo "$out"
-    grep -q 'node 1, 1 neighbours' <<<"$out" || fail "unexpected output"
-    if runuser -u nobody -- cat /etc/hopd/mesh.key >/dev/null 2>&1; then
-        fail "another user reads the mesh key"
+    say "the node key and members file made by the postinst"
+    for f in /etc/hopd/node.key /etc/hopd/members; do
+        m=$(stat -c '%a %U:%G' "$f") || fail "no $f"
+        [ "$m" = "640 root:hopd" ] || fail "$f: $m"
+    done
+    grep -Eqx '[0-9a-f]{64}' /etc/hopd/node.key || fail "node.key is not 64 hex digits"
+    # Kept, not replaced: keygen on the existing key prints it.
+    public=$(hop keygen --out /etc/hopd/node.key | awk '/public key:/ {print $3}')
+    grep -q "^$public" /etc/hopd/members || fail "the members file does not admit the node's key"
+    if runuser -u nobody -- cat /etc/hopd/node.key >/dev/null 2>&1; then
+        fail "another user reads the node key"
     fi
 
-    say "reinstall keeps an edited conffile"
-    sed -i 's/^node_id = 1$/node_id = 7/' /etc/hopd/hopd.toml
+    say "hopd --check-config on the template as installed, as user hopd (as the unit runs it)"
+    out=$(runuser -u hopd -- hopd --check-config /etc/hopd/hopd.toml 2>&1) || fail "$out"
+    echo "$out"
+    grep -q ', 0 neighbours' <<<"$out" || fail "unexpected output"
+
+    say "reinstall keeps an edited conffile and the node key"
+    sum=$(sha256sum /etc/hopd/node.key)
+    sed -i 's/^log_level = "info"$/log_level = "debug"/' /etc/hopd/hopd.toml
     dpkg -i "$deb" >/dev/null
-    grep -qx 'node_id = 7' /etc/hopd/hopd.toml || fail "edit lost"
+    grep -qx 'log_level = "debug"' /etc/hopd/hopd.toml || fail "edit lost"
+    [ "$(sha256sum /etc/hopd/node.key)" = "$sum" ] || fail "node key replaced"
     hopd --check-config /etc/hopd/hopd.toml
     ;;
 transfer)
-    # Two nodes from the installed package, on loopback, as the template configures one (its
-    # key, its group): a file and standard input cross from node 1 to node 2. Node 2 runs as
-    # the package's user hopd, as the unit runs it (without its capabilities, which this
-    # configuration does not need), and its socket is used by a member of group hop (alice).
+    # Two nodes from the installed package, on loopback, as the template configures one (a
+    # node key each, one members file admitting both, sessions; each other listed as a
+    # neighbour, as loopback has no broadcast for discovery): a file and standard input cross
+    # from node 1 to node 2. Node 2 runs as the package's user hopd, as the unit runs it
+    # (without its capabilities, which this configuration does not need), and its socket is
+    # used by a member of group hop (alice).
     say "two nodes move files"
     pids=()
     trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+    mkdir -p /var/lib/hop-test
+    chmod 755 /var/lib/hop-test
+    ids=()
+    for n in 1 2; do
+        ids[n]=$(hop keygen --out /var/lib/hop-test/n$n.key --members /var/lib/hop-test/members \
+            --name node-$n | awk '/node id:/ {print $3}')
+        chgrp hopd /var/lib/hop-test/n$n.key
+        chmod 640 /var/lib/hop-test/n$n.key
+    done
+    chgrp hopd /var/lib/hop-test/members
+    chmod 640 /var/lib/hop-test/members
     for n in 1 2; do
         other=$((3 - n))
         mkdir -p /var/lib/hop-test/n$n
-        chmod 755 /var/lib/hop-test
-        sed -e "s/^node_id = .*/node_id = $n/" \
-            -e "s/^listen = .*/listen = \"127.0.0.1$n:7470\"/" \
+        sed -e "s/^listen = .*/listen = \"127.0.0.1$n:7470\"/" \
             -e "s/^metrics_listen = .*/metrics_listen = \"127.0.0.1:947$n\"/" \
+            -e "s/^interface = .*//" \
             -e "s/^discovery_address = .*//" \
-            -e "s/^id = 2$/id = $other/" \
-            -e "s/^address = .*/address = \"127.0.0.1$other:7470\"/" \
             -e "s|^dir = .*|dir = \"/var/lib/hop-test/n$n/store\"|" \
+            -e "s|^node_key_file = .*|node_key_file = \"/var/lib/hop-test/n$n.key\"|" \
+            -e "s|^members_file = .*|members_file = \"/var/lib/hop-test/members\"|" \
             /etc/hopd/hopd.toml >/var/lib/hop-test/n$n.toml
         echo "api_socket = \"/var/lib/hop-test/n$n/api.sock\"" >/var/lib/hop-test/head
-        cat /var/lib/hop-test/head /var/lib/hop-test/n$n.toml >/var/lib/hop-test/n$n.conf
+        printf '[[neighbours]]\nid = %s\naddress = "127.0.0.1%s:7470"\n' "${ids[other]}" "$other" \
+            >/var/lib/hop-test/tail
+        cat /var/lib/hop-test/head /var/lib/hop-test/n$n.toml /var/lib/hop-test/tail \
+            >/var/lib/hop-test/n$n.conf
         chgrp hopd /var/lib/hop-test/n$n.conf
         chmod 640 /var/lib/hop-test/n$n.conf
         hopd --check-config /var/lib/hop-test/n$n.conf
@@ -223,9 +238,9 @@ transfer)
         { cat /var/lib/hop-test/n2.log; fail "node 2's socket is not hopd:hop 660"; }
     useradd --no-create-home --groups hop alice
     head -c 3000000 /dev/urandom >/root/report.bin
-    timeout 120 hop --socket /var/lib/hop-test/n1/api.sock send --quiet /root/report.bin --to 2 ||
+    timeout 120 hop --socket /var/lib/hop-test/n1/api.sock send --quiet /root/report.bin --to "${ids[2]}" ||
         { cat /var/lib/hop-test/n1.log; fail "hop send"; }
-    echo "field notes" | timeout 60 hop --socket /var/lib/hop-test/n1/api.sock send --quiet - --name notes.txt --to 2
+    echo "field notes" | timeout 60 hop --socket /var/lib/hop-test/n1/api.sock send --quiet - --name notes.txt --to "${ids[2]}"
     mkdir -p /var/lib/hop-test/in
     chown alice /var/lib/hop-test/in
     timeout 60 runuser -u alice -- hop --socket /var/lib/hop-test/n2/api.sock recv \
@@ -249,8 +264,9 @@ purge)
     done
     left=$(find /etc/systemd /var/lib/systemd -name 'hopd*' 2>/dev/null)
     [ -z "$left" ] || fail "systemd state left after purge: $left"
-    # Not the package's: the key the administrator made, and the group (Debian keeps system
-    # groups on purge, as files may still belong to them).
+    # Not removed: the node's key and members file (an identity is not thrown away with the
+    # package), and the group (Debian keeps system groups on purge, as files may still belong
+    # to them).
     echo "left, by design: $(ls -A /etc/hopd | tr '\n' ' ')and $(getent group hop), $(getent passwd hopd)"
     ;;
 esac

@@ -231,3 +231,130 @@ fn nodes_with_only_keys_find_each_other_and_move_a_file_over_four_hops() {
         "{relay}"
     );
 }
+
+/// Benchmark, not run by default (`cargo test --release -p hopd --test discovery --
+/// --ignored --nocapture`): the same five-namespace chain (four hops, no loss), once as
+/// configured in the field (keys, members, sessions, discovery, the directory and kernel
+/// routes: nothing else) and once as before (one mesh key, neighbours and routes listed),
+/// back to back; prints how long the field nodes took to learn the last node and to hold
+/// every neighbour's key, and each configuration's time for one 64 MiB file.
+#[test]
+#[ignore]
+fn bench_field_configuration_against_listed_neighbours() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    const N: u32 = 5;
+    const SIZE: usize = 64 << 20;
+    for field in [true, false, true, false] {
+        let port = free_port();
+        let chain = NetnsChain::new(N, 0, port);
+        let t = chain.tag;
+        let work = tempfile::tempdir().unwrap();
+        let ids: Vec<u32>;
+        let nodes: Vec<Hopd>;
+        let started = std::time::Instant::now();
+        if field {
+            for i in 0..N {
+                for k in 0..N - 1 {
+                    let gw = if k > i {
+                        format!("10.{t}.{i}.2")
+                    } else if k + 1 < i {
+                        format!("10.{t}.{}.1", i - 1)
+                    } else {
+                        continue;
+                    };
+                    ip_ok(&[
+                        "-n",
+                        &chain.names[i as usize],
+                        "route",
+                        "add",
+                        &format!("10.{t}.{k}.0/24"),
+                        "via",
+                        &gw,
+                    ]);
+                }
+            }
+            let keys: Vec<(String, u32)> = (0..N)
+                .map(|i| keygen(&work.path().join(format!("node{i}.key"))))
+                .collect();
+            let members = work.path().join("members");
+            let list: String = keys.iter().map(|k| format!("{}\n", k.0)).collect();
+            std::fs::write(&members, list).unwrap();
+            ids = keys.iter().map(|k| k.1).collect();
+            nodes = (0..N)
+                .map(|i| {
+                    let mut links = Vec::new();
+                    if i > 0 {
+                        links.push(format!("\"10.{t}.{}.255:{port}\"", i - 1));
+                    }
+                    if i + 1 < N {
+                        links.push(format!("\"10.{t}.{i}.255:{port}\""));
+                    }
+                    let extra = format!(
+                        "discovery_addresses = [{}]\nhello_interval = \"1s\"\nkernel_routes = true\n\
+                         security.node_key_file = \"{}\"\nsecurity.members_file = \"{}\"\nsecurity.sessions = true",
+                        links.join(", "),
+                        work.path().join(format!("node{i}.key")).display(),
+                        members.display()
+                    );
+                    let spec = NodeSpec {
+                        id: ids[i as usize],
+                        listen: format!("0.0.0.0:{port}").parse().unwrap(),
+                        neighbours: vec![],
+                        routes: vec![],
+                        netns: Some(chain.names[i as usize].clone()),
+                        extra,
+                    };
+                    Hopd::start(spec, work.path().join(format!("n{i}")))
+                })
+                .collect();
+            let last = ids[N as usize - 1];
+            while !nodes[0].status()["directory"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|e| e["id"] == last))
+            {
+                assert!(started.elapsed() < Duration::from_secs(60));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let learned = started.elapsed();
+            let keyed = |n: &Hopd| {
+                let st = n.status();
+                st["neighbours"]
+                    .as_array()
+                    .is_some_and(|v| !v.is_empty() && v.iter().all(|x| x["session_key"] == true))
+            };
+            while !nodes.iter().all(keyed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            eprintln!(
+                "field: node 0 learned the last node after {:.2} s; every node held its neighbours' keys after {:.2} s (hello_interval 1 s)",
+                learned.as_secs_f64(),
+                started.elapsed().as_secs_f64()
+            );
+        } else {
+            ids = (1..=N).collect();
+            nodes = netns_nodes(&chain, N, port, work.path(), "");
+        }
+        let file = work.path().join("big.bin");
+        std::fs::write(&file, pattern(5, SIZE)).unwrap();
+        let t0 = std::time::Instant::now();
+        let out = send(&nodes[0], &[&file], ids[N as usize - 1]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let secs = t0.elapsed().as_secs_f64();
+        eprintln!(
+            "{}: 64 MiB over 4 hops in {secs:.2} s ({:.0} Mbit/s)",
+            if field {
+                "field (sessions, directory, kernel routes)"
+            } else {
+                "listed (mesh key, neighbours, routes)"
+            },
+            SIZE as f64 * 8.0 / secs / 1e6
+        );
+    }
+}
