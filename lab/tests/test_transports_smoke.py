@@ -160,3 +160,32 @@ def test_overhearing_hopd_needs_an_overhearing_medium(tmp_path):
     d.binary = lambda name: name
     with pytest.raises(LabError, match="medium.overhear"):
         d.prepare(Lab(), sp.flows)
+
+
+@needs_root
+@pytest.mark.usefixtures("medium_server")
+def test_emulated_chain_with_node_keys_and_sessions_instead_of_the_mesh_key(tmp_path):
+    # options.security = "sessions": every hopd has its own key (`hop keygen --members`), one
+    # members file admits them all, and neighbours exchange their sealing keys in Noise
+    # handshakes over the emulated 802.11 hops before the file crosses.
+    sp = spec.from_dict({
+        "name": "pytest-hop-sessions", "duration": 35,
+        "topology": {"kind": "chain", "nodes": 3},
+        "flow": [{"driver": "hop", "src": 0, "dst": 2, "size": SIZE, "label": "f",
+                  "options": {"security": "sessions"}}],
+    })
+    out = tmp_path / "out"
+    res = run_spec(sp, out, progress=lambda *_: None)
+    f = res["flows"][0]
+    raw = out / "raw"
+    assert f["complete"] and f["bytes"] == SIZE, f
+    got = (raw / "hop-recv-0" / "hop-send-0.bin").read_bytes()
+    assert got == (raw / "hop-send-0.bin").read_bytes()
+    for node in range(3):
+        cfg = (raw / f"hopd-{node}" / "hopd.toml").read_text()
+        assert "sessions = true" in cfg and "mesh_key" not in cfg
+        status = json.loads((raw / f"hopd-{node}" / "status.json").read_text())
+        assert status["sessions"] is True
+        assert status["counters"]["sessions_completed"] >= 1, status["counters"]
+        assert all(n["session_key"] for n in status["neighbours"]), status["neighbours"]
+    assert lab.lab_namespaces() == [] and lab.lab_links() == []

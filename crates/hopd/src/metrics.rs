@@ -63,6 +63,8 @@ pub struct NeighbourSample {
     pub tx_bytes: u64,
     /// Smoothed round trip on the hop to it (Hop: BSYN to BACK), seconds.
     pub rtt_s: Option<f64>,
+    /// Share of its recent hellos heard (discovery), 0 to 1.
+    pub hello_quality: Option<f64>,
     /// Data packets sent to it more than once.
     pub data_retransmissions: u64,
 }
@@ -633,6 +635,18 @@ impl Collector for Snapshot {
             "smoothed round trip on the hop to the neighbour (Hop: BSYN to BACK)",
             Some(Unit::Seconds),
             &rtt,
+        )?;
+        let quality: Vec<(Labels, f64)> = self
+            .neighbours
+            .iter()
+            .filter_map(|n| Some((vec![("neighbour", n.id.to_string())], n.hello_quality?)))
+            .collect();
+        gauges(
+            &mut e,
+            "neighbour_hello_quality",
+            "share of the neighbour's last 32 hellos heard (discovery)",
+            None,
+            &quality,
         )?;
         {
             let m = e.encode_descriptor(

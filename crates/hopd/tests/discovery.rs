@@ -230,6 +230,10 @@ fn nodes_with_only_keys_find_each_other_and_move_a_file_over_four_hops() {
         Some(2),
         "{relay}"
     );
+    // On loss-free links every hello arrives.
+    for n in relay["neighbours"].as_array().unwrap() {
+        assert_eq!(n["hello_quality"].as_f64(), Some(1.0), "{relay}");
+    }
 }
 
 /// Benchmark, not run by default (`cargo test --release -p hopd --test discovery --

@@ -21,8 +21,10 @@ class HopDriver(Driver):
     `transport` key; one per run) and options.hop is copied into hopd's [hop] section
     (hopd ignores it for the other transports); options.control_dscp sets hopd's
     `control_dscp` (the access category of BSYN/BACK; default EF, the voice queue);
-    options.overhear = true sets hopd's `overhear` (with medium.overhear). Sized transfers
-    only."""
+    options.overhear = true sets hopd's `overhear` (with medium.overhear);
+    options.security = "sessions" gives every hopd a node key (`hop keygen`), one members
+    file admitting them all and per-neighbour sessions instead of the mesh key (node ids
+    are then the keys', in `lab.hop_ids`). Sized transfers only."""
 
     name = "hop"
     runs_hopd = True  # the medium reports MAC backlogs to its hopds (spec.reports_link_status)
@@ -43,6 +45,11 @@ class HopDriver(Driver):
         """hopd node ids start at 1 (0 is reserved): lab node i is hop node i + 1."""
         return node + 1
 
+    def nid(self, lab, node: int) -> int:
+        """Lab node `node`'s hopd node id in this run: its key's with sessions, else node + 1."""
+        ids = getattr(lab, "hop_ids", None)
+        return ids[node] if ids else self.node_id(node)
+
     def socket(self, lab, node: int) -> Path:
         # Not under the run directory: its path can exceed a Unix socket's 108 bytes.
         return lab.sockets / f"hopd-{node}.sock"
@@ -51,7 +58,7 @@ class HopDriver(Driver):
                control_dscp: int | None = None, overhear: bool = False,
                control_when_full: bool | None = None) -> str:
         t = lab.spec.topology
-        lines = [f"node_id = {self.node_id(node)}", f'listen = "{lab.ip(node)}:{self.PORT}"',
+        lines = [f"node_id = {self.nid(lab, node)}", f'listen = "{lab.ip(node)}:{self.PORT}"',
                  f'transport = "{transport}"', f'api_socket = "{self.socket(lab, node)}"', ""]
         if overhear:
             # The neighbours' unicast from a packet socket (HxH's passive feedback, §3.2).
@@ -64,7 +71,7 @@ class HopDriver(Driver):
             # broadcast_rate_mbps). Control datagrams stay unicast (with ARQ).
             lines[-1:-1] = ['link_mode = "broadcast"', f'broadcast_address = "{BROADCAST}:{self.PORT}"']
         for b in t.neighbours(node):
-            lines += ["[[neighbours]]", f"id = {self.node_id(b)}", f'address = "{lab.ip(b)}:{self.PORT}"', ""]
+            lines += ["[[neighbours]]", f"id = {self.nid(lab, b)}", f'address = "{lab.ip(b)}:{self.PORT}"', ""]
         if getattr(lab, "dynamic", False):
             # A routing daemon owns the kernel table: hopd follows it (netlink) and needs the
             # address of every node that is not a neighbour.
@@ -72,18 +79,22 @@ class HopDriver(Driver):
             near = set(t.neighbours(node))
             for d in range(t.n):
                 if d != node and d not in near:
-                    lines += ["[[hosts]]", f"id = {self.node_id(d)}", f'address = "{lab.ip(d)}:{self.PORT}"', ""]
+                    lines += ["[[hosts]]", f"id = {self.nid(lab, d)}", f'address = "{lab.ip(d)}:{self.PORT}"', ""]
         else:
             for d, nh in sorted(lab.table[node].items()):
-                lines += ["[[routes]]", f"destination = {self.node_id(d)}",
-                          f"next_hop = {self.node_id(nh)}", ""]
+                lines += ["[[routes]]", f"destination = {self.nid(lab, d)}",
+                          f"next_hop = {self.nid(lab, nh)}", ""]
         if lab.spec.reports_link_status():
             # Send only while the MAC holds few frames, as a real interface's socket would.
             lines.insert(4, f'link_status_socket = "{lab.link_status_socket(node)}"')
             if control_when_full is not None:
                 lines.insert(5, f"link_control_when_full = {'true' if control_when_full else 'false'}")
-        lines += ["[storage]", f'dir = "{lab.work / f"hopd-{node}" / "store"}"', "",
-                  "[security]", f'mesh_key = "{"4c" * 32}"', ""]
+        lines += ["[storage]", f'dir = "{lab.work / f"hopd-{node}" / "store"}"', "", "[security]"]
+        if getattr(lab, "hop_ids", None):
+            lines += [f'node_key_file = "{lab.work / f"hopd-{node}" / "node.key"}"',
+                      f'members_file = "{lab.work / "hop-members"}"', "sessions = true", ""]
+        else:
+            lines += [f'mesh_key = "{"4c" * 32}"', ""]
         if params:
             lines.append("[hop]")
             for k, v in params.items():
@@ -124,6 +135,25 @@ class HopDriver(Driver):
         for f in flows:
             if f.size is None:
                 raise LabError("the hop driver transfers files: give every hop flow a size")
+        securities = {f.options.get("security", "mesh-key") for f in flows}
+        if len(securities) != 1 or not securities <= {"mesh-key", "sessions"}:
+            raise LabError(f"hop flows need one options.security per run (mesh-key or sessions), "
+                           f"got {sorted(map(str, securities))}")
+        lab.hop_ids = None
+        if securities == {"sessions"}:
+            # A key per node, all admitted in one members file (as `hop keygen --members`
+            # does on a new node); node ids are the keys'.
+            ids = {}
+            for node in range(lab.spec.topology.n):
+                d = lab.work / f"hopd-{node}"
+                d.mkdir(parents=True, exist_ok=True)
+                out = subprocess.run([self.binary("hop"), "--json", "keygen", "--out", str(d / "node.key"),
+                                      "--members", str(lab.work / "hop-members"), "--name", f"lab-{node}"],
+                                     capture_output=True, text=True, check=False)
+                if out.returncode != 0:
+                    raise LabError(f"hop keygen failed: {out.stderr.strip()}")
+                ids[node] = int(json.loads(out.stdout)["node_id"])
+            lab.hop_ids = ids
         for node in range(lab.spec.topology.n):
             d = lab.work / f"hopd-{node}"
             (d / "store").mkdir(parents=True, exist_ok=True)
@@ -169,7 +199,7 @@ class HopDriver(Driver):
                 left -= len(block)
         lab.spawn(flow.src, ["exec", "--out", str(lab.flow_file(idx, "send")), "--",
                              self.binary("hop"), "--socket", str(self.socket(lab, flow.src)), "--json",
-                             "send", str(src), "--to", str(self.node_id(flow.dst)), "--quiet"], f"f{idx}-send")
+                             "send", str(src), "--to", str(self.nid(lab, flow.dst)), "--quiet"], f"f{idx}-send")
 
     def progress(self, lab, flow, idx) -> int:
         """Unique bytes the destination's hopd has received for flows from this flow's source (its
@@ -186,7 +216,7 @@ class HopDriver(Driver):
             status = json.loads(out.stdout)
         except (OSError, subprocess.TimeoutExpired, ValueError):
             return self.held[0]
-        prefix = f"{self.node_id(flow.src)}:"
+        prefix = f"{self.nid(lab, flow.src)}:"
         # `received_bytes` counts the packets of blocks not complete yet too: the papers'
         # "unique packets received". Older hopd reports only `bytes` (delivered blocks).
         held = sum(max(int(f.get("bytes", 0)), int(f.get("received_bytes", 0)))

@@ -57,6 +57,50 @@ pub(super) struct Record {
     pub(super) bytes: Vec<u8>,
 }
 
+/// How many of a neighbour's last [`QUALITY_WINDOW`] hellos arrived, from the sequence
+/// numbers of its own record (one per hello): the link's quality as hellos measure it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct HelloWindow {
+    top: u64,
+    first: u64,
+    /// Bit i: hello `top - i` arrived.
+    bits: u64,
+}
+
+/// Hellos a neighbour's link quality counts over.
+pub(super) const QUALITY_WINDOW: u64 = 32;
+
+impl HelloWindow {
+    pub(super) fn heard(&mut self, seq: u64) {
+        if self.bits == 0 {
+            *self = HelloWindow {
+                top: seq,
+                first: seq,
+                bits: 1,
+            };
+        } else if seq > self.top {
+            let shift = seq - self.top;
+            self.bits = if shift >= 64 { 0 } else { self.bits << shift } | 1;
+            self.top = seq;
+        } else if self.top - seq < 64 {
+            self.bits |= 1 << (self.top - seq);
+            self.first = self.first.min(seq);
+        }
+    }
+
+    /// The share of the last hellos (up to [`QUALITY_WINDOW`], since the first heard) that
+    /// arrived.
+    pub(super) fn quality(&self) -> f64 {
+        let span = (self.top - self.first + 1).min(QUALITY_WINDOW);
+        let mask = if span >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << span) - 1
+        };
+        f64::from((self.bits & mask).count_ones()) / span as f64
+    }
+}
+
 /// A record kept, and when its sequence number last grew.
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
@@ -218,6 +262,10 @@ impl Daemon {
         for r in records {
             if r.id == self.cfg.node_id {
                 continue;
+            }
+            if r.id == from && self.record_acceptable(&r) {
+                // The neighbour's own record: one per hello it sent.
+                self.hello_windows.entry(from).or_default().heard(r.seq);
             }
             if !self.record_acceptable(&r) {
                 self.counters.auth_bad_hello += 1;
@@ -403,6 +451,27 @@ pub(super) fn is_directory(body: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hello_quality_counts_the_gaps_in_a_neighbours_sequence() {
+        let mut w = HelloWindow::default();
+        for seq in 100..110 {
+            w.heard(seq);
+        }
+        assert_eq!(w.quality(), 1.0);
+        // Every other hello lost from then on: the window fills with halves.
+        for seq in (110..200).step_by(2) {
+            w.heard(seq);
+        }
+        assert!((w.quality() - 0.5).abs() < 0.05, "{}", w.quality());
+        // A late one counts; one from before the window does not.
+        w.heard(197);
+        w.heard(50);
+        assert!(w.quality() > 0.5 && w.quality() < 0.6, "{}", w.quality());
+        // After a long silence one of the last 32 hellos was heard.
+        w.heard(1000);
+        assert_eq!(w.quality(), 1.0 / 32.0);
+    }
 
     #[test]
     fn records_round_trip_signed_and_not() {

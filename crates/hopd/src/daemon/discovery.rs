@@ -302,6 +302,7 @@ impl Daemon {
         for id in &gone {
             self.discovered.remove(id);
             self.addrs.remove(id);
+            self.hello_windows.remove(id);
             info!(
                 neighbour = id,
                 "neighbour lost: no hello for {:.0} s",

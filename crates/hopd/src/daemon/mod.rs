@@ -41,6 +41,8 @@ pub struct Daemon {
     directory: HashMap<NodeId, directory::Entry>,
     /// The sequence number of this node's last record.
     directory_seq: u64,
+    /// Each neighbour's hellos heard, from its record's sequence numbers (link quality).
+    hello_windows: HashMap<NodeId, directory::HelloWindow>,
     /// The last other node's record sent: the next directory datagram goes on from there.
     directory_cursor: NodeId,
     /// This run's random nonce in hellos (tells a node with the same id from an echo).
@@ -257,6 +259,7 @@ impl Daemon {
             // Grows across restarts with the counter's lease (directory.rs).
             directory_seq: first,
             directory_cursor: 0,
+            hello_windows: HashMap::new(),
             boot_nonce: discovery::random_u64(),
             warn_hello: Default::default(),
             warn_duplicate: Default::default(),

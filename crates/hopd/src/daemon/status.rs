@@ -43,6 +43,13 @@ impl Daemon {
                 "discovered": true,
             }));
         }
+        // The share of each neighbour's recent hellos heard (directory.rs).
+        for n in neighbours.iter_mut() {
+            let id = n["id"].as_u64().unwrap_or(0) as u32;
+            if let Some(w) = self.hello_windows.get(&id) {
+                n["hello_quality"] = ((w.quality() * 100.0).round() / 100.0).into();
+            }
+        }
         // With sessions: whether this node holds each neighbour's key.
         if self.sessions.is_some() {
             for n in neighbours.iter_mut() {
@@ -141,6 +148,7 @@ impl Daemon {
                     tx_datagrams,
                     tx_bytes,
                     rtt_s: report.and_then(|r| r.rtt).map(|d| d.as_secs_f64()),
+                    hello_quality: self.hello_windows.get(&id).map(|w| w.quality()),
                     data_retransmissions: report.map_or(0, |r| r.data_retransmissions),
                 }
             })
