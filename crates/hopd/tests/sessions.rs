@@ -123,6 +123,11 @@ fn members_with_sessions_move_a_file_and_take_a_restarted_neighbour_back() {
         assert!(n.counter("sessions_completed") >= 1, "{}", n.log());
         assert_eq!(n.counter("sessions_refused"), 0, "{}", n.log());
     }
+    let shown = String::from_utf8_lossy(&m.nodes[1].hop(&["status"]).stdout).to_string();
+    assert!(
+        shown.contains("neighbours:") && !shown.contains("no session key yet"),
+        "{shown}"
+    );
     send_file(&m, "a.bin", 1);
     // The relay restarts: a new sender key, handshakes again, and the next file crosses.
     m.nodes[1].terminate();
@@ -204,6 +209,8 @@ fn a_revoked_node_gets_no_new_key_and_is_refused() {
         Some(false.into()),
         "{st}"
     );
+    let shown = String::from_utf8_lossy(&relay.hop(&["status"]).stdout).to_string();
+    assert!(shown.contains("no session key yet"), "{shown}");
     assert_eq!(m.nodes[2].status()["inbox"], 0);
 }
 

@@ -24,11 +24,40 @@ pub(crate) fn print_status(v: &serde_json::Value) {
         } else {
             ""
         };
+        let quality = n
+            .get("hello_quality")
+            .and_then(|x| x.as_f64())
+            .map(|q| format!(", {:.0} % of hellos", q * 100.0))
+            .unwrap_or_default();
+        // With sessions, a neighbour whose key is not held yet is not heard at all.
+        let key = match n.get("session_key").and_then(|x| x.as_bool()) {
+            Some(false) => {
+                ", no session key yet (its hopd must have sessions and list this node's key)"
+            }
+            _ => "",
+        };
         println!(
-            "  {:>6}  {:<24} {heard}{how}",
+            "  {:>10}  {:<24} {heard}{how}{quality}{key}",
             n.get("id").cloned().unwrap_or_default(),
             n.get("address").and_then(|x| x.as_str()).unwrap_or("?")
         );
+    }
+    let dir = g("directory");
+    if let Some(d) = dir.as_array().filter(|d| !d.is_empty()) {
+        println!("nodes in the directory: {}", d.len());
+        for e in d {
+            let addrs: Vec<&str> = e["addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str())
+                .collect();
+            println!(
+                "  {:>10}  {}",
+                e.get("id").cloned().unwrap_or_default(),
+                addrs.join(", ")
+            );
+        }
     }
     let outgoing: Vec<api::OutgoingFlow> = g("outgoing")
         .as_array()
