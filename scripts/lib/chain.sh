@@ -28,6 +28,9 @@ chain_bins() {
     fi
     HOPD="$BIN/hopd"
     HOP="$BIN/hop"
+    # The reference UDP senders (sendmmsg, GSO) are always this tree's.
+    (cd "$ROOT" && cargo build --release -p hopd --example udp_blast >&2)
+    BLAST="$ROOT/target/release/examples/udp_blast"
     KEY=$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 }
 
