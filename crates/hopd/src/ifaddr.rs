@@ -12,30 +12,42 @@ pub struct IfAddr {
     pub broadcast: Option<Ipv4Addr>,
 }
 
-/// Every address of every interface (empty if the list cannot be read).
-pub fn all() -> Vec<IfAddr> {
-    let mut out = Vec::new();
-    // SAFETY: getifaddrs(3) fills a list that is only read here and freed with
-    // freeifaddrs(3); every pointer is checked for null and each sockaddr read as the
-    // family it names.
+/// Call `f` with each entry of the host's interface list that has an address (none if the
+/// list cannot be read).
+fn walk(mut f: impl FnMut(&libc::ifaddrs, *const libc::sockaddr)) {
+    // SAFETY: getifaddrs(3) fills a list that is only read here, then freed with
+    // freeifaddrs(3); each entry and its address are checked for null before `f` sees them
+    // (as a pointer: the address is as large as its family's sockaddr, not `sockaddr`).
     unsafe {
         let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
         if libc::getifaddrs(&mut list) != 0 {
-            return out;
+            return;
         }
         let mut p = list;
         while !p.is_null() {
             let ifa = &*p;
             p = ifa.ifa_next;
-            if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-                continue;
+            if !ifa.ifa_addr.is_null() && !ifa.ifa_name.is_null() {
+                f(ifa, ifa.ifa_addr);
             }
+        }
+        libc::freeifaddrs(list);
+    }
+}
+
+/// Every IP address of every interface.
+pub fn all() -> Vec<IfAddr> {
+    let mut out = Vec::new();
+    walk(|ifa, sa| {
+        // SAFETY: the name is a NUL-terminated string of the list; each sockaddr is read as
+        // the family it names.
+        unsafe {
             let interface = std::ffi::CStr::from_ptr(ifa.ifa_name)
                 .to_string_lossy()
                 .into_owned();
-            match i32::from((*ifa.ifa_addr).sa_family) {
+            match i32::from((*sa).sa_family) {
                 libc::AF_INET => {
-                    let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    let sin = &*(sa as *const libc::sockaddr_in);
                     let addr = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
                     // The subnet's broadcast address from the address and its mask: an
                     // address added without `brd` has none of its own in the kernel's list.
@@ -58,7 +70,7 @@ pub fn all() -> Vec<IfAddr> {
                     });
                 }
                 libc::AF_INET6 => {
-                    let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    let sin6 = &*(sa as *const libc::sockaddr_in6);
                     out.push(IfAddr {
                         interface,
                         addr: IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
@@ -68,8 +80,7 @@ pub fn all() -> Vec<IfAddr> {
                 _ => {}
             }
         }
-        libc::freeifaddrs(list);
-    }
+    });
     out
 }
 
@@ -86,31 +97,20 @@ pub fn subnet_broadcast(addr: Ipv4Addr, mask: u32) -> Option<Ipv4Addr> {
 /// sorted, no duplicates.
 pub fn macs() -> Vec<[u8; 6]> {
     let mut out = Vec::new();
-    // SAFETY: as in `all`; an AF_PACKET address is a sockaddr_ll.
-    unsafe {
-        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-        if libc::getifaddrs(&mut list) != 0 {
-            return out;
-        }
-        let mut p = list;
-        while !p.is_null() {
-            let ifa = &*p;
-            p = ifa.ifa_next;
-            if ifa.ifa_addr.is_null() || i32::from((*ifa.ifa_addr).sa_family) != libc::AF_PACKET {
-                continue;
+    walk(|_, sa| {
+        // SAFETY: `sa` is a non-null address of the list; an AF_PACKET one is a sockaddr_ll.
+        let ll = unsafe {
+            if i32::from((*sa).sa_family) != libc::AF_PACKET {
+                return;
             }
-            let ll = &*(ifa.ifa_addr as *const libc::sockaddr_ll);
-            if ll.sll_halen != 6 {
-                continue;
-            }
+            &*(sa as *const libc::sockaddr_ll)
+        };
+        if ll.sll_halen == 6 && ll.sll_addr[..6] != [0; 6] {
             let mut m = [0u8; 6];
             m.copy_from_slice(&ll.sll_addr[..6]);
-            if m != [0; 6] {
-                out.push(m);
-            }
+            out.push(m);
         }
-        libc::freeifaddrs(list);
-    }
+    });
     out.sort();
     out.dedup();
     out

@@ -54,28 +54,8 @@ fn blocks_follow_the_originator_tables_next_hop_on_one_segment() {
         eprintln!("skipped: needs root for network namespaces");
         return;
     }
-    let tag = (std::process::id() % 200 + unique() * 7) % 250 + 1;
-    let base = format!("hopm{}x{}", std::process::id(), unique());
-    let bridge_ns = format!("{base}br");
-    let node_ns: Vec<String> = (1..=3).map(|i| format!("{base}n{i}")).collect();
-    let mut all = vec![bridge_ns.clone()];
-    all.extend(node_ns.iter().cloned());
-    let _guard = Namespaces(all.clone());
-    for n in &all {
-        ip_ok(&["netns", "add", n]);
-        ip_ok(&["-n", n, "link", "set", "lo", "up"]);
-    }
-    ip_ok(&["-n", &bridge_ns, "link", "add", "hb0", "type", "bridge"]);
-    ip_ok(&["-n", &bridge_ns, "link", "set", "hb0", "up"]);
+    let (tag, node_ns, _guard) = bridge_segment(3, false);
     for (i, ns) in node_ns.iter().enumerate() {
-        let port_if = format!("hbp{i}");
-        ip_ok(&[
-            "link", "add", &port_if, "netns", &bridge_ns, "type", "veth", "peer", "name", "eth0",
-            "netns", ns,
-        ]);
-        ip_ok(&[
-            "-n", &bridge_ns, "link", "set", &port_if, "master", "hb0", "up",
-        ]);
         let m = mac(tag, i as u32 + 1);
         ip_ok(&["-n", ns, "link", "set", "eth0", "address", &m]);
         let addr = format!("10.{tag}.0.{}/24", i + 1);

@@ -34,53 +34,8 @@ fn transfer_on_bridge(
     hub: bool,
     v6: bool,
 ) -> Vec<serde_json::Value> {
-    let tag = (std::process::id() % 200 + unique() * 7) % 250 + 1;
-    let base = format!("hopb{}x{}", std::process::id(), unique());
-    let bridge_ns = format!("{base}br");
-    let node_ns: Vec<String> = (1..=3).map(|i| format!("{base}n{i}")).collect();
-    let mut all = vec![bridge_ns.clone()];
-    all.extend(node_ns.iter().cloned());
-    let _guard = Namespaces(all.clone());
-    for n in &all {
-        ip_ok(&["netns", "add", n]);
-        ip_ok(&["-n", n, "link", "set", "lo", "up"]);
-    }
-    let ageing = if hub { "0" } else { "30000" };
-    ip_ok(&[
-        "-n",
-        &bridge_ns,
-        "link",
-        "add",
-        "hb0",
-        "type",
-        "bridge",
-        "ageing_time",
-        ageing,
-    ]);
-    ip_ok(&["-n", &bridge_ns, "link", "set", "hb0", "up"]);
+    let (tag, node_ns, _guard) = bridge_segment(3, hub);
     for (i, ns) in node_ns.iter().enumerate() {
-        let port_if = format!("hbp{i}");
-        ip_ok(&[
-            "link", "add", &port_if, "netns", &bridge_ns, "type", "veth", "peer", "name", "eth0",
-            "netns", ns,
-        ]);
-        ip_ok(&[
-            "-n", &bridge_ns, "link", "set", &port_if, "master", "hb0", "up",
-        ]);
-        if hub {
-            ip_ok(&[
-                "-n",
-                &bridge_ns,
-                "link",
-                "set",
-                "dev",
-                &port_if,
-                "type",
-                "bridge_slave",
-                "learning",
-                "off",
-            ]);
-        }
         if v6 {
             let addr = format!("fd00:{tag:x}::{}/64", i + 1);
             ip_ok(&["-n", ns, "addr", "add", &addr, "dev", "eth0", "nodad"]);

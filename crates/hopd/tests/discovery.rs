@@ -126,23 +126,18 @@ fn nodes_without_neighbour_tables_find_each_other_and_move_a_file() {
     receive_one_file(&nodes[1], &work.path().join("in2"), "f.bin", &data);
 }
 
-/// Five nodes in a chain (four hops) configured with nothing but their keys, the members,
-/// their links' broadcast addresses and kernel routes (as a routing daemon would install
-/// them): they find their neighbours by hellos, exchange session keys, learn every node's
-/// addresses from the directory, and a file crosses all four hops.
-#[test]
-fn nodes_with_only_keys_find_each_other_and_move_a_file_over_four_hops() {
-    if !is_root() {
-        eprintln!("skipped: needs root for network namespaces");
-        return;
-    }
-    const N: u32 = 5;
+/// A chain of `n` namespaces whose nodes are configured as in the field: each with its own
+/// key, one members file admitting all, sessions, hellos every `hello` on the broadcast
+/// address of each of its links, and kernel routes to every link (as a routing daemon would
+/// install them); no neighbours, hosts or routes. Returns the chain (kept for its drop), the
+/// nodes' ids and the nodes.
+fn field_chain(n: u32, hello: &str, work: &std::path::Path) -> (NetnsChain, Vec<u32>, Vec<Hopd>) {
     let port = free_port();
-    let chain = NetnsChain::new(N, 0, port);
+    let chain = NetnsChain::new(n, 0, port);
     let t = chain.tag;
     // Link k joins namespaces k and k+1: 10.t.k.1 and 10.t.k.2.
-    for i in 0..N {
-        for k in 0..N - 1 {
+    for i in 0..n {
+        for k in 0..n - 1 {
             let gw = if k > i {
                 format!("10.{t}.{i}.2")
             } else if k + 1 < i {
@@ -161,27 +156,26 @@ fn nodes_with_only_keys_find_each_other_and_move_a_file_over_four_hops() {
             ]);
         }
     }
-    let work = tempfile::tempdir().unwrap();
-    let keys: Vec<(String, u32)> = (0..N)
-        .map(|i| keygen(&work.path().join(format!("node{i}.key"))))
+    let keys: Vec<(String, u32)> = (0..n)
+        .map(|i| keygen(&work.join(format!("node{i}.key"))))
         .collect();
-    let members = work.path().join("members");
+    let members = work.join("members");
     let list: String = keys.iter().map(|k| format!("{}\n", k.0)).collect();
     std::fs::write(&members, list).unwrap();
-    let nodes: Vec<Hopd> = (0..N)
+    let nodes: Vec<Hopd> = (0..n)
         .map(|i| {
             let mut links = Vec::new();
             if i > 0 {
                 links.push(format!("\"10.{t}.{}.255:{port}\"", i - 1));
             }
-            if i + 1 < N {
+            if i + 1 < n {
                 links.push(format!("\"10.{t}.{i}.255:{port}\""));
             }
             let extra = format!(
-                "discovery_addresses = [{}]\nhello_interval = \"300ms\"\nkernel_routes = true\n\
+                "discovery_addresses = [{}]\nhello_interval = \"{hello}\"\nkernel_routes = true\n\
                  security.node_key_file = \"{}\"\nsecurity.members_file = \"{}\"\nsecurity.sessions = true",
                 links.join(", "),
-                work.path().join(format!("node{i}.key")).display(),
+                work.join(format!("node{i}.key")).display(),
                 members.display()
             );
             let spec = NodeSpec {
@@ -192,10 +186,26 @@ fn nodes_with_only_keys_find_each_other_and_move_a_file_over_four_hops() {
                 netns: Some(chain.names[i as usize].clone()),
                 extra,
             };
-            Hopd::start(spec, work.path().join(format!("n{i}")))
+            Hopd::start(spec, work.join(format!("n{i}")))
         })
         .collect();
-    let last = keys[N as usize - 1].1;
+    (chain, keys.into_iter().map(|k| k.1).collect(), nodes)
+}
+
+/// Five nodes in a chain (four hops) configured with nothing but their keys, the members,
+/// their links' broadcast addresses and kernel routes (as a routing daemon would install
+/// them): they find their neighbours by hellos, exchange session keys, learn every node's
+/// addresses from the directory, and a file crosses all four hops.
+#[test]
+fn nodes_with_only_keys_find_each_other_and_move_a_file_over_four_hops() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    const N: u32 = 5;
+    let work = tempfile::tempdir().unwrap();
+    let (_chain, ids, nodes) = field_chain(N, "300ms", work.path());
+    let last = ids[N as usize - 1];
     let t0 = std::time::Instant::now();
     while !nodes[0].status()["directory"]
         .as_array()
@@ -252,68 +262,10 @@ fn bench_field_configuration_against_listed_neighbours() {
     const N: u32 = 5;
     const SIZE: usize = 64 << 20;
     for field in [true, false, true, false] {
-        let port = free_port();
-        let chain = NetnsChain::new(N, 0, port);
-        let t = chain.tag;
         let work = tempfile::tempdir().unwrap();
-        let ids: Vec<u32>;
-        let nodes: Vec<Hopd>;
         let started = std::time::Instant::now();
-        if field {
-            for i in 0..N {
-                for k in 0..N - 1 {
-                    let gw = if k > i {
-                        format!("10.{t}.{i}.2")
-                    } else if k + 1 < i {
-                        format!("10.{t}.{}.1", i - 1)
-                    } else {
-                        continue;
-                    };
-                    ip_ok(&[
-                        "-n",
-                        &chain.names[i as usize],
-                        "route",
-                        "add",
-                        &format!("10.{t}.{k}.0/24"),
-                        "via",
-                        &gw,
-                    ]);
-                }
-            }
-            let keys: Vec<(String, u32)> = (0..N)
-                .map(|i| keygen(&work.path().join(format!("node{i}.key"))))
-                .collect();
-            let members = work.path().join("members");
-            let list: String = keys.iter().map(|k| format!("{}\n", k.0)).collect();
-            std::fs::write(&members, list).unwrap();
-            ids = keys.iter().map(|k| k.1).collect();
-            nodes = (0..N)
-                .map(|i| {
-                    let mut links = Vec::new();
-                    if i > 0 {
-                        links.push(format!("\"10.{t}.{}.255:{port}\"", i - 1));
-                    }
-                    if i + 1 < N {
-                        links.push(format!("\"10.{t}.{i}.255:{port}\""));
-                    }
-                    let extra = format!(
-                        "discovery_addresses = [{}]\nhello_interval = \"1s\"\nkernel_routes = true\n\
-                         security.node_key_file = \"{}\"\nsecurity.members_file = \"{}\"\nsecurity.sessions = true",
-                        links.join(", "),
-                        work.path().join(format!("node{i}.key")).display(),
-                        members.display()
-                    );
-                    let spec = NodeSpec {
-                        id: ids[i as usize],
-                        listen: format!("0.0.0.0:{port}").parse().unwrap(),
-                        neighbours: vec![],
-                        routes: vec![],
-                        netns: Some(chain.names[i as usize].clone()),
-                        extra,
-                    };
-                    Hopd::start(spec, work.path().join(format!("n{i}")))
-                })
-                .collect();
+        let (_chain, ids, nodes) = if field {
+            let (chain, ids, nodes) = field_chain(N, "1s", work.path());
             let last = ids[N as usize - 1];
             while !nodes[0].status()["directory"]
                 .as_array()
@@ -337,10 +289,13 @@ fn bench_field_configuration_against_listed_neighbours() {
                 learned.as_secs_f64(),
                 started.elapsed().as_secs_f64()
             );
+            (chain, ids, nodes)
         } else {
-            ids = (1..=N).collect();
-            nodes = netns_nodes(&chain, N, port, work.path(), "");
-        }
+            let port = free_port();
+            let chain = NetnsChain::new(N, 0, port);
+            let nodes = netns_nodes(&chain, N, port, work.path(), "");
+            (chain, (1..=N).collect(), nodes)
+        };
         let file = work.path().join("big.bin");
         std::fs::write(&file, pattern(5, SIZE)).unwrap();
         let t0 = std::time::Instant::now();

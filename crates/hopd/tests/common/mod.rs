@@ -598,6 +598,62 @@ impl Drop for Namespaces {
     }
 }
 
+/// `n` network namespaces, each with an `eth0` on one bridge (in a namespace of its own): one
+/// shared segment, like a radio channel. A `hub` bridge floods every frame to every port (it
+/// learns no addresses). `eth0` is left down and without an address. Returns the tag for
+/// addresses, the nodes' namespaces, and the guard that deletes every namespace.
+pub fn bridge_segment(n: usize, hub: bool) -> (u32, Vec<String>, Namespaces) {
+    let tag = (std::process::id() % 200 + unique() * 7) % 250 + 1;
+    let base = format!("hopb{}x{}", std::process::id(), unique());
+    let bridge_ns = format!("{base}br");
+    let node_ns: Vec<String> = (1..=n).map(|i| format!("{base}n{i}")).collect();
+    let mut all = vec![bridge_ns.clone()];
+    all.extend(node_ns.iter().cloned());
+    let guard = Namespaces(all.clone());
+    for ns in &all {
+        ip_ok(&["netns", "add", ns]);
+        ip_ok(&["-n", ns, "link", "set", "lo", "up"]);
+    }
+    let ageing = if hub { "0" } else { "30000" };
+    ip_ok(&[
+        "-n",
+        &bridge_ns,
+        "link",
+        "add",
+        "hb0",
+        "type",
+        "bridge",
+        "ageing_time",
+        ageing,
+    ]);
+    ip_ok(&["-n", &bridge_ns, "link", "set", "hb0", "up"]);
+    for (i, ns) in node_ns.iter().enumerate() {
+        let port_if = format!("hbp{i}");
+        ip_ok(&[
+            "link", "add", &port_if, "netns", &bridge_ns, "type", "veth", "peer", "name", "eth0",
+            "netns", ns,
+        ]);
+        ip_ok(&[
+            "-n", &bridge_ns, "link", "set", &port_if, "master", "hb0", "up",
+        ]);
+        if hub {
+            ip_ok(&[
+                "-n",
+                &bridge_ns,
+                "link",
+                "set",
+                "dev",
+                &port_if,
+                "type",
+                "bridge_slave",
+                "learning",
+                "off",
+            ]);
+        }
+    }
+    (tag, node_ns, guard)
+}
+
 /// Kills a child process on drop (also when the test fails).
 pub struct ChildGuard(pub Option<Child>);
 
