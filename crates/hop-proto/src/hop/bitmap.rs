@@ -143,6 +143,24 @@ impl Bitmap {
         None
     }
 
+    /// The bits set in `self` and clear in `a`, in order (a word at a time).
+    pub fn ones_not<'a>(&'a self, a: &'a Bitmap) -> impl Iterator<Item = u32> + 'a {
+        self.words
+            .iter()
+            .enumerate()
+            .flat_map(move |(wi, w)| {
+                let mut w = w & !word(a, wi);
+                std::iter::from_fn(move || {
+                    (w != 0).then(|| {
+                        let i = w.trailing_zeros();
+                        w &= w - 1;
+                        wi as u32 * 64 + i
+                    })
+                })
+            })
+            .take_while(|&i| i < self.len)
+    }
+
     /// Number of bits set in `self` and clear in both `a` and `b`.
     pub fn count_in_not(&self, a: &Bitmap, b: &Bitmap) -> u32 {
         self.words
@@ -196,6 +214,21 @@ mod tests {
             let want: Vec<u32> = bits.iter().enumerate().filter(|(_, x)| **x).map(|(i, _)| i as u32).collect();
             prop_assert_eq!(found, want);
             prop_assert_eq!(b.count_in_not(&none, &none), b.count());
+        }
+
+        #[test]
+        fn ones_not_is_set_here_and_clear_there(
+            bits in proptest::collection::vec(any::<(bool, bool)>(), 0..300),
+        ) {
+            let n = bits.len() as u32;
+            let (mut a, mut b) = (Bitmap::new(n), Bitmap::new(n));
+            for (i, (x, y)) in bits.iter().enumerate() {
+                if *x { a.set(i as u32); }
+                if *y { b.set(i as u32); }
+            }
+            let want: Vec<u32> = (0..n).filter(|&i| a.get(i) && !b.get(i)).collect();
+            prop_assert_eq!(a.ones_not(&b).collect::<Vec<_>>(), want);
+            prop_assert_eq!(Bitmap::full(n).ones_not(&Bitmap::new(0)).count() as u32, n);
         }
     }
 }

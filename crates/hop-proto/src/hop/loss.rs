@@ -233,17 +233,10 @@ impl HopTransport {
         if !self.cfg.queue_aware {
             return x.sent_round.count_in_not(&x.peer, &none);
         }
-        let mut n = 0;
-        let mut from = 0;
-        while let Some(p) = x.sent_round.next_in_not(&x.peer, &none, from) {
-            if x.sent_seq
-                .get(p as usize)
-                .is_some_and(|&sq| sq > self.link_queue.arrived)
-            {
-                n += 1;
-            }
-            from = p + 1;
-        }
-        n
+        let arrived = self.link_queue.arrived;
+        x.sent_round
+            .ones_not(&x.peer)
+            .filter(|&p| x.sent_seq.get(p as usize).is_some_and(|&sq| sq > arrived))
+            .count() as u32
     }
 }
