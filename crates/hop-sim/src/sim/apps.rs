@@ -13,6 +13,26 @@ pub(super) const APP_CHUNK: usize = 64 * 1024;
 /// pattern that can be generated at any offset (splitmix64 of the 8-byte word index).
 pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
+    pattern_chunks(seed, offset, len, |c| {
+        out.extend_from_slice(c);
+        true
+    });
+    out
+}
+
+/// True if `data` is the pattern at `offset` (checked without building a copy).
+pub(super) fn is_pattern(seed: u64, offset: u64, data: &[u8]) -> bool {
+    let mut at = 0;
+    pattern_chunks(seed, offset, data.len(), |c| {
+        let ok = data[at..at + c.len()] == *c;
+        at += c.len();
+        ok
+    })
+}
+
+/// The pattern's bytes at `offset..offset + len`, a word (or the part of one in range) at
+/// a time, while `each` returns true; false if it stopped early.
+fn pattern_chunks(seed: u64, offset: u64, len: usize, mut each: impl FnMut(&[u8]) -> bool) -> bool {
     let mut pos = offset;
     let end = offset + len as u64;
     while pos < end {
@@ -24,10 +44,12 @@ pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
         let bytes = z.to_le_bytes();
         let from = (pos % 8) as usize;
         let take = (8 - from).min((end - pos) as usize);
-        out.extend_from_slice(&bytes[from..from + take]);
+        if !each(&bytes[from..from + take]) {
+            return false;
+        }
         pos += take as u64;
     }
-    out
+    true
 }
 
 pub(super) struct AppFlow {
@@ -161,7 +183,7 @@ impl Simulation {
                     f.identical = false;
                     return;
                 }
-                if pattern(f.pattern_seed, offset, data.len()) != data[..] {
+                if !is_pattern(f.pattern_seed, offset, &data) {
                     f.identical = false;
                 }
                 let new_end = offset + len;
@@ -220,13 +242,17 @@ impl Simulation {
 
 #[cfg(test)]
 mod tests {
-    use super::pattern;
+    use super::{is_pattern, pattern};
 
     #[test]
     pub(super) fn pattern_is_random_access_and_seeded() {
         let all = pattern(7, 0, 100);
         assert_eq!(all[13..61], pattern(7, 13, 48)[..]);
         assert_ne!(all, pattern(8, 0, 100));
+        assert!(is_pattern(7, 13, &all[13..61]));
+        let mut wrong = all.clone();
+        wrong[40] ^= 1;
+        assert!(!is_pattern(7, 13, &wrong[13..61]));
         // Not a constant or short-period fill.
         assert!(all.windows(8).any(|w| w != &all[..8]));
         assert!(all.iter().filter(|&&b| b == 0).count() < 10);
