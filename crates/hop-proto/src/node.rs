@@ -235,8 +235,30 @@ impl Node {
         self.with_ctx(now, idx, |t, ctx| t.abort_earlier(ctx, flow, dst))
     }
 
-    /// A datagram arrived from the medium (addressed to us, broadcast, or overheard).
+    /// A datagram arrived from the medium (addressed to us, broadcast, or overheard). The
+    /// node copies what it keeps.
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Result<(), RecvError> {
+        self.receive(now, datagram, None)
+    }
+
+    /// As [`Node::handle_datagram`], for a runtime whose datagrams are shared buffers (e.g.
+    /// a simulator, where every neighbour in range receives the same frame): the node keeps
+    /// references to the data it holds instead of copies, so a frame that several nodes
+    /// cache is in memory once.
+    pub fn handle_shared_datagram(
+        &mut self,
+        now: Instant,
+        datagram: &Bytes,
+    ) -> Result<(), RecvError> {
+        self.receive(now, datagram, Some(datagram))
+    }
+
+    fn receive(
+        &mut self,
+        now: Instant,
+        datagram: &[u8],
+        shared: Option<&Bytes>,
+    ) -> Result<(), RecvError> {
         let env = match Envelope::parse(datagram) {
             Ok(env) => env,
             Err(e) => {
@@ -266,6 +288,7 @@ impl Node {
             link_dst: env.repr.link_dst,
             overheard,
             body: env.body,
+            shared,
         };
         let res = self.with_ctx(now, idx, |t, ctx| t.handle(ctx, rx));
         if let Err(e) = res {

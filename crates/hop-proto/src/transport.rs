@@ -52,6 +52,10 @@ pub struct Received<'a> {
     pub overheard: bool,
     /// The envelope body.
     pub body: &'a [u8],
+    /// The datagram `body` lies in, when the runtime hands datagrams over as shared buffers
+    /// ([`crate::Node::handle_shared_datagram`]): a transport may keep slices of it instead
+    /// of copies. None: `body` is borrowed for the call only.
+    pub shared: Option<&'a Bytes>,
 }
 
 /// A transport message to send to a neighbour.

@@ -14,6 +14,7 @@ fn rx(from: NodeId, body: &[u8]) -> Received<'_> {
         link_dst: 0,
         overheard: false,
         body,
+        shared: None,
     }
 }
 

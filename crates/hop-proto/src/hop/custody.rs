@@ -179,7 +179,7 @@ impl HopTransport {
                 continue;
             }
             let mut b = Block::new(sb.offset, geom, sb.fin, now);
-            b.data.copy_from_slice(&sb.data);
+            b.data = BlockData::Whole(sb.data.to_vec());
             b.have.fill();
             b.custody = true;
             b.admitted_from = Some(sb.flow.src);
@@ -239,7 +239,7 @@ impl HopTransport {
                     block_num: n,
                     offset: b.offset,
                     fin: b.fin,
-                    data: Bytes::copy_from_slice(&b.data),
+                    data: Bytes::copy_from_slice(b.data.whole(&b.geom)),
                 };
                 match self.store.persist(&sb) {
                     Err(StoreFull) => {

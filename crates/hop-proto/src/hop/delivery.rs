@@ -61,13 +61,13 @@ impl HopTransport {
             if !ready {
                 return;
             }
-            if let Some(b) = f.blocks.get(&n) {
+            if let Some(b) = f.blocks.get_mut(&n) {
                 let delivery = Delivery {
                     flow: key,
                     block_num: n,
                     offset: d.delivered,
                     fin: b.fin,
-                    data: &b.data,
+                    data: b.data.whole(&b.geom),
                 };
                 if self.store.deliver(&delivery).is_err() {
                     if !d.blocked {
@@ -84,12 +84,12 @@ impl HopTransport {
             };
             self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
             d.next_deliver = n.wrapping_add(1);
-            let len = b.data.len() as u64;
-            if !b.data.is_empty() {
+            let len = u64::from(b.geom.block_len);
+            if len > 0 {
                 self.events.push_back(Event::Delivered {
                     flow: key,
                     offset: d.delivered,
-                    data: Bytes::from(b.data),
+                    data: b.data.into_bytes(&b.geom),
                 });
             }
             d.delivered += len;

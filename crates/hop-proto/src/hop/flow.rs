@@ -8,7 +8,7 @@ pub(super) struct Block {
     pub(super) offset: u64,
     pub(super) geom: BlockGeom,
     pub(super) fin: bool,
-    pub(super) data: Vec<u8>,
+    pub(super) data: BlockData,
     pub(super) have: Bitmap,
     /// The node must not drop it: it accepted it from upstream (complete) or is its source.
     pub(super) custody: bool,
@@ -48,7 +48,7 @@ impl Block {
             offset,
             geom,
             fin,
-            data: vec![0; geom.block_len as usize],
+            data: BlockData::Empty,
             have: Bitmap::new(n),
             custody: false,
             moved: false,
@@ -72,11 +72,12 @@ impl Block {
         self.have.is_full()
     }
 
-    /// Store packet `n`; returns true if it was new.
-    pub(super) fn store(&mut self, n: u32, payload: &[u8]) -> bool {
+    /// Store packet `n`; returns true if it was new. `shared`: the buffer `payload` lies
+    /// in, when the runtime shares its datagrams (see [`BlockData`]).
+    pub(super) fn store(&mut self, n: u32, payload: &[u8], shared: Option<&Bytes>) -> bool {
         match self.geom.packet_range(n) {
             Some(r) if r.len() == payload.len() && !self.have.get(n) => {
-                self.data[r].copy_from_slice(payload);
+                self.data.store(&self.geom, n, r, payload, shared);
                 self.have.set(n)
             }
             _ => false,
@@ -94,7 +95,7 @@ impl Block {
 
     pub(super) fn packet(&self, n: u32) -> &[u8] {
         match self.geom.packet_range(n) {
-            Some(r) => &self.data[r],
+            Some(r) => self.data.packet(n, r),
             None => &[],
         }
     }

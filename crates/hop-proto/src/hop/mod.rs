@@ -16,6 +16,7 @@ mod abort;
 mod admission;
 mod back;
 mod bitmap;
+mod block_data;
 mod bsyn;
 mod bsyn_timer;
 mod cache;
@@ -54,6 +55,7 @@ use crate::{AppError, Event, FailReason, FlowKey};
 
 use abort::*;
 use admission::*;
+use block_data::BlockData;
 use bsyn::*;
 use bsyn_timer::*;
 use diag::*;

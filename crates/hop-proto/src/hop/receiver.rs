@@ -284,7 +284,7 @@ impl HopTransport {
         let mut ask = !micro || h.flags & FLAG_ASK != 0;
         if micro && !bsyn.payload.is_empty() {
             let was = b.complete();
-            b.store(u32::from(bsyn.packet_num), bsyn.payload);
+            b.store(u32::from(bsyn.packet_num), bsyn.payload, None);
             b.last_data = now;
             if b.complete() && !was {
                 ask = true;
@@ -448,7 +448,7 @@ impl HopTransport {
         // follow a BSYN at once), and without it the destination would never finish.
         b.fin |= h.flags & FLAG_FIN != 0;
         let was_complete = b.complete();
-        let fresh = b.store(p, data.payload);
+        let fresh = b.store(p, data.payload, rx.shared);
         b.last_used = now;
         if !rx.overheard {
             b.last_data = now;

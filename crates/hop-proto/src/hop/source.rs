@@ -96,7 +96,7 @@ impl HopTransport {
             packet_size: pkt,
         };
         let mut b = Block::new(offset, geom, fin, now);
-        b.data = data;
+        b.data = BlockData::Whole(data);
         b.have.fill();
         b.custody = true;
         b.first_sent = Some(now);

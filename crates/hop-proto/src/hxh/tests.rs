@@ -31,6 +31,7 @@ fn rx(from: NodeId, to: NodeId, body: &[u8]) -> Received<'_> {
         link_dst: to,
         overheard: false,
         body,
+        shared: None,
     }
 }
 
@@ -148,6 +149,7 @@ fn passive_upstream_learns_delivery_and_credits_from_the_forward_it_overhears() 
         link_dst: to,
         overheard: true,
         body,
+        shared: None,
     };
     let b = fwd(2, 1);
     t.handle(&mut env.ctx(ms(20), 1), heard(2, 3, &b)).unwrap();
@@ -186,6 +188,7 @@ fn passive_credits_count_what_is_still_on_the_way_to_the_next_hop() {
         link_dst: 3,
         overheard: true,
         body,
+        shared: None,
     };
     let b = data_with_credits(0, 0, 3);
     t.handle(&mut env.ctx(ms(10), 1), heard(&b)).unwrap();

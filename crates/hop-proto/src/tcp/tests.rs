@@ -112,6 +112,7 @@ impl Net {
                 link_dst: to,
                 overheard: false,
                 body: &body,
+                shared: None,
             };
             t.handle(&mut env.ctx(now, to), rx).unwrap();
         }
@@ -352,6 +353,7 @@ fn malformed_segments_are_errors_and_change_nothing() {
             link_dst: 2,
             overheard: false,
             body: bad,
+            shared: None,
         };
         assert!(t
             .handle(&mut env.ctx(Instant::from_nanos(0), 2), rx)
@@ -432,7 +434,7 @@ mod arbitrary {
                 now += Duration::from_millis(dt);
                 match op {
                     0 => {
-                        let rx = Received { link_src: 2, link_dst: 1, overheard: false, body: &b };
+                        let rx = Received { link_src: 2, link_dst: 1, overheard: false, body: &b, shared: None };
                         let _ = t.handle(&mut env.ctx(now, 1), rx);
                     }
                     1 if t.poll_timeout().is_some_and(|d| d <= now) => {

@@ -2,8 +2,7 @@
 //! link-layer ACK and retries, collisions and half duplex on the shared medium, and the
 //! point-to-point variant.
 
-use std::rc::Rc;
-
+use bytes::Bytes;
 use hop_proto::Class;
 use hop_wire::BROADCAST_NODE;
 use rand::Rng;
@@ -18,7 +17,7 @@ pub(super) const ACK_BYTES: f64 = 14.0;
 pub(super) struct Pending {
     pub(super) next_hop: u32,
     pub(super) class: Class,
-    pub(super) payload: Rc<Vec<u8>>,
+    pub(super) payload: Bytes,
     pub(super) retries: u32,
     pub(super) cw: u32,
     pub(super) seq: u64,
@@ -46,8 +45,9 @@ pub(super) struct Frame {
     pub(super) next_hop: u32,
     /// Link destination (may be BROADCAST_NODE).
     pub(super) dst: u32,
-    /// None for an ACK.
-    pub(super) payload: Option<Rc<Vec<u8>>>,
+    /// None for an ACK. One buffer however many nodes receive the frame: they keep
+    /// references to its data (`Node::handle_shared_datagram`), not copies.
+    pub(super) payload: Option<Bytes>,
     pub(super) seq: u64,
     pub(super) need_ack: bool,
     /// Outstanding events that refer to this frame.
@@ -571,7 +571,7 @@ impl Simulation {
         }
         let now = self.inst();
         if let Some(node) = self.nodes[n].node.as_mut() {
-            let _ = node.handle_datagram(now, &payload);
+            let _ = node.handle_shared_datagram(now, &payload);
         }
         self.kick(n);
     }

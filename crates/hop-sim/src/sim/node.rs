@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap as HashMap;
-use std::rc::Rc;
 
+use bytes::Bytes;
 use hop_proto::{Class, Node, NodeStats};
 use hop_wire::BROADCAST_NODE;
 
@@ -145,7 +145,7 @@ impl Simulation {
                 let p = Pending {
                     next_hop,
                     class: t.class,
-                    payload: Rc::new(t.payload),
+                    payload: Bytes::from(t.payload),
                     retries: 0,
                     cw: 0,
                     seq: sn.tx_seq,

@@ -67,6 +67,7 @@ impl Harness {
                     link_dst: local,
                     overheard: false,
                     body: &body,
+                    shared: None,
                 },
             )
         })
@@ -85,6 +86,7 @@ impl Harness {
                     link_dst: to,
                     overheard: true,
                     body: &body,
+                    shared: None,
                 },
             )
         })

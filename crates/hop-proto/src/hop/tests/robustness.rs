@@ -6,7 +6,7 @@ proptest! {
     #[test]
     fn arbitrary_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..200), overheard: bool) {
         let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
-        let _ = h.with(|t, ctx| t.handle(ctx, Received { link_src: 1, link_dst: 2, overheard, body: &body }));
+        let _ = h.with(|t, ctx| t.handle(ctx, Received { link_src: 1, link_dst: 2, overheard, body: &body, shared: None }));
         h.drain();
     }
 
@@ -31,7 +31,7 @@ proptest! {
         let mut bytes = Vec::new();
         if msg.emit(&mut bytes).is_ok() && HopMessage::parse(&bytes).is_ok() {
             for step in 0..3 {
-                let _ = h.with(|t, ctx| t.handle(ctx, Received { link_src: 1 + step % 2 * 2, link_dst: 2, overheard: false, body: &bytes }));
+                let _ = h.with(|t, ctx| t.handle(ctx, Received { link_src: 1 + step % 2 * 2, link_dst: 2, overheard: false, body: &bytes, shared: None }));
                 h.now += Duration::from_millis(300);
                 h.with(|t, ctx| t.handle_timeout(ctx));
                 h.drain();
@@ -176,7 +176,7 @@ proptest! {
                     let overheard = v[4] % 5 == 0;
                     let link_dst = if overheard { 9 } else { 2 };
                     let _ = h.with(|t, ctx| {
-                        t.handle(ctx, Received { link_src: from, link_dst, overheard, body: &body })
+                        t.handle(ctx, Received { link_src: from, link_dst, overheard, body: &body, shared: None })
                     });
                 }
                 1 => {

@@ -127,3 +127,54 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
         assert_eq!(h.t.stats().extra["cache_hits"], 1);
     }
 }
+
+#[test]
+fn a_packet_from_a_shared_datagram_is_cached_by_reference() {
+    // Node 2 overhears node 1's DATA to node 3 from a runtime that shares its datagrams
+    // (the simulator): the cache holds a slice of that buffer, not a copy.
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(small_cfg()));
+    let geom = BlockGeom {
+        block_len: 250,
+        packet_size: 100,
+    };
+    let payload = [5u8; 100];
+    let mut body = Vec::new();
+    HopMessage {
+        header: hdr(0, 0),
+        body: HopBody::Data {
+            offset: 0,
+            geom,
+            packet_num: 1,
+            payload: &payload,
+        },
+    }
+    .emit(&mut body)
+    .unwrap();
+    let shared = Bytes::from(body);
+    h.with(|t, ctx| {
+        t.handle(
+            ctx,
+            Received {
+                link_src: 1,
+                link_dst: 3,
+                overheard: true,
+                body: &shared,
+                shared: Some(&shared),
+            },
+        )
+    })
+    .unwrap();
+    let b = &h.t.flows[&FLOW].blocks[&0];
+    assert_eq!(b.packet(1), &payload[..]);
+    let (start, end) = (
+        shared.as_ptr() as usize,
+        shared.as_ptr() as usize + shared.len(),
+    );
+    let held = b.packet(1).as_ptr() as usize;
+    assert!(
+        start <= held && held + 100 <= end,
+        "the cached packet is a copy"
+    );
+    // The block's accounting is its whole length, as for a copied block (the cap holds).
+    assert_eq!(h.t.stats().cache_bytes, 250);
+}
