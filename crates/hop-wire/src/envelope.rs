@@ -112,6 +112,17 @@ impl EnvelopeRepr {
     ///
     /// Bodies longer than 65535 bytes cannot be encoded and yield an error.
     pub fn emit(&self, body: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        self.emit_crc(body, out, true)
+    }
+
+    /// As [`EnvelopeRepr::emit`], with the crc32c left zero: for a runtime that seals every
+    /// datagram before it leaves (an AEAD tag over the envelope) and computes the crc32c as
+    /// it seals, so that it is computed once on the send path.
+    pub fn emit_for_sealing(&self, body: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        self.emit_crc(body, out, false)
+    }
+
+    fn emit_crc(&self, body: &[u8], out: &mut Vec<u8>, crc: bool) -> Result<(), Error> {
         let body_len = u16::try_from(body.len()).map_err(|_| Error::Malformed {
             field: "body_len",
             reason: "body longer than 65535 bytes",
@@ -127,7 +138,11 @@ impl EnvelopeRepr {
         out.extend_from_slice(&self.link_src.to_be_bytes());
         out.extend_from_slice(&self.link_dst.to_be_bytes());
         out.extend_from_slice(body);
-        let crc = crc32c::crc32c(&out[start..]);
+        let crc = if crc {
+            crc32c::crc32c(&out[start..])
+        } else {
+            0
+        };
         out.extend_from_slice(&crc.to_be_bytes());
         Ok(())
     }
@@ -136,6 +151,17 @@ impl EnvelopeRepr {
 impl<'a> Envelope<'a> {
     /// Parse and check a datagram. Never panics.
     pub fn parse(buf: &'a [u8]) -> Result<Self, Error> {
+        Self::parse_crc(buf, true)
+    }
+
+    /// As [`Envelope::parse`], without comparing the crc32c: for a datagram whose bytes an
+    /// authentication tag covers, checked by the caller before it trusts anything parsed
+    /// (hopd's sealed envelopes), which makes the checksum redundant. Never panics.
+    pub fn parse_authenticated(buf: &'a [u8]) -> Result<Self, Error> {
+        Self::parse_crc(buf, false)
+    }
+
+    fn parse_crc(buf: &'a [u8], check: bool) -> Result<Self, Error> {
         if buf.len() < HEADER_LEN + CRC_LEN {
             return Err(Error::Truncated {
                 needed: HEADER_LEN + CRC_LEN,
@@ -176,7 +202,7 @@ impl<'a> Envelope<'a> {
             });
         }
         let crc = u32::from_be_bytes([buf[end], buf[end + 1], buf[end + 2], buf[end + 3]]);
-        if crc32c::crc32c(&buf[..end]) != crc {
+        if check && crc32c::crc32c(&buf[..end]) != crc {
             return Err(Error::BadChecksum);
         }
         let link_src = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]);
@@ -213,6 +239,27 @@ mod tests {
         assert_eq!(env.repr, repr);
         assert_eq!(env.body, b"hello");
         assert!(env.trailer.is_empty());
+    }
+
+    #[test]
+    fn an_envelope_for_sealing_has_no_crc_and_parses_only_as_authenticated() {
+        let repr = EnvelopeRepr {
+            transport: TransportId::Hop,
+            flags: 0,
+            link_src: 7,
+            link_dst: 9,
+        };
+        let mut out = Vec::new();
+        repr.emit_for_sealing(b"hello", &mut out).unwrap();
+        assert_eq!(out.len(), EnvelopeRepr::encoded_len(5));
+        assert_eq!(out[out.len() - CRC_LEN..], [0; CRC_LEN]);
+        assert_eq!(Envelope::parse(&out).unwrap_err(), Error::BadChecksum);
+        let env = Envelope::parse_authenticated(&out).unwrap();
+        assert_eq!((env.repr, env.body), (repr, &b"hello"[..]));
+        // Framing is still checked.
+        assert!(Envelope::parse_authenticated(&out[..out.len() - 1]).is_err());
+        out[0] ^= 1;
+        assert!(Envelope::parse_authenticated(&out).is_err());
     }
 
     #[test]
