@@ -73,7 +73,21 @@ impl HopTransport {
 
     pub(super) fn window_full(&self) -> bool {
         let w = self.window.window;
-        w > 0 && self.in_flight_total() >= w
+        if w == 0 {
+            return false;
+        }
+        // With `queue_aware` a packet counts only if handed to the link after the newest
+        // known arrival, and every packet has its own position in the link's stream: at
+        // most `handed - arrived` count. Below the window that settles it without walking
+        // every round (asked before every data packet; on a fast link this is most of them).
+        let since_arrival = self
+            .link_queue
+            .handed
+            .saturating_sub(self.link_queue.arrived);
+        if self.cfg.queue_aware && since_arrival < w as u64 {
+            return false;
+        }
+        self.in_flight_total() >= w
     }
 
     /// The current link window in packets (0 = unbounded).
