@@ -812,6 +812,41 @@ def test_top_share_is_the_largest_flows_part_of_the_total():
     assert stats.stat_fn("top3_share")([rec("a", 0, fl)], "m") == pytest.approx(0.9)
 
 
+def test_started_resends_and_air_per_byte_hop_statistics():
+    fl = [flow("m0", 1.0, hops=2, bytes=1000), flow("m1", 0.0, hops=3, bytes=0),
+          flow("m2", 0.5, hops=1, bytes=500), flow("m3", 0.0, hops=4, bytes=0)]
+    r = rec("a", 0, fl)
+    r["totals"]["air_large_us"] = 5.0
+    r["hop_data"] = {"sent": 200, "resent": 50, "received": 150}
+    assert stats.stat_fn("started")([r], "m") == pytest.approx(0.5)
+    assert stats.stat_fn("resend_share")([r], "m") == pytest.approx(0.25)
+    # 5 µs of air over 1000 * 2 + 500 * 1 byte-hops = 2 ns per byte-hop
+    assert stats.stat_fn("air_per_byte_hop")([r], "m") == pytest.approx(2.0)
+    # A run without hopd's counters (TCP) or without deliveries has no figure.
+    t = rec("b", 0, [flow("m0", 0.0, bytes=0)])
+    assert stats.stat_fn("resend_share")([t], "m") is None
+    assert stats.stat_fn("air_per_byte_hop")([t], "m") is None
+
+
+def test_random_meshes_run_one_floor_per_repetition_and_are_opt_in():
+    from hoplab.experiments import hop_paper as hp
+    e = registry()["hop-random"]
+    assert e.opt_in and {v.name for v in e.variants} == {"hop", "tcp"}
+    assert e.full.points == [12, 30] and e.full.reps == len(hp.RANDOM_MESH_SEEDS) >= 5
+    seeds = []
+    for rep in range(e.full.reps):
+        a = e.spec(e.variant("hop"), 30, rep, quick=False)
+        b = e.spec(e.variant("tcp"), 30, rep, quick=False)
+        pairs = [[(f["src"], f["dst"], f["start"]) for f in x["flow"]] for x in (a, b)]
+        assert a["topology"] == b["topology"] and pairs[0] == pairs[1] and len(a["flow"]) == 30
+        seeds.append(a["topology"]["seed"])
+        # drawn on that floor, among the pairs its ETX routes take two hops or more
+        multi_hop = {(x, y) for x, y, _h in hp.pairs_by_hops(hp.mesh(seeds[-1]), 2, 99)}
+        assert all((f["src"], f["dst"]) in multi_hop for f in a["flow"])
+    assert seeds == list(hp.RANDOM_MESH_SEEDS)
+    assert len(e.spec(e.variant("hop"), 12, 0, quick=False)["flow"]) == 12
+
+
 def test_report_only_recovers_the_repeat_limit_of_invalid_runs():
     # recorded with each run since the limit was kept in runs.json
     assert runner.retry_limit([{"attempt": 0, "retry_invalid": 1}, {"attempt": 0, "retry_invalid": 1}]) == 1

@@ -92,6 +92,25 @@ def _voip(key):
     return per
 
 
+def _air_per_byte_hop(run: dict, flows: list[dict]) -> float | None:
+    """Large-frame air time of the whole medium (every node's data frames, retries included)
+    per byte delivered and hop crossed by the measured flows, in ns: what the medium spent
+    on each byte·hop of goodput."""
+    air_us = (run.get("totals") or {}).get("air_large_us")
+    byte_hops = sum((f.get("bytes") or 0) * (f.get("hops") or 1) for f in flows)
+    if air_us is None or byte_hops <= 0:
+        return None
+    return air_us * 1000.0 / byte_hops
+
+
+def _resend_share(run: dict, _flows: list[dict]) -> float | None:
+    """Hop's data packets sent again, as a share of all it sent (hopd's counters)."""
+    d = run.get("hop_data") or {}
+    if not d.get("sent"):
+        return None
+    return d.get("resent", 0) / d["sent"]
+
+
 STATS = {
     "median": _pooled(lambda xs: percentile(xs, 50)),
     "mean": _pooled(lambda xs: sum(xs) / len(xs)),
@@ -103,6 +122,9 @@ STATS = {
                                                         [f.get("hops") or 1 for f in fl])),
     # Hop §5.3.1: "the top three TCP flows get around 90% of the total goodput"
     "top3_share": _per_run(lambda r, fl: top_share([f["goodput_mbps"] for f in fl], 3)),
+    "started": _per_run(lambda r, fl: sum(1 for f in fl if (f.get("bytes") or 0) > 0) / len(fl) if fl else None),
+    "resend_share": _per_run(_resend_share),
+    "air_per_byte_hop": _per_run(_air_per_byte_hop),
     "delay_median": _delay,
     "clp": _per_run(_voip("clp")),
     "mos": _per_run(_voip("mos")),
@@ -110,7 +132,7 @@ STATS = {
 }
 POOLED = {"median", "mean", "q1", "q3"}  # statistics of the flows pooled over runs
 STAT_UNITS = {"jain": "", "jain_hw": "", "top3_share": "", "clp": "", "mos": "", "voip_loss": "",
-              "delay_median": "s"}
+              "delay_median": "s", "started": "", "resend_share": "", "air_per_byte_hop": "ns"}
 
 
 def stat_fn(name: str):
