@@ -73,8 +73,12 @@ tcp_run() { # tcp_run N CC -> Mbit/s received
     ip netns exec "${c}n$((n - 1))" iperf3 -s -D -1 -p "$port" >/dev/null 2>&1
     sleep 0.3
     # iperf3's control connection crosses the same lossy links and can stall for good.
-    timeout 40 ip netns exec "${c}n0" iperf3 -c "$dst" -p "$port" -C "$cc" -t 10 -J 2>/dev/null |
-        python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' 2>/dev/null || echo nan
+    # A run timed out (status 124 under pipefail) may still have printed its figure: one
+    # value per run, nan only when there is none.
+    local mbit
+    mbit=$(timeout 40 ip netns exec "${c}n0" iperf3 -c "$dst" -p "$port" -C "$cc" -t 10 -J 2>/dev/null |
+        python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' 2>/dev/null) || true
+    echo "${mbit:-nan}"
 }
 
 hopd_run() { # hopd_run N -> "Mbit/s" or "> T s (x MiB)"
