@@ -65,8 +65,12 @@ impl HopTransport {
                 s.last_progress = now;
             }
         }
-        if x.attempts == 1 && answer {
-            // Answer to a BSYN sent once (Karn's rule): a round-trip sample.
+        // Only the answer to a BSYN sent once gives samples (Karn's rule): the answer to a
+        // repeat came a timer's wait after the first BSYN, and the packets it reports had
+        // arrived long before it.
+        let sample = x.attempts == 1 && answer;
+        if sample {
+            // A round-trip sample.
             let r = now.saturating_duration_since(x.bsyn_at);
             let e = RttEstimate::update(self.bsyn_rtt.get(&from).copied(), r);
             self.bsyn_rtt.insert(from, e);
@@ -81,7 +85,7 @@ impl HopTransport {
             x.sent_round.subtract(&x.peer);
         }
         self.link_queue
-            .on_arrivals(&arrivals, x.bsyn_at, now, self.cfg.back_quiet);
+            .on_arrivals(&arrivals, x.bsyn_at, now, self.cfg.back_quiet, sample);
         if x.peer.is_full() {
             // The next hop holds the whole block: custody moves downstream (§3.1, §3.3).
             let vtx = x.vtx;

@@ -49,15 +49,19 @@ impl LinkQueue {
 
     /// Learn from a BACK's arrivals: every data packet handed to the link before the newest
     /// arrived one (or before the oldest live copy of an arrived resent packet) has left the
-    /// FIFO queue, and the newest one's age is a delivery-delay sample when the transfer's
-    /// BSYN followed it at once (within `back_quiet`: the next hop then answered when the
-    /// packet arrived, not whenever it was asked).
+    /// FIFO queue, and the newest one's age is a delivery-delay sample when the BACK answers
+    /// a BSYN sent once (`sample`) that followed the packet at once (within `back_quiet`:
+    /// the next hop then answered when the packet arrived, not whenever it was asked). The
+    /// answer to a repeated BSYN comes a timer's wait after the packets arrived: counted, a
+    /// lost BACK would raise the delay (which rises at once) to that wait, and with it the
+    /// BSYN timer's floor and the tail's loss age, which cost further waits.
     pub(super) fn on_arrivals(
         &mut self,
         a: &Arrivals,
         bsyn_at: Instant,
         now: Instant,
         back_quiet: Duration,
+        sample: bool,
     ) {
         if a.floor > 0 {
             self.left = self.left.max(a.floor);
@@ -68,7 +72,7 @@ impl LinkQueue {
         };
         self.left = self.left.max(seq);
         self.arrived = self.arrived.max(seq);
-        if bsyn_at.saturating_duration_since(at) <= back_quiet {
+        if sample && bsyn_at.saturating_duration_since(at) <= back_quiet {
             let sample = now.saturating_duration_since(at);
             // Rises at once, decays slowly: a packet is not judged lost while packets sent as
             // long ago are still being delivered.

@@ -101,3 +101,30 @@ fn duplicates_reported_by_the_next_hop_lengthen_the_tail_rules_loss_age() {
         }
     }
 }
+
+/// The answer to a repeated BSYN is no delivery-delay sample (Karn's rule): the packets it
+/// reports arrived before the first BSYN's BACK was lost, a timer's wait earlier. Counted,
+/// the delay (which rises at once) would become that wait, and with it the BSYN timer's floor
+/// and the tail's loss age.
+#[test]
+fn the_answer_to_a_repeated_bsyn_is_no_delivery_delay_sample() {
+    let (mut h, out) = source_round(HopConfig {
+        back_quiet: Duration::from_millis(10),
+        ..small_cfg()
+    });
+    assert_eq!(data_nums(&out).len(), 10);
+    // 1 ms on, packets 0-4 are there: the BSYN followed them at once, a 1 ms sample.
+    h.now += Duration::from_millis(1);
+    h.recv(2, &source_back(&[0x1f, 0]));
+    h.drain();
+    let one_ms = Some(Duration::from_millis(1));
+    assert_eq!(h.t.link_queue.delivery_delay, one_ms);
+    // The BACK of the round's next BSYN is lost; the timer repeats the BSYN.
+    h.now += Duration::from_millis(5);
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    assert!(h.drain().iter().any(|o| o.class == Class::Control));
+    // Its answer shows the other five, handed to the link 6 ms ago.
+    h.now += Duration::from_micros(100);
+    h.recv(2, &source_back(&[0xff, 0x03]));
+    assert_eq!(h.t.link_queue.delivery_delay, one_ms);
+}
