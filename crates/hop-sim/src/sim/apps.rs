@@ -6,15 +6,18 @@ use hop_proto::{Event, FlowKey, TransportId};
 
 use super::Simulation;
 
-/// Bytes offered to `Node::send` per call.
-pub(super) const APP_CHUNK: usize = 64 * 1024;
+/// Bytes offered to `Node::send` per call: a whole block, as hopd hands a file's bytes
+/// over, so the source cuts its blocks without copying them (`hop/source.rs`).
+pub(super) const APP_CHUNK: usize = hop_proto::hop::DEFAULT_MAX_BLOCK_BYTES;
 
 /// The application bytes of a flow at `offset..offset + len`: a seeded pseudo-random
 /// pattern that can be generated at any offset (splitmix64 of the 8-byte word index).
 pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
+    let mut out = vec![0; len];
+    let mut at = 0;
     pattern_chunks(seed, offset, len, |c| {
-        out.extend_from_slice(c);
+        out[at..at + c.len()].copy_from_slice(c);
+        at += c.len();
         true
     });
     out
@@ -30,24 +33,41 @@ pub(super) fn is_pattern(seed: u64, offset: u64, data: &[u8]) -> bool {
     })
 }
 
-/// The pattern's bytes at `offset..offset + len`, a word (or the part of one in range) at
-/// a time, while `each` returns true; false if it stopped early.
+/// Word `word` of the pattern of `seed`.
+fn pattern_word(seed: u64, word: u64) -> u64 {
+    let mut z = seed.wrapping_add(word.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The pattern's bytes at `offset..offset + len` in pieces (the part of a word in range
+/// at either end, runs of whole words between), while `each` returns true; false if it
+/// stopped early.
 fn pattern_chunks(seed: u64, offset: u64, len: usize, mut each: impl FnMut(&[u8]) -> bool) -> bool {
+    const RUN: usize = 64;
     let mut pos = offset;
     let end = offset + len as u64;
+    let mut run = [0u8; RUN * 8];
     while pos < end {
-        let word = pos / 8;
-        let mut z = seed.wrapping_add(word.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        let bytes = z.to_le_bytes();
         let from = (pos % 8) as usize;
-        let take = (8 - from).min((end - pos) as usize);
-        if !each(&bytes[from..from + take]) {
+        if from != 0 || end - pos < 8 {
+            let bytes = pattern_word(seed, pos / 8).to_le_bytes();
+            let take = (8 - from).min((end - pos) as usize);
+            if !each(&bytes[from..from + take]) {
+                return false;
+            }
+            pos += take as u64;
+            continue;
+        }
+        let words = (((end - pos) / 8) as usize).min(RUN);
+        for (i, w) in run.chunks_exact_mut(8).take(words).enumerate() {
+            w.copy_from_slice(&pattern_word(seed, pos / 8 + i as u64).to_le_bytes());
+        }
+        if !each(&run[..words * 8]) {
             return false;
         }
-        pos += take as u64;
+        pos += (words * 8) as u64;
     }
     true
 }
@@ -243,6 +263,36 @@ impl Simulation {
 #[cfg(test)]
 mod tests {
     use super::{is_pattern, pattern};
+
+    /// Pieces of any alignment and length give the bytes of the pattern's words in order,
+    /// and a difference anywhere is found.
+    #[test]
+    fn pattern_pieces_are_its_words() {
+        use super::pattern_word;
+        let reference = |seed: u64, offset: u64, len: usize| -> Vec<u8> {
+            (offset..offset + len as u64)
+                .map(|p| pattern_word(seed, p / 8).to_le_bytes()[(p % 8) as usize])
+                .collect()
+        };
+        for (offset, len) in [
+            (0, 0),
+            (0, 7),
+            (3, 5),
+            (5, 2000),
+            (8, 512),
+            (1, 4097),
+            (64, 9),
+        ] {
+            let want = reference(3, offset, len);
+            assert_eq!(pattern(3, offset, len), want, "offset {offset} len {len}");
+            assert!(is_pattern(3, offset, &want));
+            if len > 0 {
+                let mut wrong = want.clone();
+                wrong[len - 1] ^= 0x80;
+                assert!(!is_pattern(3, offset, &wrong));
+            }
+        }
+    }
 
     #[test]
     pub(super) fn pattern_is_random_access_and_seeded() {

@@ -609,9 +609,11 @@ impl LossCause {
     }
 }
 
-/// A frame's label and the node meant to process it, from its class and envelope.
+/// A frame's label and the node meant to process it, from its class and envelope (read
+/// without its checksum: a node of this simulator wrote it, and its nodes leave it out, see
+/// `fresh_node`).
 pub(super) fn frame_label(class: Class, link_dst: u32, payload: &[u8]) -> (&'static str, u32) {
-    let env = hop_wire::envelope::Envelope::parse(payload).ok();
+    let env = hop_wire::envelope::Envelope::parse_authenticated(payload).ok();
     let next_hop = match &env {
         Some(e) if link_dst == BROADCAST_NODE => e.repr.link_dst,
         _ => link_dst,
