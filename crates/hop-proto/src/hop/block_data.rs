@@ -24,6 +24,10 @@ pub(super) enum BlockData {
     Whole(Vec<u8>),
     /// Each packet held as a slice of the shared datagram it arrived in.
     Packets(Vec<Option<Bytes>>),
+    /// The whole block in one shared buffer: a source's block cut from the application's
+    /// buffer without a copy, or a block turned into one to be kept elsewhere too (the
+    /// custody store) without a copy.
+    Shared(Bytes),
 }
 
 impl BlockData {
@@ -38,6 +42,10 @@ impl BlockData {
         shared: Option<&Bytes>,
     ) {
         let shared = shared.filter(|d| contains(d, payload));
+        if let BlockData::Shared(b) = self {
+            // Its bytes are read-only: a packet written into it goes into a copy.
+            *self = BlockData::Whole(b.to_vec());
+        }
         if matches!(self, BlockData::Empty) {
             *self = match shared {
                 Some(_) => BlockData::Packets(vec![None; geom.packets() as usize]),
@@ -55,7 +63,7 @@ impl BlockData {
                     *slot = Some(bytes);
                 }
             }
-            BlockData::Empty => {}
+            BlockData::Empty | BlockData::Shared(_) => {}
         }
     }
 
@@ -64,6 +72,7 @@ impl BlockData {
         match self {
             BlockData::Whole(v) => v.get(range).unwrap_or(&[]),
             BlockData::Packets(p) => p.get(n as usize).and_then(|b| b.as_deref()).unwrap_or(&[]),
+            BlockData::Shared(b) => b.get(range).unwrap_or(&[]),
             BlockData::Empty => &[],
         }
     }
@@ -85,11 +94,24 @@ impl BlockData {
                 *self = BlockData::Whole(v);
             }
             BlockData::Empty => *self = BlockData::Whole(vec![0; geom.block_len as usize]),
-            BlockData::Whole(_) => {}
+            BlockData::Whole(_) | BlockData::Shared(_) => {}
         }
         match self {
             BlockData::Whole(v) => v,
+            BlockData::Shared(b) => b,
             _ => &[],
+        }
+    }
+
+    /// The whole block as a shared buffer, which this block then keeps too (no copy).
+    pub(super) fn share(&mut self, geom: &BlockGeom) -> Bytes {
+        self.whole(geom);
+        if let BlockData::Whole(v) = self {
+            *self = BlockData::Shared(Bytes::from(std::mem::take(v)));
+        }
+        match self {
+            BlockData::Shared(b) => b.clone(),
+            _ => Bytes::new(),
         }
     }
 
@@ -98,6 +120,7 @@ impl BlockData {
         self.whole(geom);
         match self {
             BlockData::Whole(v) => Bytes::from(v),
+            BlockData::Shared(b) => b,
             _ => Bytes::new(),
         }
     }
@@ -176,5 +199,32 @@ mod tests {
         d.store(&g, 1, 4..8, b"efgh", None);
         assert_eq!(d.whole(&g), b"abcdefghij");
         assert_eq!(BlockData::Empty.whole(&g).len(), 10);
+    }
+
+    #[test]
+    fn a_shared_block_is_read_and_handed_on_without_a_copy() {
+        let g = geom();
+        let buf = Bytes::from_static(b"abcdefghij");
+        let mut d = BlockData::Shared(buf.clone());
+        assert_eq!(d.packet(1, 4..8), b"efgh");
+        assert_eq!(d.whole(&g).as_ptr(), buf.as_ptr());
+        assert_eq!(d.share(&g).as_ptr(), buf.as_ptr());
+        // A packet written into it goes into a copy; the shared buffer is left as it was.
+        d.store(&g, 0, 0..4, b"ABCD", None);
+        assert_eq!(d.whole(&g), b"ABCDefghij");
+        assert_eq!(&buf[..], b"abcdefghij");
+    }
+
+    #[test]
+    fn a_joined_block_becomes_shared_when_handed_on() {
+        let g = geom();
+        let mut d = BlockData::default();
+        d.store(&g, 0, 0..4, b"abcd", None);
+        d.store(&g, 1, 4..8, b"efgh", None);
+        d.store(&g, 2, 8..10, b"ij", None);
+        let kept = d.share(&g);
+        assert_eq!(&kept[..], b"abcdefghij");
+        assert_eq!(d.whole(&g).as_ptr(), kept.as_ptr());
+        assert_eq!(d.into_bytes(&g).as_ptr(), kept.as_ptr());
     }
 }

@@ -67,6 +67,12 @@ pub trait CustodyStore: Send {
     /// Destination: the flow ended unfinished (its source aborted it, or it went idle);
     /// whatever [`deliver`](Self::deliver) kept of it can go.
     fn abandon(&mut self, _flow: FlowKey) {}
+    /// Whether [`persist`](Self::persist) reads the block's bytes. A store that keeps none
+    /// (custody in memory only) is handed a block without them, so a relay does not join a
+    /// block's packets into one buffer for nothing.
+    fn keeps_bytes(&self) -> bool {
+        true
+    }
 }
 
 /// A block the destination delivers in order, as handed to [`CustodyStore::deliver`].
@@ -105,6 +111,10 @@ impl CustodyStore for MemoryOnly {
     }
 
     fn release(&mut self, _flow: FlowKey, _block_num: u32) {}
+
+    fn keeps_bytes(&self) -> bool {
+        false
+    }
 }
 
 // ----- the transport's side of custody -----
@@ -179,7 +189,7 @@ impl HopTransport {
                 continue;
             }
             let mut b = Block::new(sb.offset, geom, sb.fin, now);
-            b.data = BlockData::Whole(sb.data.to_vec());
+            b.data = BlockData::Shared(sb.data.clone());
             b.have.fill();
             b.custody = true;
             b.admitted_from = Some(sb.flow.src);
@@ -239,7 +249,11 @@ impl HopTransport {
                     block_num: n,
                     offset: b.offset,
                     fin: b.fin,
-                    data: Bytes::copy_from_slice(b.data.whole(&b.geom)),
+                    data: if self.store.keeps_bytes() {
+                        b.data.share(&b.geom)
+                    } else {
+                        Bytes::new()
+                    },
                 };
                 match self.store.persist(&sb) {
                     Err(StoreFull) => {

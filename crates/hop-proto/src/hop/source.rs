@@ -68,35 +68,54 @@ impl HopTransport {
             s.last_progress = now;
         }
         let len = s.pending_bytes.min(limit);
-        let mut data = Vec::with_capacity(len);
-        while data.len() < len {
-            let Some(front) = s.pending.front_mut() else {
-                break;
-            };
-            let take = (len - data.len()).min(front.len());
-            data.extend_from_slice(&front.split_to(take));
-            if front.is_empty() {
-                s.pending.pop_front();
+        let data = match s.pending.front_mut() {
+            // The block lies in one buffer the application handed over: it keeps a
+            // reference to it rather than a copy (hopd hands a block's worth at a time).
+            Some(front) if front.len() >= len => {
+                let d = front.split_to(len);
+                if front.is_empty() {
+                    s.pending.pop_front();
+                }
+                BlockData::Shared(d)
             }
-        }
-        s.pending_bytes -= data.len();
-        self.app_bytes = self.app_bytes.saturating_sub(data.len() as u64);
+            _ => {
+                let mut data = Vec::with_capacity(len);
+                while data.len() < len {
+                    let Some(front) = s.pending.front_mut() else {
+                        break;
+                    };
+                    let take = (len - data.len()).min(front.len());
+                    data.extend_from_slice(&front.split_to(take));
+                    if front.is_empty() {
+                        s.pending.pop_front();
+                    }
+                }
+                BlockData::Whole(data)
+            }
+        };
+        let data_len = match &data {
+            BlockData::Shared(d) => d.len(),
+            BlockData::Whole(v) => v.len(),
+            _ => 0,
+        };
+        s.pending_bytes -= data_len;
+        self.app_bytes = self.app_bytes.saturating_sub(data_len as u64);
         let fin = s.finish && s.pending_bytes == 0;
         let num = s.next_block;
         s.next_block = s.next_block.wrapping_add(1);
         let offset = s.next_offset;
-        s.next_offset += data.len() as u64;
+        s.next_offset += data_len as u64;
         if fin {
             s.fin_block = Some(num);
         }
         let rto = s.rto;
         let was_blocked = std::mem::take(&mut s.blocked);
         let geom = BlockGeom {
-            block_len: data.len() as u32,
+            block_len: data_len as u32,
             packet_size: pkt,
         };
         let mut b = Block::new(offset, geom, fin, now);
-        b.data = BlockData::Whole(data);
+        b.data = data;
         b.have.fill();
         b.custody = true;
         b.first_sent = Some(now);

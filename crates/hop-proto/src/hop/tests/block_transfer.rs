@@ -322,3 +322,20 @@ fn with_overlapping_tails_the_next_block_starts_once_the_previous_was_sent_once(
     assert!(!two_blocks_after_first_back(false).contains(&1));
     assert!(two_blocks_after_first_back(true).contains(&1));
 }
+
+/// A block the application handed over in one buffer is cut from it without a copy: the
+/// block refers to the application's bytes.
+#[test]
+fn a_source_block_refers_to_the_applications_buffer() {
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(small_cfg()));
+    let key = FlowKey { src: 1, id: 4 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    let app = Bytes::from(vec![7u8; 1000]);
+    h.with(|t, ctx| t.send(ctx, key, app.clone())).unwrap();
+    h.drain();
+    let b = &h.t.flows[&key].blocks[&0];
+    assert!(matches!(&b.data, BlockData::Shared(d) if d.as_ptr() == app.as_ptr()));
+    // And its packets go out as usual.
+    h.recv(2, &source_back(&[0, 0]));
+    assert_eq!(data_nums(&h.drain()).len(), 10);
+}
