@@ -68,15 +68,16 @@ impl HopTransport {
             s.last_progress = now;
         }
         let len = s.pending_bytes.min(limit);
-        let data = match s.pending.front_mut() {
+        let (data, data_len) = match s.pending.front_mut() {
             // The block lies in one buffer the application handed over: it keeps a
-            // reference to it rather than a copy (hopd hands a block's worth at a time).
+            // reference to it rather than a copy (hopd hands a file's first block over
+            // whole, the simulator's applications a block at a time).
             Some(front) if front.len() >= len => {
                 let d = front.split_to(len);
                 if front.is_empty() {
                     s.pending.pop_front();
                 }
-                BlockData::Shared(d)
+                (BlockData::Shared(d), len)
             }
             _ => {
                 let mut data = Vec::with_capacity(len);
@@ -90,13 +91,9 @@ impl HopTransport {
                         s.pending.pop_front();
                     }
                 }
-                BlockData::Whole(data)
+                let n = data.len();
+                (BlockData::Whole(data), n)
             }
-        };
-        let data_len = match &data {
-            BlockData::Shared(d) => d.len(),
-            BlockData::Whole(v) => v.len(),
-            _ => 0,
         };
         s.pending_bytes -= data_len;
         self.app_bytes = self.app_bytes.saturating_sub(data_len as u64);
