@@ -4,7 +4,7 @@
 //!  0                   1                   2                   3
 //!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//! |        magic 0x4850 "HP"      |   version=2   |  transport    |
+//! |        magic 0x4850 "HP"      |   version=3   |  transport    |
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! |     flags     |  reserved=0   |          body length          |
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -31,7 +31,7 @@ use crate::{Error, NodeId};
 /// "HP" in ASCII.
 pub const MAGIC: u16 = 0x4850;
 /// Current wire version.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Length of the fixed header before the body.
 pub const HEADER_LEN: usize = 16;
 /// Length of the integrity check after the body.

@@ -26,7 +26,7 @@ pub const DATA_FIXED_LEN: usize = 18;
 /// Bytes after the common header of a BSYN message, before its payload.
 pub const BSYN_FIXED_LEN: usize = 20;
 /// Bytes after the common header of a BACK message, before its bitmap.
-pub const BACK_FIXED_LEN: usize = 10;
+pub const BACK_FIXED_LEN: usize = 12;
 /// Largest number of packets in one block (packet numbers are 16 bits).
 pub const MAX_PACKETS_PER_BLOCK: u32 = 65_535;
 
@@ -192,6 +192,9 @@ pub enum HopBody<'a> {
         /// receiver already held them, since its previous BACK to it (saturating): evidence
         /// that the sender gave up copies that were only late (as a TCP D-SACK, RFC 2883).
         duplicates: u16,
+        /// The largest block, in KiB, the receiver and the nodes beyond it ask the flow's
+        /// source to cut while their turns are shared among flows (0: no limit).
+        block_hint_kib: u16,
         bitmap: &'a [u8],
     },
     /// End-to-end acknowledgement of `block_num`; `cum_blocks` blocks (0..cum_blocks) have all
@@ -388,6 +391,7 @@ impl<'a> HopMessage<'a> {
                     });
                 }
                 let duplicates = be_u16(rest, 8);
+                let block_hint_kib = be_u16(rest, 10);
                 exact(BACK_FIXED_LEN + bitmap_len)?;
                 let bitmap = &rest[BACK_FIXED_LEN..];
                 let tail_bits = usize::from(packets) % 8;
@@ -405,6 +409,7 @@ impl<'a> HopMessage<'a> {
                     block_len,
                     packets,
                     duplicates,
+                    block_hint_kib,
                     bitmap,
                 }
             }
@@ -518,12 +523,14 @@ impl<'a> HopMessage<'a> {
                 block_len,
                 packets,
                 duplicates,
+                block_hint_kib,
                 bitmap,
             } => {
                 out.extend_from_slice(&block_len.to_be_bytes());
                 out.extend_from_slice(&packets.to_be_bytes());
                 out.extend_from_slice(&(bitmap.len() as u16).to_be_bytes());
                 out.extend_from_slice(&duplicates.to_be_bytes());
+                out.extend_from_slice(&block_hint_kib.to_be_bytes());
                 out.extend_from_slice(bitmap);
             }
             HopBody::E2eBack { cum_blocks } => out.extend_from_slice(&cum_blocks.to_be_bytes()),
@@ -643,6 +650,7 @@ mod tests {
                 block_len: 11_000,
                 packets: 11,
                 duplicates: 3,
+                block_hint_kib: 256,
                 bitmap: &bitmap,
             },
         };
@@ -736,7 +744,7 @@ mod tests {
         }
 
         #[test]
-        fn back_round_trip(bits in proptest::collection::vec(any::<bool>(), 0..2000), block_len: u32, duplicates: u16, flags in 0u8..0x40) {
+        fn back_round_trip(bits in proptest::collection::vec(any::<bool>(), 0..2000), block_len: u32, duplicates: u16, block_hint_kib: u16, flags in 0u8..0x40) {
             let packets = bits.len() as u16;
             let mut bitmap = vec![0u8; bits.len().div_ceil(8)];
             for (i, b) in bits.iter().enumerate() {
@@ -744,7 +752,7 @@ mod tests {
             }
             round_trip(HopMessage {
                 header: header(flags),
-                body: HopBody::Back { block_len, packets, duplicates, bitmap: &bitmap },
+                body: HopBody::Back { block_len, packets, duplicates, block_hint_kib, bitmap: &bitmap },
             });
         }
 

@@ -449,6 +449,19 @@ def paced() -> Variant:
                           block_time="10s", initial_block_bytes=65536, overlap_block_tails=True))
 
 
+# Hop whose receivers ask for smaller blocks while flows share their turns (not the paper's,
+# §4.2): run beside Hop where many flows take turns at shared relays.
+TURNS_NOTE = ("`hop-turns` is hopd with `[hop] shared_turn_blocks = true`: a node whose turns (§3.5) k flows "
+              "share asks their sources, in its BACKs, for blocks of 1/k MiB (at least 64 KiB), and relays pass "
+              "the smallest ask upstream (docs/design/hop.md#blocks-sized-to-shared-turns). Not in the paper, "
+              "not the default.")
+
+
+def turns() -> Variant:
+    return diagnostic(hop("hop-turns", "Hop, blocks sized to shared turns (shared_turn_blocks)",
+                          shared_turn_blocks=True))
+
+
 # Hop whose tail rule ignores the duplicates next hops report (the behaviour before
 # `duplicate_feedback`): measured beside Hop where the tail rule gives up queued packets.
 NODUP_NOTE = ("`hop-nodup` is hopd with `[hop] duplicate_feedback = false`: the tail rule's loss age stays at "
@@ -548,7 +561,7 @@ def experiments() -> list[Experiment]:
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), paced()],
+             firstframe(), ramp(), paced(), turns()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -558,7 +571,8 @@ def experiments() -> list[Experiment]:
                    "testbed's OLSR routes used good links). The main §5.3 mesh (seed 1) routes 24 of its 30 "
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
-                   CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE]),
+                   CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE,
+                   TURNS_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",

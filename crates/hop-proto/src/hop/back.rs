@@ -10,7 +10,7 @@ impl HopTransport {
         from: NodeId,
         h: &HopHeader,
         packets: u16,
-        duplicates: u16,
+        (duplicates, block_hint_kib): (u16, u16),
         bitmap: &[u8],
     ) {
         let now = ctx.now;
@@ -30,6 +30,8 @@ impl HopTransport {
         if x.next_hop != from {
             return;
         }
+        // The next hop's ask for smaller blocks (shared_turns.rs): the latest one holds.
+        f.block_hint = (block_hint_kib > 0).then(|| usize::from(block_hint_kib) * 1024);
         if h.flags & FLAG_WAIT != 0 {
             // A wait notice (a BACK that says "your BSYN is held", sent by earlier versions as
             // an option): it carries no bitmap, and the BSYN timer asks again as usual.

@@ -196,6 +196,13 @@ pub struct HopConfig {
     /// (docs/design/hop.md#blocks-paced-by-rate).
     #[serde(with = "humantime_serde")]
     pub block_time: Duration,
+    /// Blocks sized to shared turns: a node that receives BSYNs of k > 1 flows asks their
+    /// sources, in its BACKs, for blocks of at most `max_block_bytes` / k (at least 1/16 of
+    /// it), and a relay passes on the smallest ask it hears from downstream; a source cuts
+    /// no larger block than its flow's first hop asks for. A flow alone on its path keeps
+    /// whole blocks. Off by default. Not in the paper
+    /// (docs/design/hop.md#blocks-sized-to-shared-turns).
+    pub shared_turn_blocks: bool,
     /// H: complete blocks per flow held and not yet moved downstream (§3.3).
     pub backpressure_limit: usize,
     /// Enable hop-by-hop backpressure (§3.3).
@@ -332,6 +339,7 @@ impl Default for HopConfig {
             initial_block_bytes: 0,
             overlap_block_tails: false,
             block_time: Duration::ZERO,
+            shared_turn_blocks: false,
             backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
             backpressure: true,
             next_hop_backpressure: true,

@@ -161,6 +161,9 @@ pub(super) struct Flow {
     /// the other nodes from the BSYNs and DATA they receive; data of a higher class goes
     /// first (scheduler.rs).
     pub(super) priority: u8,
+    /// The largest block the next hop last asked for in a BACK of this flow, for itself and
+    /// the nodes beyond it (blocks sized to shared turns); `None`: no limit.
+    pub(super) block_hint: Option<usize>,
 }
 
 /// What a node is to a flow: its source, a relay on its path, or its destination (a node is
@@ -185,6 +188,7 @@ impl Flow {
             e2e_fin: false,
             role: Role::Relay,
             priority: PRIORITY_NORMAL,
+            block_hint: None,
         }
     }
 

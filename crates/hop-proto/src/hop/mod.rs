@@ -31,6 +31,7 @@ mod micro;
 mod neighbours;
 mod receiver;
 mod scheduler;
+mod shared_turns;
 mod source;
 mod timers;
 mod transfer;
@@ -65,6 +66,7 @@ use loss::*;
 use micro::*;
 use neighbours::*;
 use receiver::*;
+use shared_turns::*;
 use timers::*;
 use transfer::*;
 use withholding::*;
@@ -128,6 +130,8 @@ pub struct HopTransport {
     window: LinkWindow,
     /// Time in each sending state (the `time_*_ms` counters).
     state_clock: StateClock,
+    /// The flows whose BSYNs this node receives (blocks sized to shared turns).
+    shared_turns: SharedTurns,
 }
 
 impl HopTransport {
@@ -172,6 +176,7 @@ impl HopTransport {
                 window: cfg_window,
             },
             state_clock: StateClock::default(),
+            shared_turns: SharedTurns::default(),
         }
     }
 
@@ -434,9 +439,17 @@ impl Transport for HopTransport {
             HopBody::Back {
                 packets,
                 duplicates,
+                block_hint_kib,
                 bitmap,
                 ..
-            } => self.on_back(ctx, rx.link_src, &h, packets, duplicates, bitmap),
+            } => self.on_back(
+                ctx,
+                rx.link_src,
+                &h,
+                packets,
+                (duplicates, block_hint_kib),
+                bitmap,
+            ),
             HopBody::E2eBack { cum_blocks } => self.on_e2e(ctx, &h, cum_blocks),
             HopBody::Fin { total_bytes } => self.on_fin(ctx, &h, rx.link_src, total_bytes),
         }

@@ -63,12 +63,17 @@ impl HopTransport {
             flags |= FLAG_FIN;
         }
         let (packets, bitmap) = bits;
+        // Blocks sized to shared turns: this node's ask, or a smaller one from beyond it.
+        let downstream = f.block_hint.filter(|_| f.dest().is_none());
+        let own = self.shared_turns.own_hint(&self.cfg, now);
+        let block_hint_kib = hint_to_kib(smaller_hint(own, downstream));
         let msg = HopMessage {
             header: Self::header(key, dst, n, flags, 0),
             body: HopBody::Back {
                 block_len: len,
                 packets: packets as u16,
                 duplicates,
+                block_hint_kib,
                 bitmap: &bitmap,
             },
         };
@@ -86,6 +91,9 @@ impl HopTransport {
         }
         if !self.ensure_flow(key, h.dst, ctx.local, now) {
             return;
+        }
+        if h.flags & FLAG_MICRO == 0 {
+            self.shared_turns.note(key, now);
         }
         if self.answer_delivered(ctx, key, n, from)
             || self.answer_for_destination(now, key, n, from)
@@ -171,6 +179,7 @@ impl HopTransport {
                     block_len: 0,
                     packets: 0,
                     duplicates: 0,
+                    block_hint_kib: 0,
                     bitmap: &[],
                 },
             };

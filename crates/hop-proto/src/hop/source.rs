@@ -40,6 +40,8 @@ impl HopTransport {
         } else {
             limit
         };
+        // Blocks sized to shared turns: no larger than the first hop asks for.
+        let limit = f.block_hint.map_or(limit, |h| h.clamp(1, limit.max(1)));
         // Custody at the source is bounded by the cache: with the cache full of blocks not
         // yet acknowledged end to end, wait for end-to-end BACKs.
         if s.pending_bytes > 0 {

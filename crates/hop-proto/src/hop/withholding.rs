@@ -160,7 +160,10 @@ impl HopTransport {
                 let theirs = self.rank(w.key);
                 w.reason == Withhold::AckWithholding
                     && (theirs > rank
-                        || (theirs == rank && w.from != from && w.geom.block_len <= geom.block_len))
+                        || (theirs == rank
+                            && w.from != from
+                            && size_rank(&self.cfg, w.geom.block_len)
+                                <= size_rank(&self.cfg, geom.block_len)))
             });
             if waiting_first {
                 return Err(Withhold::AckWithholding);
@@ -170,7 +173,7 @@ impl HopTransport {
     }
 
     /// Answer withheld BSYNs whose reason cleared: the highest class first (an extension),
-    /// then smallest block first (§3.6), then the senders other than the one just served, then
+    /// then small blocks, smallest first (§3.6, see `size_rank`), then the senders other than the one just served, then
     /// in the order they first asked (§3.5).
     pub(super) fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
         if self.withholding.waiting.is_empty() {
@@ -181,7 +184,7 @@ impl HopTransport {
         list.sort_by_key(|w| {
             (
                 std::cmp::Reverse(self.rank(w.key)),
-                w.geom.block_len,
+                size_rank(&self.cfg, w.geom.block_len),
                 Some(w.from) == last,
                 w.since,
             )
@@ -221,5 +224,20 @@ impl HopTransport {
                 self.withholding.waiting.push(w);
             }
         }
+    }
+}
+
+/// A waiting block's place in the turn order by size: a small block (under 1/16 of the block
+/// size: a short transfer's whole block) goes first, smallest first, after the paper's
+/// block-size based policy (§3.6); every larger block ranks the same, so turns among them go
+/// in the order first asked (§3.5). Ordering those by size too would hold a flow's whole
+/// first block back behind every smaller block of the flows already running, which cut
+/// blocks sized to shared turns.
+fn size_rank(cfg: &HopConfig, block_len: u32) -> u32 {
+    let small = u32::try_from(cfg.block_bytes() / 16).unwrap_or(u32::MAX);
+    if block_len < small {
+        block_len
+    } else {
+        u32::MAX
     }
 }

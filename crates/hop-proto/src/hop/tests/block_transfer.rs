@@ -77,6 +77,7 @@ fn final_bsyn_announces_the_packets_sent() {
         },
         body: HopBody::Back {
             duplicates: 0,
+            block_hint_kib: 0,
             block_len: 1000,
             packets: 10,
             bitmap,
@@ -229,7 +230,11 @@ fn unanswered_bsyn_is_repeated_alone_and_judges_no_packet_lost() {
 /// The duplicates each BACK in `out` reports.
 fn back_duplicates(out: &[Outgoing]) -> Vec<u16> {
     bodies(out, |b| match b {
-        HopBody::Back { duplicates, .. } => Some(duplicates),
+        HopBody::Back {
+            duplicates,
+            block_hint_kib: 0,
+            ..
+        } => Some(duplicates),
         _ => None,
     })
 }

@@ -29,6 +29,7 @@ fn whole_block_back() -> HopMessage<'static> {
         header: hdr(0, FLAG_COMPLETE),
         body: HopBody::Back {
             duplicates: 0,
+            block_hint_kib: 0,
             block_len: 250,
             packets: 3,
             bitmap: &[0x07],

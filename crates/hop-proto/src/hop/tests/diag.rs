@@ -102,6 +102,7 @@ fn a_relay_waiting_for_packets_from_upstream_counts_as_fed() {
             header: hdr(0, 0),
             body: HopBody::Back {
                 duplicates: 0,
+                block_hint_kib: 0,
                 block_len: 1000,
                 packets: 10,
                 bitmap: &[0, 0],

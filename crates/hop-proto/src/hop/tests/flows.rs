@@ -96,6 +96,7 @@ fn a_source_served_only_from_a_relays_cache_gives_up() {
                         block_len: 0,
                         packets: 0,
                         duplicates: 0,
+                        block_hint_kib: 0,
                         bitmap: &[],
                     },
                 };
@@ -149,6 +150,7 @@ fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
                         block_len: geom.block_len,
                         packets: 0,
                         duplicates: 0,
+                        block_hint_kib: 0,
                         bitmap: &[],
                     },
                 };
@@ -203,6 +205,7 @@ fn blocks_paced_by_rate_follow_how_fast_the_first_hop_takes_them() {
                 block_len: geom.block_len,
                 packets: 0,
                 duplicates: 0,
+                block_hint_kib: 0,
                 bitmap: &[],
             },
         };

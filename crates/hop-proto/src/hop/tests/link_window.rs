@@ -58,6 +58,7 @@ fn windows_over_rounds(base: Duration, capacity: f64) -> Vec<usize> {
                 },
                 body: HopBody::Back {
                     duplicates: 0,
+                    block_hint_kib: 0,
                     block_len: 60_000,
                     packets: 600,
                     bitmap: &held,

@@ -76,7 +76,12 @@ fn duplicates_reported_by_the_next_hop_lengthen_the_tail_rules_loss_age() {
         // age is 100 ms) and reports two copies it got twice.
         h.now += Duration::from_millis(50);
         let mut back = source_back(&[0x03, 0]);
-        if let HopBody::Back { duplicates, .. } = &mut back.body {
+        if let HopBody::Back {
+            duplicates,
+            block_hint_kib: 0,
+            ..
+        } = &mut back.body
+        {
             *duplicates = 2;
         }
         h.recv(2, &back);

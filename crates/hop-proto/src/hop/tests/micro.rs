@@ -73,6 +73,7 @@ fn a_micro_block_repeated_without_an_answer_sends_one_packet_then_only_what_is_m
                 block_len: 250,
                 packets: 3,
                 duplicates: 0,
+                block_hint_kib: 0,
                 bitmap: &[0x01],
             },
         },

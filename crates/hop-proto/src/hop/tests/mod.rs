@@ -14,6 +14,7 @@ mod link_window;
 mod loss;
 mod micro;
 mod robustness;
+mod shared_turns;
 mod vtx_cache;
 mod withholding;
 
@@ -300,6 +301,7 @@ fn source_back(bitmap: &[u8]) -> HopMessage<'_> {
         },
         body: HopBody::Back {
             duplicates: 0,
+            block_hint_kib: 0,
             block_len: 1000,
             packets: 10,
             bitmap,

@@ -23,7 +23,7 @@ proptest! {
             (0, Some(p)) => HopBody::Data { offset: 0, geom, packet_num: pn, payload: p },
             (1, Some(p)) if flags & FLAG_MICRO != 0 => HopBody::Bsyn { offset: 0, geom, packet_num: pn, expect: 0, payload: p },
             (1, _) => HopBody::Bsyn { offset: 0, geom, packet_num: 0, expect: (pn as u32).min(geom.packets()) as u16, payload: &[] },
-            (2, _) => HopBody::Back { duplicates: 0, block_len: len, packets: 3, bitmap: &[0x05] },
+            (2, _) => HopBody::Back { duplicates: 0, block_hint_kib: 0, block_len: len, packets: 3, bitmap: &[0x05] },
             (3, _) => HopBody::E2eBack { cum_blocks: cum },
             _ => HopBody::Fin { total_bytes: 7 },
         };
@@ -102,6 +102,7 @@ fn interleaved_msg(kind: u8, v: &[u32]) -> Vec<u8> {
             block_len: geom.block_len,
             packets: geom.packets().min(u32::from(u16::MAX)) as u16,
             duplicates: (v[4] % 3) as u16,
+            block_hint_kib: 0,
             bitmap: &bitmap,
         },
         7 => HopBody::E2eBack {

@@ -47,6 +47,7 @@ fn source_keeps_blocks_until_end_to_end_back_within_its_cache() {
         },
         body: HopBody::Back {
             duplicates: 0,
+            block_hint_kib: 0,
             block_len: 250,
             packets: 3,
             bitmap: &[0x07],
@@ -86,6 +87,7 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
                 header: hdr(0, FLAG_COMPLETE),
                 body: HopBody::Back {
                     duplicates: 0,
+                    block_hint_kib: 0,
                     block_len: 250,
                     packets: 3,
                     bitmap: &[0x07],

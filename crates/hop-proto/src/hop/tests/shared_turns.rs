@@ -1,0 +1,140 @@
+//! Blocks sized to shared turns (an extension, shared_turns.rs): receivers ask for smaller
+//! blocks in their BACKs, relays pass the smallest ask upstream, sources cut to it.
+
+use super::*;
+
+fn shared_cfg() -> HopConfig {
+    HopConfig {
+        shared_turn_blocks: true,
+        ..small_cfg()
+    }
+}
+
+/// The `block_hint_kib` of each BACK to `to`.
+fn hints_to(out: &[Outgoing], to: NodeId) -> Vec<u16> {
+    out.iter()
+        .filter(|o| o.next_hop == to)
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+            HopBody::Back { block_hint_kib, .. } => Some(block_hint_kib),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_receiver_used_by_one_flow_asks_for_nothing_and_by_two_for_half_blocks() {
+    let mut h = Harness::new(2, &[(1, 1), (4, 4)], HopTransport::new(shared_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    assert_eq!(hints_to(&h.drain(), 1), vec![0]);
+    // A second flow's BSYN (withheld: node 1 holds the turn), then node 1 asks again.
+    h.recv(4, &bsyn_from(4, 2));
+    assert!(hints_to(&h.drain(), 4).is_empty());
+    h.recv(1, &bsyn_from(1, 1));
+    let half = (DEFAULT_MAX_BLOCK_BYTES / 2 / 1024) as u16;
+    assert_eq!(hints_to(&h.drain(), 1), vec![half]);
+}
+
+#[test]
+fn off_a_receiver_asks_for_nothing() {
+    let mut h = Harness::new(2, &[(1, 1), (4, 4)], HopTransport::new(small_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    h.recv(4, &bsyn_from(4, 2));
+    h.recv(1, &bsyn_from(1, 1));
+    assert!(hints_to(&h.drain(), 1).iter().all(|&k| k == 0));
+}
+
+#[test]
+fn a_relay_passes_on_the_smaller_ask_from_beyond_it() {
+    // Node 2 relays flow 1 → 3; node 3 asks for 128 KiB blocks.
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(shared_cfg()));
+    feed_block(&mut h, 0, &[5u8; 250]);
+    let out = h.drain();
+    let before = hints_to(&out, 1);
+    assert!(!before.is_empty() && before.iter().all(|&k| k == 0));
+    assert!(
+        bsyn_blocks(&out).contains(&0),
+        "the relay forwards the block"
+    );
+    h.recv(
+        3,
+        &HopMessage {
+            header: hdr(0, FLAG_COMPLETE),
+            body: HopBody::Back {
+                block_len: 250,
+                packets: 3,
+                duplicates: 0,
+                block_hint_kib: 128,
+                bitmap: &[0x07],
+            },
+        },
+    );
+    h.drain();
+    // Node 1 asks about its block again: the answer carries node 3's ask.
+    h.recv(1, &relay_bsyn(250));
+    assert_eq!(hints_to(&h.drain(), 1), vec![128]);
+}
+
+#[test]
+fn a_source_cuts_no_larger_block_than_its_first_hop_asks_for() {
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(shared_cfg()));
+    let key = FlowKey { src: 1, id: 4 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
+        .unwrap();
+    h.drain();
+    // The next hop takes the whole block and asks for blocks of 1 KiB.
+    let mut back = source_back(&[0xff, 0x03]);
+    back.header.flags = FLAG_COMPLETE;
+    if let HopBody::Back { block_hint_kib, .. } = &mut back.body {
+        *block_hint_kib = 1;
+    }
+    h.recv(2, &back);
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![2u8; 5000])))
+        .unwrap();
+    let out = h.drain();
+    let lens = bodies(&out, |b| match b {
+        HopBody::Data { geom, .. } | HopBody::Bsyn { geom, .. } => Some(geom.block_len),
+        _ => None,
+    });
+    assert!(!lens.is_empty());
+    assert!(lens.iter().all(|&l| l == 1024), "{lens:?}");
+}
+
+#[test]
+fn large_blocks_take_turns_in_the_order_they_asked_not_by_size() {
+    // Blocks of 1/16 of the block size or more rank alike: a flow's whole first block is not
+    // held back behind the smaller blocks of flows already running.
+    let cfg = HopConfig {
+        max_block_bytes: 1600,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(1, 1), (3, 3), (4, 4)], HopTransport::new(cfg));
+    h.recv(1, &bsyn_from(1, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    let mut big = bsyn_msg(hdr(0, 0), 900);
+    (big.header.src, big.header.flow_id, big.header.dst) = (3, 1, 2);
+    h.recv(3, &big);
+    let mut smaller = bsyn_msg(hdr(0, 0), 300);
+    (
+        smaller.header.src,
+        smaller.header.flow_id,
+        smaller.header.dst,
+    ) = (4, 1, 2);
+    h.recv(4, &smaller);
+    assert!(h.drain().is_empty());
+    withholding_complete(&mut h);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 3).len(), 1, "the first to ask goes first");
+    assert!(backs_to(&out, 4).is_empty());
+}
+
+/// Node 1's block of `bsyn_from(1, 1)` arrives whole.
+fn withholding_complete(h: &mut Harness) {
+    let data = [1u8; 100];
+    for p in 0..3u16 {
+        let len = if p == 2 { 50 } else { 100 };
+        let mut m = data_packet(0, 250, p, &data[..len]);
+        (m.header.src, m.header.flow_id, m.header.dst) = (1, 1, 2);
+        h.recv(1, &m);
+    }
+}
