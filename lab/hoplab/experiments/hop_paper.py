@@ -451,10 +451,10 @@ def paced() -> Variant:
 
 # Hop whose receivers ask for smaller blocks while flows share their turns (not the paper's,
 # §4.2): run beside Hop where many flows take turns at shared relays.
-TURNS_NOTE = ("`hop-turns` is hopd with `[hop] shared_turn_blocks = true`: a node whose turns (§3.5) k flows "
-              "share asks their sources, in its BACKs, for blocks of 1/k MiB (at least 64 KiB), and relays pass "
-              "the smallest ask upstream (docs/design/hop.md#blocks-sized-to-shared-turns). Not in the paper, "
-              "not the default.")
+TURNS_NOTE = ("`hop-turns` is hopd with `[hop] shared_turn_blocks = true`: a flow's first block holds 64 KiB; "
+              "a node whose turns (§3.5) k flows share asks their sources, in its BACKs, for blocks of 1/k MiB "
+              "(at least 64 KiB), and relays pass the smallest ask upstream; a flow asked for nothing cuts whole "
+              "blocks (docs/design/hop.md#blocks-sized-to-shared-turns). Not in the paper.")
 
 
 def turns() -> Variant:
@@ -546,7 +546,7 @@ def experiments() -> list[Experiment]:
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             tcp(), HBHTCP], build_53, point_name="flows",
+             tcp(), HBHTCP, turns()], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
@@ -556,7 +556,7 @@ def experiments() -> list[Experiment]:
                    "`hop-txop` is hopd with `[hop] round_per_next_hop = false`: flows sharing a next hop "
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
-                   "(docs/design/hop.md#rounds-per-next-hop)."]),
+                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",

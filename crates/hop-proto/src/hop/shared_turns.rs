@@ -7,8 +7,9 @@
 //! blocks (§4.2) on a busy 802.11b mesh that is minutes without a byte. A block is cut at the
 //! source and kept whole along the path, so only the source can make it smaller: every BACK
 //! carries the largest block its sender's receiver, and the nodes beyond it, ask for
-//! (`block_hint_kib`), the smallest of them reaching the source hop by hop. A flow alone on
-//! its path is asked for nothing and keeps whole blocks.
+//! (`block_hint_kib`), the smallest of them reaching the source hop by hop. A flow's first
+//! block, cut before any ask can have come, is the smallest a node asks for; a flow alone on
+//! its path is asked for nothing and cuts whole blocks after it.
 
 use super::*;
 
@@ -61,9 +62,14 @@ impl SharedTurns {
         if k <= 1 {
             return None;
         }
-        let max = cfg.block_bytes();
-        Some((max / k).max(max / 16).max(1))
+        Some((cfg.block_bytes() / k).max(smallest_ask(cfg)))
     }
+}
+
+/// The smallest block a node asks for: 1/16 of the block size (64 KiB of 1 MiB). Also a
+/// flow's first block, which is cut before any ask can have come.
+pub(super) fn smallest_ask(cfg: &HopConfig) -> usize {
+    (cfg.block_bytes() / 16).max(1)
 }
 
 /// The hint as the BACK carries it: KiB, rounded down but at least 1; 0 for none.

@@ -40,8 +40,16 @@ impl HopTransport {
         } else {
             limit
         };
-        // Blocks sized to shared turns: no larger than the first hop asks for.
-        let limit = f.block_hint.map_or(limit, |h| h.clamp(1, limit.max(1)));
+        // Blocks sized to shared turns: no larger than the first hop asks for; the first
+        // block, cut before any ask can have come, no larger than the smallest ask, so that a
+        // flow starting among others gets a short first turn at each hop.
+        let limit = match f.block_hint {
+            Some(h) => h.clamp(1, limit.max(1)),
+            None if self.cfg.shared_turn_blocks && s.next_block == 0 => {
+                limit.min(smallest_ask(&self.cfg))
+            }
+            None => limit,
+        };
         // Custody at the source is bounded by the cache: with the cache full of blocks not
         // yet acknowledged end to end, wait for end-to-end BACKs.
         if s.pending_bytes > 0 {

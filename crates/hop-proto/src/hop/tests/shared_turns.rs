@@ -138,3 +138,36 @@ fn withholding_complete(h: &mut Harness) {
         h.recv(1, &m);
     }
 }
+
+#[test]
+fn a_first_block_is_the_smallest_ask_and_a_flow_asked_nothing_then_cuts_whole_blocks() {
+    let cfg = HopConfig {
+        max_block_bytes: 16_000,
+        ..shared_cfg()
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 4 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 50_000])))
+        .unwrap();
+    let lens = |out: &[Outgoing]| {
+        bodies(out, |b| match b {
+            HopBody::Data { geom, .. } | HopBody::Bsyn { geom, .. } => Some(geom.block_len),
+            _ => None,
+        })
+    };
+    let first = lens(&h.drain());
+    assert!(
+        !first.is_empty() && first.iter().all(|&l| l == 1000),
+        "{first:?}"
+    );
+    // The next hop takes it whole and asks for nothing: the next block is whole.
+    let mut back = source_back(&[0xff, 0x03]);
+    back.header.flags = FLAG_COMPLETE;
+    h.recv(2, &back);
+    let next = lens(&h.drain());
+    assert!(
+        !next.is_empty() && next.iter().all(|&l| l == 16_000),
+        "{next:?}"
+    );
+}
