@@ -199,8 +199,9 @@ pub struct HopConfig {
     /// Blocks sized to shared turns: a node that receives BSYNs of k > 1 flows asks their
     /// sources, in its BACKs, for blocks of at most `max_block_bytes` / k (at least 1/16 of
     /// it), and a relay passes on the smallest ask it hears from downstream; a source cuts
-    /// no larger block than its flow's first hop asks for. A flow alone on its path keeps
-    /// whole blocks. Off by default. Not in the paper
+    /// no larger block than its flow's first hop asks for. A flow's first block, cut before
+    /// any ask can have come, holds 1/16 of `max_block_bytes`; a flow asked for nothing cuts
+    /// whole blocks after it. Off by default. Not in the paper
     /// (docs/design/hop.md#blocks-sized-to-shared-turns).
     pub shared_turn_blocks: bool,
     /// H: complete blocks per flow held and not yet moved downstream (§3.3).
