@@ -503,6 +503,39 @@ fn thirty_flows_through_one_node_share_it_fairly() {
     assert!(mean >= 0.9, "mean Jain index {mean}");
 }
 
+/// 30 leaves of a star each send 200 KB to leaf 1 through the hub, with 1 MiB blocks.
+fn thirty_small_flows_through_a_hub(shared_turn_blocks: bool) -> String {
+    let mut text = format!(
+        "seed = 1\nduration = 600.0\n[topology]\nnodes = 32\ngenerator = \"star\"\n\
+         [transports.hop]\nshared_turn_blocks = {shared_turn_blocks}\n"
+    );
+    for src in 2..32 {
+        text += &format!("[[flows]]\nsrc = {src}\ndst = 1\nsize = \"200KB\"\n");
+    }
+    text
+}
+
+#[test]
+fn blocks_sized_to_shared_turns_let_every_flow_through_a_busy_hub_start() {
+    // With whole blocks the hub serves one 200 KB flow after the other: half of them wait
+    // longer than 10 s for their first byte. With the hub asking for smaller blocks (and
+    // first blocks of 64 KiB) the flows take turns.
+    let whole = run(&thirty_small_flows_through_a_hub(false));
+    let shared = run(&thirty_small_flows_through_a_hub(true));
+    assert_complete(&whole);
+    assert_complete(&shared);
+    let late = |r: &SimResult| {
+        r.flows
+            .iter()
+            .filter(|f| f.first_delivery_time.is_none_or(|t| t > 10.0))
+            .count()
+    };
+    assert!(late(&whole) >= 10, "whole blocks: {} late", late(&whole));
+    assert!(late(&shared) <= 3, "shared turns: {} late", late(&shared));
+    let jain = shared.hop_weighted_jain_fairness.unwrap();
+    assert!(jain >= 0.9, "hop-weighted Jain {jain}");
+}
+
 #[test]
 fn every_example_scenario_builds() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios");
