@@ -72,3 +72,22 @@ fn a_node_missing_from_neighbours_is_named_with_the_fix() {
     assert_eq!(log.matches("not among [[neighbours]]").count(), 1, "{log}");
     assert!(log.contains("node=1"), "{log}");
 }
+
+#[test]
+fn a_datagram_of_another_wire_version_is_named_with_the_fix() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes = loopback_chain(2, work.path(), "");
+    // A version-2 envelope header (an earlier release's datagram), padded past the header.
+    let mut dg = vec![0x48, 0x50, 2, 1];
+    dg.resize(64, 0);
+    let sock = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    let t0 = Instant::now();
+    while !nodes[0].log().contains("another wire version") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", nodes[0].log());
+        sock.send_to(&dg, nodes[0].spec.listen).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = nodes[0].log();
+    assert!(log.contains("version=2"), "{log}");
+    assert!(log.contains("upgrade every node"), "{log}");
+}

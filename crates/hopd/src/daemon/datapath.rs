@@ -52,6 +52,21 @@ impl Daemon {
         self.rx = Some(rx);
     }
 
+    /// A datagram of another wire version (docs/wire-format.md): nodes of different releases
+    /// cannot talk, and without this warning a neighbour would only seem silent.
+    fn other_version(&mut self, from: Option<std::net::SocketAddr>, version: u8) {
+        if let Some(n) = self.warn_version.due(std::time::Instant::now()) {
+            warn!(
+                from = ?from,
+                version,
+                ours = hop_wire::envelope::VERSION,
+                datagrams = n,
+                "datagrams of another wire version: dropped; its node runs another release of \
+                 hopd, so upgrade every node of the mesh to one release"
+            );
+        }
+    }
+
     /// Datagrams the packet socket holds (neighbours' unicast to each other), up to
     /// [`RX_BATCH`] at a time.
     pub(super) fn receive_overheard(&mut self) {
@@ -154,6 +169,9 @@ impl Daemon {
                 let now = Instant::from_nanos(self.clock.elapsed().as_nanos() as u64);
                 if let Err(e) = self.node.handle_datagram(now, dg) {
                     self.counters.rx_rejected += 1;
+                    if let hop_proto::RecvError::Wire(hop_wire::Error::UnsupportedVersion(v)) = e {
+                        self.other_version(from, v);
+                    }
                     debug!(?from, error = %e, "datagram rejected by the core");
                 }
             }
@@ -192,6 +210,10 @@ impl Daemon {
                                  follows), or they are forged"
                             );
                         }
+                    }
+                    AuthError::Malformed(hop_wire::Error::UnsupportedVersion(v)) => {
+                        self.counters.auth_malformed += 1;
+                        self.other_version(from, v);
                     }
                     AuthError::Malformed(_) => self.counters.auth_malformed += 1,
                     _ => {

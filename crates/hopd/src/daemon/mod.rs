@@ -69,6 +69,7 @@ pub struct Daemon {
     lease: crate::counter::CounterLease,
     /// Rate-limited warnings of datagrams that fail authentication, and of replays.
     warn_auth: datapath::RateLimited,
+    warn_version: datapath::RateLimited,
     warn_replay: datapath::RateLimited,
     warn_lease: datapath::RateLimited,
     warn_unknown: datapath::RateLimited,
@@ -275,6 +276,7 @@ impl Daemon {
             watchdog: None,
             lease,
             warn_auth: Default::default(),
+            warn_version: Default::default(),
             warn_replay: Default::default(),
             warn_lease: Default::default(),
             warn_unknown: Default::default(),
