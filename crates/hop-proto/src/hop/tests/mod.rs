@@ -247,6 +247,19 @@ fn bsyn_from(src: NodeId, flow: u32) -> HopMessage<'static> {
     m
 }
 
+/// The three data packets of `bsyn_from`'s block.
+fn complete_block_from(h: &mut Harness, src: NodeId, flow: u32) {
+    let data = [1u8; 100];
+    for p in 0..3u16 {
+        let len = if p == 2 { 50 } else { 100 };
+        let mut m = data_packet(0, 250, p, &data[..len]);
+        m.header.src = src;
+        m.header.flow_id = flow;
+        m.header.dst = 2;
+        h.recv(src, &m);
+    }
+}
+
 fn bsyn_with_expect(block: u32, len: u32, expect: u16) -> HopMessage<'static> {
     HopMessage {
         header: hdr(block, 0),

@@ -122,21 +122,10 @@ fn large_blocks_take_turns_in_the_order_they_asked_not_by_size() {
     ) = (4, 1, 2);
     h.recv(4, &smaller);
     assert!(h.drain().is_empty());
-    withholding_complete(&mut h);
+    complete_block_from(&mut h, 1, 1);
     let out = h.drain();
     assert_eq!(backs_to(&out, 3).len(), 1, "the first to ask goes first");
     assert!(backs_to(&out, 4).is_empty());
-}
-
-/// Node 1's block of `bsyn_from(1, 1)` arrives whole.
-fn withholding_complete(h: &mut Harness) {
-    let data = [1u8; 100];
-    for p in 0..3u16 {
-        let len = if p == 2 { 50 } else { 100 };
-        let mut m = data_packet(0, 250, p, &data[..len]);
-        (m.header.src, m.header.flow_id, m.header.dst) = (1, 1, 2);
-        h.recv(1, &m);
-    }
 }
 
 #[test]

@@ -80,19 +80,6 @@ fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
     panic!("node 3 never got a BACK");
 }
 
-/// The three data packets of `bsyn_from`'s block.
-fn complete_block_from(h: &mut Harness, src: NodeId, flow: u32) {
-    let data = [1u8; 100];
-    for p in 0..3u16 {
-        let len = if p == 2 { 50 } else { 100 };
-        let mut m = data_packet(0, 250, p, &data[..len]);
-        m.header.src = src;
-        m.header.flow_id = flow;
-        m.header.dst = 2;
-        h.recv(src, &m);
-    }
-}
-
 #[test]
 fn ack_withholding_serves_one_block_at_a_time_in_order_of_asking() {
     let mut h = Harness::new(2, &[(1, 1), (3, 3), (4, 4)], HopTransport::new(small_cfg()));
