@@ -173,8 +173,8 @@ impl HopTransport {
     }
 
     /// Answer withheld BSYNs whose reason cleared: the highest class first (an extension),
-    /// then small blocks, smallest first (§3.6, see `size_rank`), then the senders other than the one just served, then
-    /// in the order they first asked (§3.5).
+    /// then small blocks, smallest first (§3.6, see `size_rank`), then the senders other than
+    /// the one just served, then in the order they first asked (§3.5).
     pub(super) fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
         if self.withholding.waiting.is_empty() {
             return;
@@ -234,7 +234,7 @@ impl HopTransport {
 /// first block back behind every smaller block of the flows already running, which cut
 /// blocks sized to shared turns.
 fn size_rank(cfg: &HopConfig, block_len: u32) -> u32 {
-    let small = u32::try_from(cfg.block_bytes() / 16).unwrap_or(u32::MAX);
+    let small = u32::try_from(smallest_ask(cfg)).unwrap_or(u32::MAX);
     if block_len < small {
         block_len
     } else {
