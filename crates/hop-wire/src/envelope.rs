@@ -31,7 +31,7 @@ use crate::{Error, NodeId};
 /// "HP" in ASCII.
 pub const MAGIC: u16 = 0x4850;
 /// Current wire version.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Length of the fixed header before the body.
 pub const HEADER_LEN: usize = 16;
 /// Length of the integrity check after the body.

@@ -24,9 +24,9 @@ pub const HEADER_LEN: usize = 20;
 /// Bytes after the common header of a DATA message, before its payload.
 pub const DATA_FIXED_LEN: usize = 18;
 /// Bytes after the common header of a BSYN message, before its payload.
-pub const BSYN_FIXED_LEN: usize = 20;
+pub const BSYN_FIXED_LEN: usize = 25;
 /// Bytes after the common header of a BACK message, before its bitmap.
-pub const BACK_FIXED_LEN: usize = 12;
+pub const BACK_FIXED_LEN: usize = 17;
 /// Largest number of packets in one block (packet numbers are 16 bits).
 pub const MAX_PACKETS_PER_BLOCK: u32 = 65_535;
 
@@ -48,8 +48,58 @@ pub const FLAG_ASK: u8 = 0x20;
 /// notice carries no bitmap (0 packets). On an E2E_BACK: the destination holds the block but
 /// cannot deliver it (its application store is full); nothing is acknowledged.
 pub const FLAG_WAIT: u8 = 0x40;
-const KNOWN_FLAGS: u8 =
-    FLAG_VTX | FLAG_FIN | FLAG_MICRO | FLAG_ABORT | FLAG_COMPLETE | FLAG_ASK | FLAG_WAIT;
+/// Flag: this BSYN or BACK repeats, byte for byte but for its sequence number, the one sent
+/// just before it (a control copy, sent where the addressee reports control datagrams lost).
+pub const FLAG_COPY: u8 = 0x80;
+
+/// The control-link fields of a BSYN and a BACK: every such datagram a node sends to one
+/// neighbour is numbered (`seq`, counting up from 1, skipping 0 when it wraps), so the
+/// neighbour counts the ones lost; each carries the latest number the sender heard from the
+/// addressee (`echo`), so a BACK names the BSYNs it follows; and the sender's smoothed loss
+/// of the addressee's numbered datagrams (`loss`, in 1/255), which tells the addressee
+/// whether to send its control datagrams twice. 0 in `seq` or `echo`: none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ControlSeq {
+    pub seq: u16,
+    pub echo: u16,
+    pub loss: u8,
+}
+
+/// Bytes of [`ControlSeq`] on the wire.
+pub const CONTROL_SEQ_LEN: usize = 5;
+
+/// Write `ctl` into an encoded BSYN or BACK (the fields are filled as the datagram is queued,
+/// in the order datagrams leave). False, and nothing written, for any other message.
+pub fn set_control_seq(buf: &mut [u8], ctl: ControlSeq) -> bool {
+    let at = match buf.first().map(|t| MsgType::from_u8(*t)) {
+        Some(Ok(MsgType::Bsyn)) => HEADER_LEN + 20,
+        Some(Ok(MsgType::Back)) => HEADER_LEN + 12,
+        _ => return false,
+    };
+    let Some(field) = buf.get_mut(at..at + CONTROL_SEQ_LEN) else {
+        return false;
+    };
+    field[..2].copy_from_slice(&ctl.seq.to_be_bytes());
+    field[2..4].copy_from_slice(&ctl.echo.to_be_bytes());
+    field[4] = ctl.loss;
+    true
+}
+
+impl ControlSeq {
+    fn read(b: &[u8]) -> Self {
+        ControlSeq {
+            seq: be_u16(b, 0),
+            echo: be_u16(b, 2),
+            loss: b[4],
+        }
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.seq.to_be_bytes());
+        out.extend_from_slice(&self.echo.to_be_bytes());
+        out.push(self.loss);
+    }
+}
 
 /// The `msg_type` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -182,6 +232,7 @@ pub enum HopBody<'a> {
         /// receiver answers at once when it holds that many, and otherwise waits briefly for
         /// data still in flight behind this BSYN. 0: nothing in flight, answer at once.
         expect: u16,
+        ctl: ControlSeq,
         payload: &'a [u8],
     },
     /// Bitmap acknowledgement: bit `i` (LSB-first within each byte) set when packet `i` is held.
@@ -195,6 +246,7 @@ pub enum HopBody<'a> {
         /// The largest block, in KiB, the receiver and the nodes beyond it ask the flow's
         /// source to cut while their turns are shared among flows (0: no limit).
         block_hint_kib: u16,
+        ctl: ControlSeq,
         bitmap: &'a [u8],
     },
     /// End-to-end acknowledgement of `block_num`; `cum_blocks` blocks (0..cum_blocks) have all
@@ -281,10 +333,10 @@ impl<'a> HopMessage<'a> {
         }
         let kind = MsgType::from_u8(buf[0])?;
         let flags = buf[1];
-        if flags & !KNOWN_FLAGS != 0 || buf[3] > PRIORITY_EXPEDITED {
-            return Err(Error::ReservedBits(
-                u32::from(flags & !KNOWN_FLAGS) | (u32::from(buf[3]) << 8),
-            ));
+        // Every flag bit has a meaning (on some message type): only the class byte has
+        // reserved values.
+        if buf[3] > PRIORITY_EXPEDITED {
+            return Err(Error::ReservedBits(u32::from(buf[3]) << 8));
         }
         let header = HopHeader {
             priority: buf[3],
@@ -376,6 +428,7 @@ impl<'a> HopMessage<'a> {
                     geom,
                     packet_num,
                     expect,
+                    ctl: ControlSeq::read(&rest[20..]),
                     payload: &rest[BSYN_FIXED_LEN..],
                 }
             }
@@ -410,6 +463,7 @@ impl<'a> HopMessage<'a> {
                     packets,
                     duplicates,
                     block_hint_kib,
+                    ctl: ControlSeq::read(&rest[12..]),
                     bitmap,
                 }
             }
@@ -509,6 +563,7 @@ impl<'a> HopMessage<'a> {
                 geom,
                 packet_num,
                 expect,
+                ctl,
                 payload,
             } => {
                 out.extend_from_slice(&offset.to_be_bytes());
@@ -517,6 +572,7 @@ impl<'a> HopMessage<'a> {
                 out.extend_from_slice(&packet_num.to_be_bytes());
                 out.extend_from_slice(&(payload.len() as u16).to_be_bytes());
                 out.extend_from_slice(&expect.to_be_bytes());
+                ctl.write(out);
                 out.extend_from_slice(payload);
             }
             HopBody::Back {
@@ -524,6 +580,7 @@ impl<'a> HopMessage<'a> {
                 packets,
                 duplicates,
                 block_hint_kib,
+                ctl,
                 bitmap,
             } => {
                 out.extend_from_slice(&block_len.to_be_bytes());
@@ -531,6 +588,7 @@ impl<'a> HopMessage<'a> {
                 out.extend_from_slice(&(bitmap.len() as u16).to_be_bytes());
                 out.extend_from_slice(&duplicates.to_be_bytes());
                 out.extend_from_slice(&block_hint_kib.to_be_bytes());
+                ctl.write(out);
                 out.extend_from_slice(bitmap);
             }
             HopBody::E2eBack { cum_blocks } => out.extend_from_slice(&cum_blocks.to_be_bytes()),
@@ -651,6 +709,11 @@ mod tests {
                 packets: 11,
                 duplicates: 3,
                 block_hint_kib: 256,
+                ctl: ControlSeq {
+                    seq: 7,
+                    echo: 65_535,
+                    loss: 30,
+                },
                 bitmap: &bitmap,
             },
         };
@@ -674,6 +737,7 @@ mod tests {
                 geom,
                 packet_num,
                 expect,
+                ctl: ControlSeq::default(),
                 payload: &[],
             },
         };
@@ -691,6 +755,77 @@ mod tests {
                 matches!(HopMessage::parse(&out), Err(Error::Malformed { field: f, .. }) if f == field)
             );
         }
+    }
+
+    #[test]
+    fn control_fields_are_filled_in_place_in_bsyns_and_backs_only() {
+        let ctl = ControlSeq {
+            seq: 513,
+            echo: 2,
+            loss: 77,
+        };
+        let geom = BlockGeom {
+            block_len: 2500,
+            packet_size: 1000,
+        };
+        let bitmap = [0x05u8];
+        for body in [
+            HopBody::Bsyn {
+                offset: 9,
+                geom,
+                packet_num: 3,
+                expect: 2,
+                ctl: ControlSeq::default(),
+                payload: &[],
+            },
+            HopBody::Back {
+                block_len: 2500,
+                packets: 3,
+                duplicates: 1,
+                block_hint_kib: 4,
+                ctl: ControlSeq::default(),
+                bitmap: &bitmap,
+            },
+        ] {
+            let mut out = Vec::new();
+            HopMessage {
+                header: header(0),
+                body,
+            }
+            .emit(&mut out)
+            .unwrap();
+            assert!(set_control_seq(&mut out, ctl));
+            let expected = match body {
+                HopBody::Bsyn { .. } => HopBody::Bsyn {
+                    offset: 9,
+                    geom,
+                    packet_num: 3,
+                    expect: 2,
+                    ctl,
+                    payload: &[],
+                },
+                _ => HopBody::Back {
+                    block_len: 2500,
+                    packets: 3,
+                    duplicates: 1,
+                    block_hint_kib: 4,
+                    ctl,
+                    bitmap: &bitmap,
+                },
+            };
+            assert_eq!(HopMessage::parse(&out).unwrap().body, expected);
+        }
+        let mut out = Vec::new();
+        HopMessage {
+            header: header(0),
+            body: HopBody::E2eBack { cum_blocks: 4 },
+        }
+        .emit(&mut out)
+        .unwrap();
+        let before = out.clone();
+        assert!(!set_control_seq(&mut out, ctl));
+        assert_eq!(out, before);
+        assert!(!set_control_seq(&mut [2u8; 10], ctl), "truncated");
     }
 
     #[test]
@@ -729,7 +864,7 @@ mod tests {
         }
 
         #[test]
-        fn bsyn_round_trip((geom, pn) in arb_geom(), micro: bool, vtx: bool, offset: u64, ttl: u8, bn: u32, exp: u16) {
+        fn bsyn_round_trip((geom, pn) in arb_geom(), micro: bool, vtx: bool, offset: u64, ttl: u8, bn: u32, exp: u16, seq: u16, echo: u16, loss: u8) {
             let expect = (u32::from(exp) % (geom.packets() + 1)) as u16;
             let flags = if micro { FLAG_MICRO } else { 0 } | if vtx { FLAG_VTX } else { 0 };
             let payload: Vec<u8> = if micro {
@@ -739,12 +874,12 @@ mod tests {
             };
             round_trip(HopMessage {
                 header: HopHeader { priority: 0, flags, ttl, src: 4, flow_id: 5, dst: 6, block_num: bn },
-                body: HopBody::Bsyn { offset, geom, packet_num: if micro { pn } else { pn + 1 }, expect, payload: &payload },
+                body: HopBody::Bsyn { offset, geom, packet_num: if micro { pn } else { pn + 1 }, expect, ctl: ControlSeq { seq, echo, loss }, payload: &payload },
             });
         }
 
         #[test]
-        fn back_round_trip(bits in proptest::collection::vec(any::<bool>(), 0..2000), block_len: u32, duplicates: u16, block_hint_kib: u16, flags in 0u8..0x40) {
+        fn back_round_trip(bits in proptest::collection::vec(any::<bool>(), 0..2000), block_len: u32, duplicates: u16, block_hint_kib: u16, flags in 0u8..0x40, seq: u16, echo: u16, loss: u8) {
             let packets = bits.len() as u16;
             let mut bitmap = vec![0u8; bits.len().div_ceil(8)];
             for (i, b) in bits.iter().enumerate() {
@@ -752,7 +887,7 @@ mod tests {
             }
             round_trip(HopMessage {
                 header: header(flags),
-                body: HopBody::Back { block_len, packets, duplicates, block_hint_kib, bitmap: &bitmap },
+                body: HopBody::Back { block_len, packets, duplicates, block_hint_kib, ctl: ControlSeq { seq, echo, loss }, bitmap: &bitmap },
             });
         }
 
@@ -777,7 +912,7 @@ mod tests {
             let payload = [3u8; 17];
             let msg = HopMessage {
                 header: header(FLAG_MICRO),
-                body: HopBody::Bsyn { offset: 5, geom: BlockGeom { block_len: 17, packet_size: 1380 }, packet_num: 0, expect: 1, payload: &payload },
+                body: HopBody::Bsyn { offset: 5, geom: BlockGeom { block_len: 17, packet_size: 1380 }, packet_num: 0, expect: 1, ctl: ControlSeq::default(), payload: &payload },
             };
             let mut out = Vec::new();
             msg.emit(&mut out).unwrap();

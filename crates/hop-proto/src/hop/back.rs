@@ -10,7 +10,7 @@ impl HopTransport {
         from: NodeId,
         h: &HopHeader,
         packets: u16,
-        (duplicates, block_hint_kib): (u16, u16),
+        (duplicates, block_hint_kib, echo): (u16, u16, u16),
         bitmap: &[u8],
     ) {
         let now = ctx.now;
@@ -55,7 +55,15 @@ impl HopTransport {
                 }
             }
         }
-        let answer = matches!(x.state, TransferState::AwaitBack { .. });
+        // The round's answer: a BACK while one is awaited, sent after the next hop heard a
+        // BSYN of this round. A copy of the previous round's BACK (or that BACK delayed)
+        // arriving after the next BSYN left is only news of packets held
+        // (control_copies.rs); 0: the next hop names nothing it heard.
+        let heard_round = echo == 0 || x.round_seq == 0 || seq_at_or_after(echo, x.round_seq);
+        let answer = matches!(x.state, TransferState::AwaitBack { .. }) && heard_round;
+        if !heard_round {
+            bump(&mut self.stats.extra, "backs_before_round");
+        }
         let newly = x.merge_back(complete, answer, bitmap);
         self.window.note(&self.cfg, now, newly);
         if let Role::Source(s) = &mut f.role {
@@ -77,7 +85,9 @@ impl HopTransport {
             let e = RttEstimate::update(self.bsyn_rtt.get(&from).copied(), r);
             self.bsyn_rtt.insert(from, e);
         }
-        x.attempts = 0;
+        if answer {
+            x.attempts = 0;
+        }
         let arrivals = x.arrivals();
         if arrivals.progress || x.progress_at == Instant::ZERO {
             x.progress_at = now;

@@ -74,13 +74,18 @@ impl HopTransport {
             *self.retx_to.entry(next_hop).or_default() += retx;
         }
         let name = name_of(MsgType::Bsyn, flags);
+        let mut first_seq = 0;
         for body in msgs.into_iter().flatten() {
             bump(&mut self.stats.sent_by_type, name);
-            self.control.push_back(Outgoing {
-                next_hop,
-                class: Class::Control,
-                body,
-            });
+            let seq = self.queue_control(next_hop, body);
+            if first_seq == 0 {
+                first_seq = seq;
+            }
+        }
+        if !repeat {
+            if let Some(x) = self.flows.get_mut(&key).and_then(|f| f.outs.get_mut(&n)) {
+                x.round_seq = first_seq;
+            }
         }
     }
 
@@ -188,6 +193,7 @@ fn block_bsyn(header: HopHeader, x: &Transfer, b: &Block, repeat: bool) -> Optio
             geom: b.geom,
             packet_num: round_end,
             expect,
+            ctl: ControlSeq::default(),
             payload: &[],
         },
     })

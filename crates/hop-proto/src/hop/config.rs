@@ -19,7 +19,7 @@ pub const DEFAULT_MAX_BLOCK_BYTES: usize = 1 << 20;
 
 /// Payload bytes per data packet. A DATA datagram is envelope header (16) + Hop header (20) +
 /// DATA fields (18) + payload + crc (4) + optional auth trailer (24) = 82 + payload bytes; a
-/// micro-block BSYN is 84 + payload. With 1380 bytes the largest datagram is 1464 bytes, within
+/// micro-block BSYN is 89 + payload. With 1380 bytes the largest datagram is 1469 bytes, within
 /// the 1472-byte UDP payload of a 1500-byte IP datagram (§5: "same default packet size as TCP
 /// (1.5KB)").
 pub const DEFAULT_PACKET_PAYLOAD_BYTES: usize = 1380;
@@ -204,6 +204,18 @@ pub struct HopConfig {
     /// whole blocks after it. Off by default. Not in the paper
     /// (docs/design/hop.md#blocks-sized-to-shared-turns).
     pub shared_turn_blocks: bool,
+    /// Control copies, for links without link-layer retries (Ethernet, tunnels): where the
+    /// neighbour it sends to reports 5 % or more of this node's BSYNs and BACKs lost, each
+    /// goes twice, back to back (three times from 17 %; a micro-block's BSYNs, which carry
+    /// its packets, once). A block moves in BSYN/BACK rounds (§3.1) and each lost BSYN or
+    /// BACK costs the sender a timer's wait with nothing sent: over a link that loses a
+    /// share p of its datagrams about 2p of the rounds wait, with two copies about 2p².
+    /// Off by default: the paper's 802.11 MAC retries control frames (§4.1), so what a mesh
+    /// still loses of them is collisions and dead neighbours, where copies add load (the
+    /// simulator's 802.11 meshes moved 20-35 % less with them). The numbers, the loss
+    /// reports and the `echo` that tells a round's BACK from a late one are always on. Not
+    /// in the paper (docs/design/hop.md#control-copies).
+    pub control_copies: bool,
     /// H: complete blocks per flow held and not yet moved downstream (§3.3).
     pub backpressure_limit: usize,
     /// Enable hop-by-hop backpressure (§3.3).
@@ -341,6 +353,7 @@ impl Default for HopConfig {
             overlap_block_tails: false,
             block_time: Duration::ZERO,
             shared_turn_blocks: false,
+            control_copies: false,
             backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
             backpressure: true,
             next_hop_backpressure: true,

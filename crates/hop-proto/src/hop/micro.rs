@@ -34,6 +34,7 @@ pub(super) fn micro_bsyns(
                 geom: b.geom,
                 packet_num: 0,
                 expect: 0,
+                ctl: ControlSeq::default(),
                 payload: &[],
             },
         });
@@ -50,6 +51,7 @@ pub(super) fn micro_bsyns(
                 geom: b.geom,
                 packet_num: p as u16,
                 expect: 0,
+                ctl: ControlSeq::default(),
                 payload: b.packet(p),
             },
         }));

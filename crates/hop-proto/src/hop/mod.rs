@@ -21,6 +21,7 @@ mod bsyn;
 mod bsyn_timer;
 mod cache;
 mod config;
+mod control_copies;
 mod custody;
 mod delivery;
 mod diag;
@@ -43,8 +44,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hop_wire::hop::{
-    BlockGeom, HopBody, HopHeader, HopMessage, MsgType, FLAG_ABORT, FLAG_ASK, FLAG_COMPLETE,
-    FLAG_FIN, FLAG_MICRO, FLAG_VTX, FLAG_WAIT, PRIORITY_EXPEDITED, PRIORITY_NORMAL,
+    BlockGeom, ControlSeq, HopBody, HopHeader, HopMessage, MsgType, FLAG_ABORT, FLAG_ASK,
+    FLAG_COMPLETE, FLAG_COPY, FLAG_FIN, FLAG_MICRO, FLAG_VTX, FLAG_WAIT, PRIORITY_EXPEDITED,
+    PRIORITY_NORMAL,
 };
 use hop_wire::{NodeId, TransportId};
 use rand::Rng;
@@ -59,6 +61,7 @@ use admission::*;
 use block_data::BlockData;
 use bsyn::*;
 use bsyn_timer::*;
+use control_copies::*;
 use diag::*;
 use flow::*;
 use link_window::*;
@@ -132,6 +135,8 @@ pub struct HopTransport {
     state_clock: StateClock,
     /// The flows whose BSYNs this node receives (blocks sized to shared turns).
     shared_turns: SharedTurns,
+    /// Numbered control datagrams per neighbour, their loss, and copies (control_copies.rs).
+    control_link: ControlLink,
 }
 
 impl HopTransport {
@@ -177,6 +182,7 @@ impl HopTransport {
             },
             state_clock: StateClock::default(),
             shared_turns: SharedTurns::default(),
+            control_link: ControlLink::default(),
         }
     }
 
@@ -197,11 +203,7 @@ impl HopTransport {
             &mut self.stats.sent_by_type,
             name_of(msg.msg_type(), msg.header.flags),
         );
-        self.control.push_back(Outgoing {
-            next_hop,
-            class: Class::Control,
-            body,
-        });
+        self.queue_control(next_hop, body);
     }
 
     /// Every message about a flow carries the flow's class (header byte 3), written here as
@@ -414,12 +416,21 @@ impl Transport for HopTransport {
                 if !self.aborts.is_empty()
                     && !self.flows.contains_key(&flow_key(&h))
                     && self.answer_aborted(ctx, flow_key(&h), rx.link_src) => {}
+            HopBody::Bsyn { ctl, .. } | HopBody::Back { ctl, .. }
+                if !self
+                    .control_link
+                    .on_received(rx.link_src, ctl, h.flags & FLAG_COPY != 0) =>
+            {
+                // A copy whose original was handled (control_copies.rs).
+                self.extra("control_copies_dropped");
+            }
             HopBody::Bsyn {
                 offset,
                 geom,
                 packet_num,
                 expect,
                 payload,
+                ..
             } => {
                 let bsyn = BsynIn {
                     from: rx.link_src,
@@ -440,6 +451,7 @@ impl Transport for HopTransport {
                 packets,
                 duplicates,
                 block_hint_kib,
+                ctl,
                 bitmap,
                 ..
             } => self.on_back(
@@ -447,7 +459,7 @@ impl Transport for HopTransport {
                 rx.link_src,
                 &h,
                 packets,
-                (duplicates, block_hint_kib),
+                (duplicates, block_hint_kib, ctl.echo),
                 bitmap,
             ),
             HopBody::E2eBack { cum_blocks } => self.on_e2e(ctx, &h, cum_blocks),

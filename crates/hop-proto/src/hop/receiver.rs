@@ -74,6 +74,7 @@ impl HopTransport {
                 packets: packets as u16,
                 duplicates,
                 block_hint_kib,
+                ctl: ControlSeq::default(),
                 bitmap: &bitmap,
             },
         };
@@ -180,6 +181,7 @@ impl HopTransport {
                     packets: 0,
                     duplicates: 0,
                     block_hint_kib: 0,
+                    ctl: ControlSeq::default(),
                     bitmap: &[],
                 },
             };

@@ -55,6 +55,9 @@ pub(super) struct Transfer {
     /// Unanswered BSYNs in a row (backoff exponent).
     pub(super) attempts: u32,
     pub(super) cursor: u32,
+    /// Number of the first BSYN of the current round (control_copies.rs): a BACK that
+    /// heard none of the round's BSYNs (`echo` before it) answers an earlier round.
+    pub(super) round_seq: u16,
 }
 
 impl HopTransport {
@@ -86,6 +89,7 @@ impl HopTransport {
             micro,
             attempts: 0,
             cursor: 0,
+            round_seq: 0,
         }
     }
 

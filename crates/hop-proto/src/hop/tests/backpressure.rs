@@ -17,6 +17,7 @@ fn flow_limit_refuses_new_flows() {
                 ..hdr(0, 0)
             },
             body: HopBody::Bsyn {
+                ctl: ControlSeq::default(),
                 offset: 0,
                 geom: BlockGeom {
                     block_len: 250,

@@ -76,6 +76,7 @@ fn final_bsyn_announces_the_packets_sent() {
             ..hdr(0, 0)
         },
         body: HopBody::Back {
+            ctl: ControlSeq::default(),
             duplicates: 0,
             block_hint_kib: 0,
             block_len: 1000,

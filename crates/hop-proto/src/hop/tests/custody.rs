@@ -28,6 +28,7 @@ fn whole_block_back() -> HopMessage<'static> {
     HopMessage {
         header: hdr(0, FLAG_COMPLETE),
         body: HopBody::Back {
+            ctl: ControlSeq::default(),
             duplicates: 0,
             block_hint_kib: 0,
             block_len: 250,

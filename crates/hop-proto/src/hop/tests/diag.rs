@@ -101,6 +101,7 @@ fn a_relay_waiting_for_packets_from_upstream_counts_as_fed() {
         &HopMessage {
             header: hdr(0, 0),
             body: HopBody::Back {
+                ctl: ControlSeq::default(),
                 duplicates: 0,
                 block_hint_kib: 0,
                 block_len: 1000,

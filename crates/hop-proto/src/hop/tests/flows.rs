@@ -24,6 +24,7 @@ fn late_bsyn(block: u32) -> HopMessage<'static> {
     HopMessage {
         header: hdr(block, FLAG_FIN),
         body: HopBody::Bsyn {
+            ctl: ControlSeq::default(),
             offset: 0,
             geom: BlockGeom {
                 block_len: 250,
@@ -93,6 +94,7 @@ fn a_source_served_only_from_a_relays_cache_gives_up() {
                         ..header
                     },
                     body: HopBody::Back {
+                        ctl: ControlSeq::default(),
                         block_len: 0,
                         packets: 0,
                         duplicates: 0,
@@ -147,6 +149,7 @@ fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
                         ..header
                     },
                     body: HopBody::Back {
+                        ctl: ControlSeq::default(),
                         block_len: geom.block_len,
                         packets: 0,
                         duplicates: 0,
@@ -202,6 +205,7 @@ fn blocks_paced_by_rate_follow_how_fast_the_first_hop_takes_them() {
                 ..header
             },
             body: HopBody::Back {
+                ctl: ControlSeq::default(),
                 block_len: geom.block_len,
                 packets: 0,
                 duplicates: 0,

@@ -57,6 +57,7 @@ fn windows_over_rounds(base: Duration, capacity: f64) -> Vec<usize> {
                     ..hdr(0, 0)
                 },
                 body: HopBody::Back {
+                    ctl: ControlSeq::default(),
                     duplicates: 0,
                     block_hint_kib: 0,
                     block_len: 60_000,

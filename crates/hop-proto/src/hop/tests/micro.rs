@@ -70,6 +70,7 @@ fn a_micro_block_repeated_without_an_answer_sends_one_packet_then_only_what_is_m
         &HopMessage {
             header: hdr(0, 0),
             body: HopBody::Back {
+                ctl: ControlSeq::default(),
                 block_len: 250,
                 packets: 3,
                 duplicates: 0,

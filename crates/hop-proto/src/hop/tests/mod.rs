@@ -7,6 +7,7 @@ mod backpressure;
 mod block_transfer;
 mod bsyn_timer;
 mod config;
+mod control_copies;
 mod custody;
 mod diag;
 mod flows;
@@ -137,6 +138,7 @@ fn feed_block(h: &mut Harness, block: u32, data: &[u8]) {
         &HopMessage {
             header: hdr(block, 0),
             body: HopBody::Bsyn {
+                ctl: ControlSeq::default(),
                 offset: 0,
                 geom,
                 packet_num: 0,
@@ -214,6 +216,7 @@ fn bsyn_msg(header: HopHeader, block_len: u32) -> HopMessage<'static> {
     HopMessage {
         header,
         body: HopBody::Bsyn {
+            ctl: ControlSeq::default(),
             offset: 0,
             geom: BlockGeom {
                 block_len,
@@ -264,6 +267,7 @@ fn bsyn_with_expect(block: u32, len: u32, expect: u16) -> HopMessage<'static> {
     HopMessage {
         header: hdr(block, 0),
         body: HopBody::Bsyn {
+            ctl: ControlSeq::default(),
             offset: 0,
             geom: BlockGeom {
                 block_len: len,
@@ -313,6 +317,7 @@ fn source_back(bitmap: &[u8]) -> HopMessage<'_> {
             ..hdr(0, 0)
         },
         body: HopBody::Back {
+            ctl: ControlSeq::default(),
             duplicates: 0,
             block_hint_kib: 0,
             block_len: 1000,

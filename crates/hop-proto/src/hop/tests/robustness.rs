@@ -21,9 +21,9 @@ proptest! {
         let header = HopHeader { priority: 0, flags, ttl, src, flow_id: 1, dst, block_num: block };
         let body = match (kind, &payload) {
             (0, Some(p)) => HopBody::Data { offset: 0, geom, packet_num: pn, payload: p },
-            (1, Some(p)) if flags & FLAG_MICRO != 0 => HopBody::Bsyn { offset: 0, geom, packet_num: pn, expect: 0, payload: p },
-            (1, _) => HopBody::Bsyn { offset: 0, geom, packet_num: 0, expect: (pn as u32).min(geom.packets()) as u16, payload: &[] },
-            (2, _) => HopBody::Back { duplicates: 0, block_hint_kib: 0, block_len: len, packets: 3, bitmap: &[0x05] },
+            (1, Some(p)) if flags & FLAG_MICRO != 0 => HopBody::Bsyn { ctl: ControlSeq::default(), offset: 0, geom, packet_num: pn, expect: 0, payload: p },
+            (1, _) => HopBody::Bsyn { ctl: ControlSeq::default(), offset: 0, geom, packet_num: 0, expect: (pn as u32).min(geom.packets()) as u16, payload: &[] },
+            (2, _) => HopBody::Back { ctl: ControlSeq::default(), duplicates: 0, block_hint_kib: 0, block_len: len, packets: 3, bitmap: &[0x05] },
             (3, _) => HopBody::E2eBack { cum_blocks: cum },
             _ => HopBody::Fin { total_bytes: 7 },
         };
@@ -88,6 +88,7 @@ fn interleaved_msg(kind: u8, v: &[u32]) -> Vec<u8> {
             payload: &payload,
         },
         3 | 4 => HopBody::Bsyn {
+            ctl: ControlSeq::default(),
             offset,
             geom,
             packet_num: pn,
@@ -99,6 +100,7 @@ fn interleaved_msg(kind: u8, v: &[u32]) -> Vec<u8> {
             },
         },
         5 | 6 => HopBody::Back {
+            ctl: ControlSeq::default(),
             block_len: geom.block_len,
             packets: geom.packets().min(u32::from(u16::MAX)) as u16,
             duplicates: (v[4] % 3) as u16,
@@ -112,6 +114,7 @@ fn interleaved_msg(kind: u8, v: &[u32]) -> Vec<u8> {
             total_bytes: u64::from(v[1] % 5000),
         },
         _ => HopBody::Bsyn {
+            ctl: ControlSeq::default(),
             offset,
             geom,
             packet_num: 0,

@@ -60,6 +60,7 @@ fn a_relay_passes_on_the_smaller_ask_from_beyond_it() {
         &HopMessage {
             header: hdr(0, FLAG_COMPLETE),
             body: HopBody::Back {
+                ctl: ControlSeq::default(),
                 block_len: 250,
                 packets: 3,
                 duplicates: 0,

@@ -46,6 +46,7 @@ fn source_keeps_blocks_until_end_to_end_back_within_its_cache() {
             ..hdr(block, FLAG_COMPLETE)
         },
         body: HopBody::Back {
+            ctl: ControlSeq::default(),
             duplicates: 0,
             block_hint_kib: 0,
             block_len: 250,
@@ -86,6 +87,7 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
             &HopMessage {
                 header: hdr(0, FLAG_COMPLETE),
                 body: HopBody::Back {
+                    ctl: ControlSeq::default(),
                     duplicates: 0,
                     block_hint_kib: 0,
                     block_len: 250,
@@ -101,6 +103,7 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
                 ..hdr(0, FLAG_VTX)
             },
             body: HopBody::Bsyn {
+                ctl: ControlSeq::default(),
                 offset: 0,
                 geom: BlockGeom {
                     block_len: 250,

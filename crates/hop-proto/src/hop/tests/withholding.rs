@@ -17,6 +17,7 @@ fn ack_withholding_prefers_small_blocks_and_skips_silent_senders() {
             block_num: 0,
         },
         body: HopBody::Bsyn {
+            ctl: ControlSeq::default(),
             offset: 0,
             geom: BlockGeom {
                 block_len: len,

@@ -1,0 +1,271 @@
+//! Control copies (not in the paper): BSYNs and BACKs numbered per neighbour, the loss of
+//! each neighbour's numbered datagrams measured and reported back, a BSYN or BACK sent twice
+//! where its addressee reports them lost, and a BACK that names the BSYNs it follows.
+//!
+//! A block moves in BSYN/BACK rounds (§3.1): the sender sends nothing of the block between a
+//! round's BSYN and its BACK, so a lost BSYN or BACK costs a timer's wait. The paper's MAC
+//! retries control frames (§4.1); over a link without retries a share p of each is lost and
+//! about 2p of the rounds wait (at 30 % loss, half of them). Two copies back to back make
+//! that about 2p². A BACK copy must not be taken for the answer to the sender's next round,
+//! so a BACK carries the latest number it heard from its addressee (`echo`): a BACK that
+//! heard nothing of the round's BSYNs is news, not the round's answer.
+
+use super::*;
+
+/// A neighbour's reported loss (in 1/255) from which this node sends its control datagrams
+/// to it twice: 5 %. Below it a copy costs more air than the rounds it saves (each lost round
+/// waits at least two timer ticks, a copy one control frame per round).
+pub(super) const COPY_LOSS: u8 = 13;
+
+/// A neighbour's reported loss from which each control datagram goes three times: 17 %, where
+/// two copies would both be lost 3 % of the time.
+pub(super) const THREE_COPY_LOSS: u8 = 44;
+
+/// Weight of one datagram in the smoothed loss: about the last 32 numbered datagrams.
+const LOSS_GAIN: f64 = 1.0 / 32.0;
+
+/// A gap in a neighbour's numbers longer than this is a restart or a long silence, not loss.
+const MAX_GAP: u16 = 1024;
+
+/// What this node knows of the control datagrams it exchanges with each neighbour.
+#[derive(Debug, Default)]
+pub(super) struct ControlLink {
+    peers: BTreeMap<NodeId, Peer>,
+}
+
+#[derive(Debug, Default)]
+struct Peer {
+    /// The number of this node's latest control datagram to the neighbour (0: none yet).
+    sent: u16,
+    /// The neighbour's latest report of this node's datagrams lost, in 1/255.
+    reported_loss: u8,
+    /// The number of the neighbour's latest datagram received (0: none).
+    heard: u16,
+    /// Smoothed share of the neighbour's numbered datagrams not received.
+    loss: f64,
+}
+
+/// The number after `s`, skipping 0 (which means "none").
+fn after(s: u16) -> u16 {
+    match s.wrapping_add(1) {
+        0 => 1,
+        n => n,
+    }
+}
+
+/// Datagrams from `from` (exclusive) up to `to` (inclusive), numbers skipping 0.
+fn distance(from: u16, to: u16) -> u16 {
+    let d = to.wrapping_sub(from);
+    if to < from {
+        d.saturating_sub(1)
+    } else {
+        d
+    }
+}
+
+/// Whether number `a` is `b` or later (within half the number space).
+pub(super) fn seq_at_or_after(a: u16, b: u16) -> bool {
+    a.wrapping_sub(b) < 0x8000
+}
+
+impl ControlLink {
+    /// Number the next control datagram to `to` and fill its control fields.
+    pub(super) fn stamp(&mut self, to: NodeId) -> ControlSeq {
+        let p = self.peers.entry(to).or_default();
+        p.sent = after(p.sent);
+        ControlSeq {
+            seq: p.sent,
+            echo: p.heard,
+            loss: (p.loss * 255.0).round().clamp(0.0, 255.0) as u8,
+        }
+    }
+
+    /// How many times control datagrams to `to` go: once, twice where it reports 5 % or more
+    /// of ours lost, three times where a pair would still be lost 3 % of the time (p ≥ 17 %).
+    pub(super) fn copies(&self, cfg: &HopConfig, to: NodeId) -> usize {
+        let loss = self.peers.get(&to).map_or(0, |p| p.reported_loss);
+        match loss {
+            _ if !cfg.control_copies => 1,
+            l if l >= THREE_COPY_LOSS => 3,
+            l if l >= COPY_LOSS => 2,
+            _ => 1,
+        }
+    }
+
+    /// Take the control fields of a BSYN or BACK from `from`. False if it is a copy whose
+    /// original arrived (to be dropped: the original was handled).
+    pub(super) fn on_received(&mut self, from: NodeId, ctl: ControlSeq, copy: bool) -> bool {
+        if ctl.seq == 0 {
+            return true;
+        }
+        let p = self.peers.entry(from).or_default();
+        p.reported_loss = ctl.loss;
+        if p.heard == 0 {
+            p.heard = ctl.seq;
+            return true;
+        }
+        let gap = distance(p.heard, ctl.seq);
+        if gap == 0 || !seq_at_or_after(ctl.seq, p.heard) {
+            // A duplicate or a datagram overtaken by a later one: no news of loss.
+            return !(copy && gap == 0);
+        }
+        let original_heard = copy && gap == 1;
+        if gap <= MAX_GAP {
+            for _ in 1..gap {
+                p.loss += (1.0 - p.loss) * LOSS_GAIN;
+            }
+            p.loss -= p.loss * LOSS_GAIN;
+        }
+        p.heard = ctl.seq;
+        !original_heard
+    }
+
+    /// The share of `from`'s numbered datagrams this node has not received (smoothed).
+    #[cfg(test)]
+    pub(super) fn loss_of(&self, from: NodeId) -> f64 {
+        self.peers.get(&from).map_or(0.0, |p| p.loss)
+    }
+}
+
+impl HopTransport {
+    /// Queue a control datagram to `next_hop`: a BSYN or BACK is numbered, and sent twice
+    /// where `next_hop` reports our control datagrams lost (a micro-block's BSYNs once: they
+    /// carry its packets, and the next hop answers the last of a round). Returns the number
+    /// of the datagram's (first) copy, 0 for other messages.
+    pub(super) fn queue_control(&mut self, next_hop: NodeId, mut body: Vec<u8>) -> u16 {
+        let numbered = matches!(
+            body.first().map(|t| MsgType::from_u8(*t)),
+            Some(Ok(MsgType::Bsyn | MsgType::Back))
+        );
+        if !numbered {
+            self.control.push_back(Outgoing {
+                next_hop,
+                class: Class::Control,
+                body,
+            });
+            return 0;
+        }
+        let ctl = self.control_link.stamp(next_hop);
+        hop_wire::hop::set_control_seq(&mut body, ctl);
+        let micro = body.get(1).is_some_and(|f| f & FLAG_MICRO != 0);
+        let copies = if micro {
+            1
+        } else {
+            self.control_link.copies(&self.cfg, next_hop)
+        };
+        let mut extra = Vec::new();
+        for _ in 1..copies {
+            let mut c = body.clone();
+            c[1] |= FLAG_COPY;
+            hop_wire::hop::set_control_seq(&mut c, self.control_link.stamp(next_hop));
+            extra.push(c);
+        }
+        self.control.push_back(Outgoing {
+            next_hop,
+            class: Class::Control,
+            body,
+        });
+        for body in extra {
+            bump(&mut self.stats.extra, "control_copies_sent");
+            self.control.push_back(Outgoing {
+                next_hop,
+                class: Class::Control,
+                body,
+            });
+        }
+        ctl.seq
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctl(seq: u16) -> ControlSeq {
+        ControlSeq {
+            seq,
+            echo: 0,
+            loss: 0,
+        }
+    }
+
+    #[test]
+    fn numbers_skip_zero_and_wrap() {
+        let mut c = ControlLink::default();
+        assert_eq!(c.stamp(7).seq, 1);
+        c.peers.get_mut(&7).unwrap().sent = u16::MAX;
+        assert_eq!(c.stamp(7).seq, 1);
+        assert_eq!(distance(u16::MAX, 1), 1);
+        assert!(seq_at_or_after(1, u16::MAX));
+        assert!(!seq_at_or_after(u16::MAX, 1));
+    }
+
+    #[test]
+    fn gaps_in_a_neighbours_numbers_are_its_loss() {
+        let mut c = ControlLink::default();
+        // Every third datagram lost, over many: the smoothed loss settles near a third.
+        let mut s = 0u16;
+        for i in 0..3000u32 {
+            s = after(s);
+            if i % 3 != 2 {
+                assert!(c.on_received(9, ctl(s), false));
+            }
+        }
+        let l = c.loss_of(9);
+        assert!((0.25..0.42).contains(&l), "{l}");
+        // None lost for a while: it decays to about nothing.
+        for _ in 0..300 {
+            s = after(s);
+            c.on_received(9, ctl(s), false);
+        }
+        assert!(c.loss_of(9) < 0.01);
+        // A restart (numbers from 1 again) is not counted as loss.
+        c.on_received(9, ctl(1), false);
+        c.on_received(9, ctl(2), false);
+        assert!(c.loss_of(9) < 0.01);
+    }
+
+    #[test]
+    fn a_copy_whose_original_arrived_is_dropped_and_one_that_replaces_it_is_taken() {
+        let mut c = ControlLink::default();
+        assert!(c.on_received(3, ctl(10), false));
+        assert!(
+            !c.on_received(3, ctl(11), true),
+            "the original (10) was heard"
+        );
+        assert!(
+            c.on_received(3, ctl(13), true),
+            "the original (12) was lost"
+        );
+        assert!(!c.on_received(3, ctl(13), true), "the same datagram twice");
+    }
+
+    #[test]
+    fn copies_follow_the_neighbours_report_and_the_switch() {
+        let mut c = ControlLink::default();
+        let cfg = HopConfig {
+            control_copies: true,
+            ..HopConfig::default()
+        };
+        assert_eq!(c.copies(&cfg, 4), 1);
+        let report = |loss| ControlSeq {
+            seq: 1,
+            echo: 0,
+            loss,
+        };
+        for (loss, copies) in [
+            (COPY_LOSS - 1, 1),
+            (COPY_LOSS, 2),
+            (THREE_COPY_LOSS - 1, 2),
+            (THREE_COPY_LOSS, 3),
+        ] {
+            if let Some(p) = c.peers.get_mut(&4) {
+                p.heard = 0;
+            }
+            c.on_received(4, report(loss), false);
+            assert_eq!(c.copies(&cfg, 4), copies, "reported loss {loss}");
+        }
+        assert_eq!(c.copies(&HopConfig::paper(), 4), 1);
+        assert_eq!(c.copies(&HopConfig::default(), 4), 1, "off by default");
+    }
+}

@@ -1,0 +1,123 @@
+//! Control copies (an extension, control_copies.rs): numbered BSYNs and BACKs, the loss of
+//! them reported back, copies where it is high, and a BACK that names the BSYNs it follows.
+
+use super::*;
+
+fn copies_cfg() -> HopConfig {
+    HopConfig {
+        control_copies: true,
+        ..small_cfg()
+    }
+}
+
+/// The control fields and flags of each BSYN in `out`.
+fn bsyn_ctls(out: &[Outgoing]) -> Vec<(ControlSeq, u8)> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+            HopMessage {
+                header,
+                body: HopBody::Bsyn { ctl, .. },
+            } => Some((ctl, header.flags)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The control fields of each BACK to `to`.
+fn back_ctls(out: &[Outgoing], to: NodeId) -> Vec<ControlSeq> {
+    out.iter()
+        .filter(|o| o.next_hop == to)
+        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+            HopBody::Back { ctl, .. } => Some(ctl),
+            _ => None,
+        })
+        .collect()
+}
+
+fn with_ctl(mut m: HopMessage<'_>, seq: u16, echo: u16, loss: u8) -> HopMessage<'_> {
+    match &mut m.body {
+        HopBody::Bsyn { ctl, .. } | HopBody::Back { ctl, .. } => {
+            *ctl = ControlSeq { seq, echo, loss }
+        }
+        _ => {}
+    }
+    m
+}
+
+#[test]
+fn a_back_that_heard_none_of_the_rounds_bsyns_is_news_not_the_answer() {
+    let (mut h, out) = source_round(small_cfg());
+    let round = bsyn_ctls(&out);
+    assert_eq!(round.len(), 1, "the round ends with one BSYN");
+    let seq = round[0].0.seq;
+    assert!(seq > 1, "the block's first BSYN came before it");
+    // Packet 0 missing, 1-9 held: packet 0 was handed to the link before packets that
+    // arrived, so the round's answer sends it again at once.
+    let bitmap = [0xfe, 0x03];
+    // A BACK sent before the next hop heard this round's BSYN (a copy or a late BACK of the
+    // round before): its packets are taken, nothing is sent again, the BSYN still waits.
+    h.recv(2, &with_ctl(source_back(&bitmap), 3, seq - 1, 0));
+    assert!(data_nums(&h.drain()).is_empty());
+    assert_eq!(h.t.stats.extra.get("backs_before_round"), Some(&1));
+    // The answer: it heard the round's BSYN.
+    h.recv(2, &with_ctl(source_back(&bitmap), 4, seq, 0));
+    assert_eq!(data_nums(&h.drain()), vec![0]);
+}
+
+#[test]
+fn where_the_next_hop_reports_control_loss_bsyns_go_twice_or_three_times() {
+    for (cfg, loss, copies) in [
+        (copies_cfg(), 0, 1),
+        (copies_cfg(), 30, 2),
+        (copies_cfg(), 60, 3),
+        (small_cfg(), 60, 1),
+    ] {
+        let (mut h, out) = source_round(cfg);
+        let seq = bsyn_ctls(&out)[0].0.seq;
+        // The next hop answers the round (packet 0 lost) and reports `loss` of our control
+        // datagrams lost: packet 0 goes again, and the BSYN after it `copies` times.
+        h.recv(2, &with_ctl(source_back(&[0xfe, 0x03]), 1, seq, loss));
+        let out = h.drain();
+        assert_eq!(data_nums(&out), vec![0]);
+        let sent = bsyn_ctls(&out);
+        assert_eq!(sent.len(), copies, "reported loss {loss}: {sent:?}");
+        for (i, (ctl, flags)) in sent.iter().enumerate() {
+            assert_eq!(
+                ctl.seq,
+                sent[0].0.seq + i as u16,
+                "each copy has its own number"
+            );
+            assert_eq!(flags & FLAG_COPY != 0, i > 0, "only the copies say so");
+        }
+    }
+}
+
+#[test]
+fn a_receiver_answers_once_per_bsyn_and_reports_the_numbers_it_missed() {
+    let mut h = Harness::new(2, &[(1, 1)], HopTransport::new(copies_cfg()));
+    h.recv(1, &with_ctl(bsyn_from(1, 1), 5, 0, 0));
+    let backs = back_ctls(&h.drain(), 1);
+    assert_eq!(backs.len(), 1);
+    assert_eq!(backs[0].echo, 5, "the BACK names the BSYN it heard");
+    assert_eq!(backs[0].seq, 1);
+    // A copy of a BSYN that arrived is not answered again.
+    let mut copy = with_ctl(bsyn_from(1, 1), 6, 0, 0);
+    copy.header.flags |= FLAG_COPY;
+    h.recv(1, &copy);
+    assert!(back_ctls(&h.drain(), 1).is_empty());
+    assert_eq!(h.t.stats.extra.get("control_copies_dropped"), Some(&1));
+    // A copy whose original (7) was lost stands for it.
+    let mut copy = with_ctl(bsyn_from(1, 1), 8, 0, 0);
+    copy.header.flags |= FLAG_COPY;
+    h.recv(1, &copy);
+    assert_eq!(back_ctls(&h.drain(), 1).len(), 1);
+    // Every other BSYN lost from here on: the BACKs report about half of them lost, and
+    // (as node 1 reports none of ours lost) go once.
+    let mut last = None;
+    for k in 0..100u16 {
+        h.recv(1, &with_ctl(bsyn_from(1, 1), 10 + 2 * k, 0, 0));
+        last = back_ctls(&h.drain(), 1).pop().or(last);
+    }
+    let last = last.expect("BSYNs answered");
+    assert!((100..=160).contains(&last.loss), "{last:?}");
+}
