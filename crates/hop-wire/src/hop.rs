@@ -48,6 +48,13 @@ pub const FLAG_ASK: u8 = 0x20;
 /// notice carries no bitmap (0 packets). On an E2E_BACK: the destination holds the block but
 /// cannot deliver it (its application store is full); nothing is acknowledged.
 pub const FLAG_WAIT: u8 = 0x40;
+/// Flag (BSYN): this BSYN left behind the round's data, in one FIFO queue with it, as the
+/// sender has learnt of its link to the addressee: answer at once, what the BACK lacks of the
+/// round was lost. Shares its bit with `FLAG_COMPLETE` (BACK).
+pub const FLAG_BEHIND: u8 = 0x10;
+/// Flag (BACK): the round's end (the packet the answered BSYN names) had arrived when that
+/// BSYN did, the BSYN came behind its data. Shares its bit with `FLAG_ABORT` (FIN).
+pub const FLAG_END_HEARD: u8 = 0x08;
 /// Flag: this BSYN or BACK repeats, byte for byte but for its sequence number, the one sent
 /// just before it (a control copy, sent where the addressee reports control datagrams lost).
 pub const FLAG_COPY: u8 = 0x80;

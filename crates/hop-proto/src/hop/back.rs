@@ -86,7 +86,23 @@ impl HopTransport {
             self.bsyn_rtt.insert(from, e);
         }
         if answer {
+            // Did the round's BSYN come behind its end (rounds_behind.rs)? Only the answer
+            // to the round's first BSYN tells: a repeat names no round end.
+            let first_try = x.attempts == 1;
             x.attempts = 0;
+            if let (Some(e), true) = (x.round_end, first_try) {
+                // Only a round with data queued ahead of its BSYN shows the link's order.
+                let end_heard = h.flags & FLAG_END_HEARD != 0 && x.round_queued;
+                let held = complete
+                    || bitmap
+                        .get(e as usize / 8)
+                        .is_some_and(|b| b >> (e % 8) & 1 != 0);
+                let overtaken = duplicates > 0 || (held && !end_heard && !x.round_behind);
+                self.round_order.learn(from, now, end_heard, overtaken);
+                if overtaken {
+                    bump(&mut self.stats.extra, "rounds_overtaken");
+                }
+            }
         }
         let arrivals = x.arrivals();
         if arrivals.progress || x.progress_at == Instant::ZERO {
@@ -121,9 +137,15 @@ impl HopTransport {
             x.cursor = 0;
             x.not_before = None;
             if self.cfg.queue_aware {
-                let losses =
-                    self.link_queue
-                        .judge(x, arrivals.progress, duplicates, now, &self.cfg);
+                // A round behind its data: what the BACK lacks of it was lost.
+                let behind_upto = if x.round_behind { x.round_handed } else { 0 };
+                let losses = self.link_queue.judge(
+                    x,
+                    (arrivals.progress, behind_upto),
+                    duplicates,
+                    now,
+                    &self.cfg,
+                );
                 for (k, v) in [
                     ("lost_after_newer", losses.fifo),
                     ("lost_tail", losses.tail),

@@ -22,6 +22,12 @@ impl HopTransport {
         if !self.may_ask(next_hop, now) {
             return;
         }
+        // Packets of the round still queued here, ahead of the BSYN (rounds_behind.rs).
+        let queued = self
+            .flows
+            .get(&key)
+            .and_then(|f| f.outs.get(&n))
+            .map_or(0, |x| self.queued(x));
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -38,6 +44,21 @@ impl HopTransport {
         }
         let ttl = if x.vtx { x.ttl } else { 0 };
         let repeat = x.attempts > 0;
+        if !repeat {
+            // A round's first BSYN: what it names and whether it goes behind its data
+            // (rounds_behind.rs); the repeats say the same.
+            x.round_end = if x.micro { None } else { round_end_of(x) };
+            x.round_behind =
+                x.round_end.is_some() && self.round_order.behind(&self.cfg, next_hop, now);
+            x.round_handed = self.link_queue.handed;
+            x.round_queued = queued > 0;
+            if x.round_behind {
+                bump(&mut self.stats.extra, "bsyn_behind");
+            }
+        }
+        if x.round_behind {
+            flags |= FLAG_BEHIND;
+        }
         let wait = bsyn_wait(
             &self.cfg,
             self.bsyn_rtt.get(&next_hop),
@@ -179,12 +200,7 @@ fn block_bsyn(header: HopHeader, x: &Transfer, b: &Block, repeat: bool) -> Optio
         0
     } else {
         // Wire value: 1 + the packet's number (0 names none).
-        x.sent_seq
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| **s > 0)
-            .max_by_key(|(_, s)| **s)
-            .map_or(0, |(p, _)| p as u16 + 1)
+        round_end_of(x).map_or(0, |p| p as u16 + 1)
     };
     emit(&HopMessage {
         header,

@@ -216,6 +216,14 @@ pub struct HopConfig {
     /// reports and the `echo` that tells a round's BACK from a late one are always on. Not
     /// in the paper (docs/design/hop.md#control-copies).
     pub control_copies: bool,
+    /// Rounds behind their data: a sender that has learnt from its next hop's BACKs that its
+    /// BSYNs reach it behind the data sent before them (16 rounds in a row, none overtaken
+    /// in 30 s) marks them `BEHIND`; the next hop answers at once instead of waiting for the
+    /// data to pause (`back_quiet`), and the sender takes what the BACK lacks of the round
+    /// as lost instead of waiting a loss age. On 802.11, where the BSYN travels in the voice
+    /// queue and overtakes the data (§3.6), the BSYNs are never so marked. Not in the paper
+    /// (docs/design/hop.md#rounds-behind-their-data).
+    pub rounds_behind: bool,
     /// H: complete blocks per flow held and not yet moved downstream (§3.3).
     pub backpressure_limit: usize,
     /// Enable hop-by-hop backpressure (§3.3).
@@ -354,6 +362,7 @@ impl Default for HopConfig {
             block_time: Duration::ZERO,
             shared_turn_blocks: false,
             control_copies: false,
+            rounds_behind: true,
             backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
             backpressure: true,
             next_hop_backpressure: true,
@@ -408,6 +417,7 @@ impl HopConfig {
             duplicate_feedback: false,
             link_window_packets: 0,
             round_per_next_hop: false,
+            rounds_behind: false,
             max_sending_flows: DEFAULT_MAX_FLOWS,
             max_sending_flows_per_destination: DEFAULT_MAX_FLOWS,
             ..HopConfig::default()

@@ -93,7 +93,7 @@ impl LinkQueue {
     pub(super) fn judge(
         &mut self,
         x: &mut Transfer,
-        progress: bool,
+        (progress, behind_upto): (bool, u64),
         duplicates: u16,
         now: Instant,
         cfg: &HopConfig,
@@ -111,9 +111,9 @@ impl LinkQueue {
                 x.sent_round.unset(p);
                 continue;
             }
-            if seq < self.left || (!progress && stalled && now >= at + age) {
+            if seq < self.left || seq <= behind_upto || (!progress && stalled && now >= at + age) {
                 x.sent_round.unset(p);
-                if seq < self.left {
+                if seq < self.left || seq <= behind_upto {
                     losses.fifo += 1;
                 } else {
                     losses.tail += 1;

@@ -31,6 +31,7 @@ mod loss;
 mod micro;
 mod neighbours;
 mod receiver;
+mod rounds_behind;
 mod scheduler;
 mod shared_turns;
 mod source;
@@ -45,8 +46,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hop_wire::hop::{
     BlockGeom, ControlSeq, HopBody, HopHeader, HopMessage, MsgType, FLAG_ABORT, FLAG_ASK,
-    FLAG_COMPLETE, FLAG_COPY, FLAG_FIN, FLAG_MICRO, FLAG_VTX, FLAG_WAIT, PRIORITY_EXPEDITED,
-    PRIORITY_NORMAL,
+    FLAG_BEHIND, FLAG_COMPLETE, FLAG_COPY, FLAG_END_HEARD, FLAG_FIN, FLAG_MICRO, FLAG_VTX,
+    FLAG_WAIT, PRIORITY_EXPEDITED, PRIORITY_NORMAL,
 };
 use hop_wire::{NodeId, TransportId};
 use rand::Rng;
@@ -69,6 +70,7 @@ use loss::*;
 use micro::*;
 use neighbours::*;
 use receiver::*;
+use rounds_behind::*;
 use shared_turns::*;
 use timers::*;
 use transfer::*;
@@ -137,6 +139,8 @@ pub struct HopTransport {
     shared_turns: SharedTurns,
     /// Numbered control datagrams per neighbour, their loss, and copies (control_copies.rs).
     control_link: ControlLink,
+    /// Whether this node's BSYNs reach each next hop behind their data (rounds_behind.rs).
+    round_order: RoundOrder,
 }
 
 impl HopTransport {
@@ -183,6 +187,7 @@ impl HopTransport {
             state_clock: StateClock::default(),
             shared_turns: SharedTurns::default(),
             control_link: ControlLink::default(),
+            round_order: RoundOrder::default(),
         }
     }
 

@@ -35,6 +35,11 @@ pub(super) struct BsynIn<'a> {
 
 impl HopTransport {
     pub(super) fn send_back(&mut self, key: FlowKey, n: u32, to: NodeId, now: Instant) {
+        self.send_back_flagged(key, n, to, now, 0);
+    }
+
+    /// `send_back` with more flags (`END_HEARD`).
+    fn send_back_flagged(&mut self, key: FlowKey, n: u32, to: NodeId, now: Instant, more: u8) {
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -58,7 +63,7 @@ impl HopTransport {
             None if delivered => (0, (0, Vec::new()), true, false, 0),
             None => return,
         };
-        let mut flags = if complete { FLAG_COMPLETE } else { 0 };
+        let mut flags = more | if complete { FLAG_COMPLETE } else { 0 };
         if fin {
             flags |= FLAG_FIN;
         }
@@ -136,10 +141,9 @@ impl HopTransport {
         } else if ask {
             self.answer_or_defer(
                 now,
-                key,
-                n,
-                from,
+                (key, n, from),
                 (!micro).then_some((bsyn.expect, bsyn.round_end)),
+                h.flags & FLAG_BEHIND != 0,
             );
         }
         self.evict();
@@ -324,10 +328,9 @@ impl HopTransport {
     fn answer_or_defer(
         &mut self,
         now: Instant,
-        key: FlowKey,
-        n: u32,
-        from: NodeId,
+        (key, n, from): (FlowKey, u32, NodeId),
         round: Option<(u16, Option<u32>)>,
+        behind: bool,
     ) {
         let quiet = self.cfg.back_quiet;
         let Some(f) = self.flows.get_mut(&key) else {
@@ -348,11 +351,18 @@ impl HopTransport {
         } else {
             now + quiet
         };
+        // The round's end is the newest packet here when the BSYN comes: the BSYN came
+        // behind its data (also when a BACK went since, to an earlier copy or try of it),
+        // which the BACK tells the sender (rounds_behind.rs).
+        let round_end = round.and_then(|r| r.1);
+        let end_heard = round_end.is_some() && newest == round_end;
         match round {
-            Some((expect, round_end))
+            // A BSYN behind its data is answered at once: what is missing was lost.
+            Some((expect, _))
                 if held < u32::from(expect)
                     && due > now
-                    && !(data_this_round && round_end.is_some() && newest == round_end) =>
+                    && !(data_this_round && end_heard)
+                    && !behind =>
             {
                 f.deferred.insert(
                     n,
@@ -365,7 +375,8 @@ impl HopTransport {
             }
             _ => {
                 f.deferred.remove(&n);
-                self.send_back(key, n, from, now);
+                let more = if end_heard { FLAG_END_HEARD } else { 0 };
+                self.send_back_flagged(key, n, from, now, more);
             }
         }
     }

@@ -58,6 +58,14 @@ pub(super) struct Transfer {
     /// Number of the first BSYN of the current round (control_copies.rs): a BACK that
     /// heard none of the round's BSYNs (`echo` before it) answers an earlier round.
     pub(super) round_seq: u16,
+    /// The round's BSYN (rounds_behind.rs): the round end it named, whether it was marked
+    /// `BEHIND`, and this node's data handed to the link by then.
+    pub(super) round_end: Option<u32>,
+    pub(super) round_behind: bool,
+    pub(super) round_handed: u64,
+    /// Packets of the round were still queued here, ahead of the round's BSYN: only such a
+    /// round shows whether the BSYN overtakes them.
+    pub(super) round_queued: bool,
 }
 
 impl HopTransport {
@@ -90,6 +98,10 @@ impl HopTransport {
             attempts: 0,
             cursor: 0,
             round_seq: 0,
+            round_end: None,
+            round_behind: false,
+            round_handed: 0,
+            round_queued: false,
         }
     }
 

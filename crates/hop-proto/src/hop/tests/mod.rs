@@ -15,6 +15,7 @@ mod link_window;
 mod loss;
 mod micro;
 mod robustness;
+mod rounds_behind;
 mod shared_turns;
 mod vtx_cache;
 mod withholding;
