@@ -47,11 +47,12 @@ fn an_ipv6_only_chain_of_three_hops_sends_no_fragments() {
                 Hopd::start(spec, work.path().join(format!("n{i}")))
             })
             .collect();
-        // IPv6 header 40 + UDP 8 + the envelope and Hop's headers (84).
+        // IPv6 header 40 + UDP 8 + the envelope and Hop's headers.
+        let overhead = hopd::mtu::HOP_OVERHEAD as u32;
         let st = nodes[0].status();
         assert_eq!(
             st["packet_payload_bytes"].as_u64(),
-            Some(u64::from(mtu.min(1380 + 48 + 84) - 48 - 84)),
+            Some(u64::from(mtu.min(1380 + 48 + overhead) - 48 - overhead)),
             "MTU {mtu}: {st}"
         );
         let before: Vec<u64> = chain.names.iter().map(|n| frag_creates6(n)).collect();

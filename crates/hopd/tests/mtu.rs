@@ -42,7 +42,11 @@ fn a_narrow_link_gets_packets_that_fit_without_fragments() {
     let work = tempfile::tempdir().unwrap();
     let nodes = netns_nodes(&chain, 2, port, work.path(), "");
     let st = nodes[0].status();
-    assert_eq!(st["packet_payload_bytes"], 1280 - 28 - 84, "{st}");
+    assert_eq!(
+        st["packet_payload_bytes"],
+        1280 - 28 - hopd::mtu::HOP_OVERHEAD,
+        "{st}"
+    );
     assert!(nodes[0].log().contains("path MTU"), "{}", nodes[0].log());
     let file = work.path().join("f.bin");
     let data = pattern(13, 2_000_000);
