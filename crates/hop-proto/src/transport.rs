@@ -89,13 +89,25 @@ pub struct TransportStats {
 }
 
 /// What a transport knows of one neighbour it sends to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct NeighbourReport {
     pub id: NodeId,
     /// Smoothed time from a request to its answer on this hop (Hop: BSYN to BACK).
     pub rtt: Option<std::time::Duration>,
     /// Data packets sent to it more than once.
     pub data_retransmissions: u64,
+    /// Hop: the smoothed share of its numbered control datagrams (BSYN, BACK) this node did
+    /// not receive, and the share of this node's that it reports not receiving, 0 to 1.
+    pub control_loss: Option<ControlLoss>,
+}
+
+/// Control datagrams lost on a hop, each way (Hop's numbered BSYNs and BACKs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ControlLoss {
+    /// Of the neighbour's, not received here.
+    pub from: f64,
+    /// Of this node's, not received there (its latest report).
+    pub to: f64,
 }
 
 /// A transport module hosted by a node.

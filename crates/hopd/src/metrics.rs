@@ -67,6 +67,8 @@ pub struct NeighbourSample {
     pub hello_quality: Option<f64>,
     /// Data packets sent to it more than once.
     pub data_retransmissions: u64,
+    /// Hop's control datagrams lost, from it and to it (0 to 1).
+    pub control_loss: Option<hop_proto::transport::ControlLoss>,
 }
 
 /// The buckets of the transfer completion time: from a small file on one hop to a transfer
@@ -641,6 +643,29 @@ impl Collector for Snapshot {
             .iter()
             .filter_map(|n| Some((vec![("neighbour", n.id.to_string())], n.hello_quality?)))
             .collect();
+        let control: Vec<(Labels, f64)> = self
+            .neighbours
+            .iter()
+            .filter_map(|n| Some((n.id, n.control_loss?)))
+            .flat_map(|(id, c)| {
+                [("from", c.from), ("to", c.to)].map(|(dir, v)| {
+                    (
+                        vec![
+                            ("neighbour", id.to_string()),
+                            ("direction", dir.to_string()),
+                        ],
+                        v,
+                    )
+                })
+            })
+            .collect();
+        gauges(
+            &mut e,
+            "neighbour_control_loss_ratio",
+            "share of Hop's BSYNs and BACKs lost on the hop (from: the neighbour's, not received here; to: this node's, as the neighbour reports)",
+            None,
+            &control,
+        )?;
         gauges(
             &mut e,
             "neighbour_hello_quality",

@@ -106,6 +106,21 @@ fn two_hops(transport: &str, label: &str, seed: u64, bytes: usize) {
             sm.contains("hopd_neighbour_rtt_seconds{neighbour=\"2\"}"),
             "hop: no round trip to the next hop:\n{sm}"
         );
+        // Its BSYNs and BACKs lost each way: none over loopback.
+        for dir in ["from", "to"] {
+            let line = format!(
+                "hopd_neighbour_control_loss_ratio{{neighbour=\"2\",direction=\"{dir}\"}} 0"
+            );
+            assert!(sm.contains(&line), "hop: no {line}:\n{sm}");
+        }
+        let st = src.status();
+        let next = st["neighbours"]
+            .as_array()
+            .and_then(|ns| ns.iter().find(|n| n["id"] == 2))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(next["control_loss_from_pct"], 0.0, "{st}");
+        assert_eq!(next["control_loss_to_pct"], 0.0, "{st}");
     }
     // Custody: Hop persists the relayed block; the packet transports never touch the store.
     let stored = metric_sum(&m, "hopd_custody_blocks_stored_total", "");

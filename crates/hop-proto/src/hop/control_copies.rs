@@ -125,6 +125,22 @@ impl ControlLink {
     pub(super) fn loss_of(&self, from: NodeId) -> f64 {
         self.peers.get(&from).map_or(0.0, |p| p.loss)
     }
+
+    /// Each neighbour this node has exchanged numbered datagrams with, and the loss each
+    /// way (for operators: `hop status`, metrics).
+    pub(super) fn reports(
+        &self,
+    ) -> impl Iterator<Item = (NodeId, crate::transport::ControlLoss)> + '_ {
+        self.peers.iter().map(|(id, p)| {
+            (
+                *id,
+                crate::transport::ControlLoss {
+                    from: p.loss,
+                    to: f64::from(p.reported_loss) / 255.0,
+                },
+            )
+        })
+    }
 }
 
 impl HopTransport {

@@ -331,6 +331,9 @@ impl Transport for HopTransport {
     fn neighbour_reports(&self) -> Vec<crate::transport::NeighbourReport> {
         let mut ids: Vec<NodeId> = self.bsyn_rtt.keys().copied().collect();
         ids.extend(self.retx_to.keys().copied());
+        let control: BTreeMap<NodeId, crate::transport::ControlLoss> =
+            self.control_link.reports().collect();
+        ids.extend(control.keys().copied());
         ids.sort_unstable();
         ids.dedup();
         ids.into_iter()
@@ -338,6 +341,7 @@ impl Transport for HopTransport {
                 id,
                 rtt: self.bsyn_rtt.get(&id).map(|e| e.srtt),
                 data_retransmissions: self.retx_to.get(&id).copied().unwrap_or(0),
+                control_loss: control.get(&id).copied(),
             })
             .collect()
     }

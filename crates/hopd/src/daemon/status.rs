@@ -50,6 +50,21 @@ impl Daemon {
                 n["hello_quality"] = ((w.quality() * 100.0).round() / 100.0).into();
             }
         }
+        // Hop's control datagrams lost each way (control_copies.rs): a share of a link
+        // without retries that loses them; `control_copies` answers it.
+        let reports = self.node.neighbour_reports();
+        for n in neighbours.iter_mut() {
+            let id = n["id"].as_u64().unwrap_or(0) as u32;
+            if let Some(c) = reports
+                .iter()
+                .find(|r| r.id == id)
+                .and_then(|r| r.control_loss)
+            {
+                let pct = |v: f64| (v * 1000.0).round() / 10.0;
+                n["control_loss_from_pct"] = pct(c.from).into();
+                n["control_loss_to_pct"] = pct(c.to).into();
+            }
+        }
         // With sessions: whether this node holds each neighbour's key.
         if self.sessions.is_some() {
             for n in neighbours.iter_mut() {
@@ -150,6 +165,7 @@ impl Daemon {
                     rtt_s: report.and_then(|r| r.rtt).map(|d| d.as_secs_f64()),
                     hello_quality: self.hello_windows.get(&id).map(|w| w.quality()),
                     data_retransmissions: report.map_or(0, |r| r.data_retransmissions),
+                    control_loss: report.and_then(|r| r.control_loss),
                 }
             })
             .collect();

@@ -120,4 +120,9 @@ fn a_receiver_answers_once_per_bsyn_and_reports_the_numbers_it_missed() {
     }
     let last = last.expect("BSYNs answered");
     assert!((100..=160).contains(&last.loss), "{last:?}");
+    // Operators see it per neighbour, each way (node 1 reported none of ours lost).
+    let report = h.t.neighbour_reports().into_iter().find(|r| r.id == 1);
+    let loss = report.and_then(|r| r.control_loss).expect("a report");
+    assert!((0.39..=0.63).contains(&loss.from), "{loss:?}");
+    assert_eq!(loss.to, 0.0);
 }

@@ -29,6 +29,15 @@ pub(crate) fn print_status(v: &serde_json::Value) {
             .and_then(|x| x.as_f64())
             .map(|q| format!(", {:.0} % of hellos", q * 100.0))
             .unwrap_or_default();
+        // Hop's BSYNs and BACKs lost on the hop, shown from 1 %: over a link without
+        // link-layer retries, `[hop] control_copies` sends them twice (hopd.md).
+        let pct = |k: &str| n.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
+        let (from, to) = (pct("control_loss_from_pct"), pct("control_loss_to_pct"));
+        let control = if from >= 1.0 || to >= 1.0 {
+            format!(", control lost {from:.1} % from it, {to:.1} % to it")
+        } else {
+            String::new()
+        };
         // With sessions, a neighbour whose key is not held yet is not heard at all.
         let key = match n.get("session_key").and_then(|x| x.as_bool()) {
             Some(false) => {
@@ -37,7 +46,7 @@ pub(crate) fn print_status(v: &serde_json::Value) {
             _ => "",
         };
         println!(
-            "  {:>10}  {:<24} {heard}{how}{quality}{key}",
+            "  {:>10}  {:<24} {heard}{how}{quality}{control}{key}",
             n.get("id").cloned().unwrap_or_default(),
             n.get("address").and_then(|x| x.as_str()).unwrap_or("?")
         );
