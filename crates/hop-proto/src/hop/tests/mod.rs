@@ -299,7 +299,16 @@ fn data_packet(block: u32, len: u32, p: u16, payload: &[u8]) -> HopMessage<'_> {
 /// A source (node 1, next hop 2) with one 1000-byte block of ten packets, after the first
 /// BACK; returns the harness and the datagrams of the first round.
 fn source_round(cfg: HopConfig) -> (Harness, Vec<Outgoing>) {
+    source_round_with(cfg, |_| {})
+}
+
+/// `source_round` with `prepare` applied to the transport before the flow opens.
+fn source_round_with(
+    cfg: HopConfig,
+    prepare: impl FnOnce(&mut HopTransport),
+) -> (Harness, Vec<Outgoing>) {
     let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    prepare(&mut h.t);
     let key = FlowKey { src: 1, id: 4 };
     h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
     h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))

@@ -74,6 +74,16 @@ fn bsyn_behind(out: &[Outgoing]) -> Vec<bool> {
         .collect()
 }
 
+/// `source_round`'s source after it has learnt that its BSYNs reach node 2 behind their
+/// data (a streak of rounds whose end came first): the harness and its first round.
+fn learnt_source_round(cfg: HopConfig) -> (Harness, Vec<Outgoing>) {
+    source_round_with(cfg, |t| {
+        for _ in 0..BEHIND_STREAK {
+            t.round_order.learn(2, Instant::ZERO, true, false);
+        }
+    })
+}
+
 #[test]
 fn a_sender_that_has_learnt_its_order_marks_its_bsyns_and_takes_the_missing_tail_as_lost() {
     // Packets 0-7 of the ten arrived, 8 and 9 (the tail) did not.
@@ -85,17 +95,8 @@ fn a_sender_that_has_learnt_its_order_marks_its_bsyns_and_takes_the_missing_tail
     assert!(data_nums(&h.drain()).is_empty());
     // Learnt (a streak of rounds whose end came before the BSYN): the round's BSYN is
     // marked, and the tail its BACK lacks is sent again at once.
-    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(small_cfg()));
-    for _ in 0..BEHIND_STREAK {
-        h.t.round_order.learn(2, Instant::ZERO, true, false);
-    }
-    let key = FlowKey { src: 1, id: 4 };
-    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
-    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
-        .unwrap();
-    h.drain();
-    h.recv(2, &source_back(&[0, 0]));
-    assert_eq!(bsyn_behind(&h.drain()), vec![true]);
+    let (mut h, out) = learnt_source_round(small_cfg());
+    assert_eq!(bsyn_behind(&out), vec![true]);
     h.recv(2, &source_back(&tail_missing));
     let out = h.drain();
     assert_eq!(data_nums(&out), vec![8, 9]);
@@ -116,15 +117,6 @@ fn off_bsyns_are_never_marked() {
         rounds_behind: false,
         ..small_cfg()
     };
-    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
-    for _ in 0..BEHIND_STREAK {
-        h.t.round_order.learn(2, Instant::ZERO, true, false);
-    }
-    let key = FlowKey { src: 1, id: 4 };
-    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
-    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
-        .unwrap();
-    h.drain();
-    h.recv(2, &source_back(&[0, 0]));
-    assert_eq!(bsyn_behind(&h.drain()), vec![false]);
+    let (_, out) = learnt_source_round(cfg);
+    assert_eq!(bsyn_behind(&out), vec![false]);
 }
