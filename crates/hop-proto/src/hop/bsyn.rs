@@ -22,11 +22,13 @@ impl HopTransport {
         if !self.may_ask(next_hop, now) {
             return;
         }
-        // Packets of the round still queued here, ahead of the BSYN (rounds_behind.rs).
+        // Packets of the round still queued here, ahead of a round's first BSYN
+        // (rounds_behind.rs); a repeat needs no count.
         let queued = self
             .flows
             .get(&key)
             .and_then(|f| f.outs.get(&n))
+            .filter(|x| x.attempts == 0)
             .map_or(0, |x| self.queued(x));
         let Some(f) = self.flows.get_mut(&key) else {
             return;
