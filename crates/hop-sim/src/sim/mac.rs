@@ -52,6 +52,8 @@ pub(super) struct Frame {
     pub(super) need_ack: bool,
     /// Outstanding events that refer to this frame.
     pub(super) refs: u32,
+    /// The nodes an `RxStartAll`/`RxEndAll` event delivers it to, in order.
+    pub(super) receivers: Vec<u32>,
 }
 
 impl Simulation {
@@ -206,33 +208,53 @@ impl Simulation {
 
     /// Put a frame on the air from `n` to every neighbour that can hear it.
     pub(super) fn emit(&mut self, n: usize, frame: u64, dst: u32, air: u64) {
-        let mut refs = 1;
-        let outs = self.out[n].clone();
-        for ei in outs {
-            let e = &self.edges[ei];
+        let mut rx = std::mem::take(&mut self.emit_scratch);
+        rx.clear();
+        for k in 0..self.out[n].len() {
+            let e = &self.edges[self.out[n][k]];
             if !e.up || (!self.shared && dst != BROADCAST_NODE && e.to != dst) {
                 continue;
             }
-            let (to, delay) = (e.to as usize, e.delay_ns);
-            if self.nodes[to].node.is_none() {
+            if self.nodes[e.to as usize].node.is_none() {
                 continue;
             }
-            self.push(self.now + delay, Ev::RxStart { n: to, frame });
-            self.push(self.now + air + delay, Ev::RxEnd { n: to, frame });
-            refs += 1;
+            rx.push((e.to, e.delay_ns));
         }
         if self.shared {
-            for i in 0..self.sense_out[n].len() {
-                let s = &self.sense_out[n][i];
-                let (to, delay) = (s.to as usize, s.delay_ns);
-                if !s.up || self.nodes[to].node.is_none() {
+            for s in &self.sense_out[n] {
+                if !s.up || self.nodes[s.to as usize].node.is_none() {
                     continue;
                 }
-                self.push(self.now + delay, Ev::RxStart { n: to, frame });
-                self.push(self.now + air + delay, Ev::RxEnd { n: to, frame });
-                refs += 1;
+                rx.push((s.to, s.delay_ns));
             }
         }
+        let refs = 1 + rx.len() as u32;
+        let same_delay = rx
+            .first()
+            .map(|&(_, d)| d)
+            .filter(|&d| rx.iter().all(|r| r.1 == d));
+        match same_delay {
+            // Every receiver hears the frame after the same delay: one event starts it at all
+            // of them, in order, and one ends it. The events of one frame lie next to each
+            // other in the queue's order (same time, consecutive sequence numbers), so the
+            // run is the same as with an event per receiver.
+            Some(delay) if rx.len() > 1 => {
+                if let Some(f) = self.frames.get_mut(&frame) {
+                    f.receivers.clear();
+                    f.receivers.extend(rx.iter().map(|&(to, _)| to));
+                }
+                self.push(self.now + delay, Ev::RxStartAll { frame });
+                self.push(self.now + air + delay, Ev::RxEndAll { frame });
+            }
+            _ => {
+                for &(to, delay) in &rx {
+                    let to = to as usize;
+                    self.push(self.now + delay, Ev::RxStart { n: to, frame });
+                    self.push(self.now + air + delay, Ev::RxEnd { n: to, frame });
+                }
+            }
+        }
+        self.emit_scratch = rx;
         if let Some(f) = self.frames.get_mut(&frame) {
             f.refs = refs;
         }
@@ -266,6 +288,7 @@ impl Simulation {
             seq: p.seq,
             need_ack,
             refs: 0,
+            receivers: Vec::new(),
         });
         let sn = &mut self.nodes[n];
         sn.state = MacState::Tx;
@@ -406,6 +429,7 @@ impl Simulation {
             seq,
             need_ack: false,
             refs: 0,
+            receivers: Vec::new(),
         });
         self.medium.acks_sent += 1;
         self.nodes[n].mac.acks_sent += 1;
@@ -416,6 +440,36 @@ impl Simulation {
         let air = self.ack_air;
         self.medium.airtime_ns += air;
         self.emit(n, frame, to as u32, air);
+    }
+
+    pub(super) fn rx_start_all(&mut self, frame: u64) {
+        let Some(f) = self.frames.get_mut(&frame) else {
+            return;
+        };
+        let receivers = std::mem::take(&mut f.receivers);
+        for &n in &receivers {
+            // The run stops after the event that ends it, as with one event per receiver.
+            if self.stopped {
+                break;
+            }
+            self.rx_start(n as usize, frame);
+        }
+        if let Some(f) = self.frames.get_mut(&frame) {
+            f.receivers = receivers;
+        }
+    }
+
+    pub(super) fn rx_end_all(&mut self, frame: u64) {
+        let Some(f) = self.frames.get_mut(&frame) else {
+            return;
+        };
+        let receivers = std::mem::take(&mut f.receivers);
+        for &n in &receivers {
+            if self.stopped {
+                break;
+            }
+            self.rx_end(n as usize, frame);
+        }
     }
 
     pub(super) fn rx_start(&mut self, n: usize, frame: u64) {

@@ -41,16 +41,51 @@ fn ns_from_secs(x: f64) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ev {
     Stop,
-    Scenario { idx: usize, rep: u32 },
+    Scenario {
+        idx: usize,
+        rep: u32,
+    },
     FlowStart(usize),
-    Timer { n: usize },
-    ContendDone { n: usize, gen: u64 },
-    BurstNext { n: usize, gen: u64 },
-    AckTimeout { n: usize, gen: u64 },
-    SendAck { n: usize, to: usize, seq: u64 },
-    TxEnd { n: usize, frame: u64 },
-    RxStart { n: usize, frame: u64 },
-    RxEnd { n: usize, frame: u64 },
+    Timer {
+        n: usize,
+    },
+    ContendDone {
+        n: usize,
+        gen: u64,
+    },
+    BurstNext {
+        n: usize,
+        gen: u64,
+    },
+    AckTimeout {
+        n: usize,
+        gen: u64,
+    },
+    SendAck {
+        n: usize,
+        to: usize,
+        seq: u64,
+    },
+    TxEnd {
+        n: usize,
+        frame: u64,
+    },
+    RxStart {
+        n: usize,
+        frame: u64,
+    },
+    RxEnd {
+        n: usize,
+        frame: u64,
+    },
+    /// A frame's start (or end) at every node in `Frame::receivers`, in that order: one event
+    /// instead of one per receiver where all receivers hear it after the same delay.
+    RxStartAll {
+        frame: u64,
+    },
+    RxEndAll {
+        frame: u64,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -88,6 +123,8 @@ pub struct Simulation {
     /// Node positions (radio model), metres.
     positions: Option<Vec<(f64, f64)>>,
     frames: HashMap<u64, Frame>,
+    /// Receivers of the frame being emitted (reused buffer).
+    emit_scratch: Vec<(u32, u64)>,
     next_frame: u64,
     rng: SmallRng,
     flows: Vec<AppFlow>,
@@ -193,6 +230,7 @@ impl Simulation {
             sense_out: vec![Vec::new(); n as usize],
             positions: None,
             frames: HashMap::default(),
+            emit_scratch: Vec::new(),
             next_frame: 0,
             rng: SmallRng::seed_from_u64(seed ^ 0x6d65_6469_756d),
             flows: Vec::new(),
@@ -321,6 +359,8 @@ impl Simulation {
             Ev::TxEnd { n, frame } => self.tx_end(n, frame),
             Ev::RxStart { n, frame } => self.rx_start(n, frame),
             Ev::RxEnd { n, frame } => self.rx_end(n, frame),
+            Ev::RxStartAll { frame } => self.rx_start_all(frame),
+            Ev::RxEndAll { frame } => self.rx_end_all(frame),
         }
     }
 }
