@@ -7,6 +7,10 @@
 
 use hop_sim::{Registry, Scenario, Simulation};
 
+/// The allocator `hop-sim` runs with (src/main.rs).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const GRID20: &str = include_str!("../../../examples/scenarios/bench-grid20-30flows.toml");
 const FLOOD: &str = include_str!("../../../examples/scenarios/flood-10k-small-flows.toml");
 const MESH_1000: &str = include_str!("random-mesh-1000-nodes.toml");
