@@ -508,3 +508,80 @@ fn lossless_acks_spare_the_acknowledgements_only() {
         spared.medium
     );
 }
+
+/// Node 1 sends to node 0 and node 2 to node 1, every frame acknowledged; 0 and 2 cannot hear
+/// each other, so node 2 hears node 1's frames but not node 0's ACKs for them.
+fn ack_behind_hidden_sender(medium: &str, links: &str) -> String {
+    format!(
+        r#"
+seed = 5
+duration = 5.0
+run_to_end = true
+[medium]
+{medium}
+[topology]
+nodes = 3
+generator = "chain"
+{links}
+[[flows]]
+src = 1
+dst = 0
+size = "300KB"
+transport = "probe"
+[[flows]]
+src = 2
+dst = 1
+size = "300KB"
+transport = "probe"
+[transports.probe]
+control = true
+"#
+    )
+}
+
+fn acks_lost_to_hidden_frames(r: &hop_sim::SimResult) -> u64 {
+    r.medium
+        .losses_at_next_hop
+        .iter()
+        .filter(|(k, _)| k.starts_with("ack by ") && k.ends_with("(hidden)"))
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+#[test]
+fn nav_keeps_a_node_off_the_ack_it_cannot_hear() {
+    let plain = run(&ack_behind_hidden_sender("", ""));
+    let nav = run(&ack_behind_hidden_sender("nav = true", ""));
+    let (a, b) = (
+        acks_lost_to_hidden_frames(&plain),
+        acks_lost_to_hidden_frames(&nav),
+    );
+    eprintln!(
+        "without NAV {a}, with {b}: {:?}",
+        nav.medium.losses_at_next_hop
+    );
+    assert!(
+        a > 20,
+        "without NAV node 2 starts on top of node 0's ACKs: {a}"
+    );
+    assert!(b * 5 < a, "with NAV {b} ACKs lost against {a} without");
+}
+
+#[test]
+fn eifs_keeps_a_node_off_the_ack_of_a_frame_it_could_not_decode() {
+    // Half of node 1's frames are lost on their way to node 2: it senses them but cannot
+    // read their Duration, so NAV cannot help there; EIFS does.
+    let lossy = "[[topology.links]]\na = 1\nb = 2\nloss_ab = 0.5\nloss_ba = 0.0\n";
+    let nav = run(&ack_behind_hidden_sender("nav = true", lossy));
+    let eifs = run(&ack_behind_hidden_sender("nav = true\neifs = true", lossy));
+    let (a, b) = (
+        acks_lost_to_hidden_frames(&nav),
+        acks_lost_to_hidden_frames(&eifs),
+    );
+    eprintln!("NAV alone {a}, with EIFS {b}");
+    assert!(
+        a > 20,
+        "frames node 2 could not read leave it free to hit node 0's ACKs: {a}"
+    );
+    assert!(b * 5 < a, "with EIFS {b} ACKs lost against {a} without");
+}

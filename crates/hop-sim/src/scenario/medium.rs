@@ -139,6 +139,19 @@ pub struct MediumSpec {
     /// default, as in hopd): control waits for room like data.
     #[serde(default)]
     pub control_when_full: bool,
+    /// Virtual carrier sense (802.11's NAV): a node that decodes a unicast frame addressed
+    /// to another node defers until that frame's ACK is over (SIFS + ACK), as the frame's
+    /// Duration field tells it, so it does not start a frame on top of an ACK it may not
+    /// hear. Broadcast frames carry no Duration and set no NAV. Off: only the frames a node
+    /// hears keep it from sending.
+    #[serde(default)]
+    pub nav: bool,
+    /// EIFS: after a frame it could not decode (a collision or a frame lost on its link), a
+    /// node waits SIFS + ACK + DIFS instead of DIFS before counting its backoff down, until it
+    /// decodes a frame again, to leave room for the ACK of an exchange it did not follow.
+    /// Off: DIFS after every frame.
+    #[serde(default)]
+    pub eifs: bool,
 }
 
 fn d_true() -> bool {
@@ -220,6 +233,8 @@ impl Default for MediumSpec {
             lossless_acks: false,
             control_priority: true,
             control_when_full: false,
+            nav: false,
+            eifs: false,
         }
     }
 }

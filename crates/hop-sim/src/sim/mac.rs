@@ -60,7 +60,7 @@ impl Simulation {
     pub(super) fn medium_idle(&self, n: usize) -> bool {
         let sn = &self.nodes[n];
         if self.shared {
-            sn.busy == 0 && !sn.transmitting
+            sn.busy == 0 && !sn.transmitting && self.now >= sn.nav_until
         } else {
             !sn.transmitting
         }
@@ -137,8 +137,8 @@ impl Simulation {
         {
             return;
         }
-        let start = self.now + self.difs;
         let sn = &mut self.nodes[n];
+        let start = self.now + if sn.eifs { self.eifs } else { self.difs };
         sn.countdown_start = Some(start);
         sn.gen += 1;
         let (gen, t) = (sn.gen, start + sn.backoff_left);
@@ -442,6 +442,20 @@ impl Simulation {
         self.emit(n, frame, to as u32, air);
     }
 
+    /// A frame ended at `n` that it could not decode (a collision, or lost on its link):
+    /// with `eifs`, its next deferral is EIFS. The medium went idle at this instant and
+    /// `rx_end` may already have started the countdown after DIFS: it starts again.
+    fn undecoded(&mut self, n: usize) {
+        if !self.sc.medium.eifs {
+            return;
+        }
+        self.nodes[n].eifs = true;
+        if self.nodes[n].countdown_start.is_some() {
+            self.freeze(n);
+            self.resume(n);
+        }
+    }
+
     pub(super) fn rx_start_all(&mut self, frame: u64) {
         let Some(f) = self.frames.get_mut(&frame) else {
             return;
@@ -573,6 +587,7 @@ impl Simulation {
             return;
         }
         if corrupted {
+            self.undecoded(n);
             self.nodes[n].mac.rx_collisions += 1;
             if intended {
                 self.medium.collisions += 1;
@@ -594,10 +609,21 @@ impl Simulation {
             self.edges[ei].loss
         };
         if loss > 0.0 && self.rng.gen::<f64>() < loss {
+            self.undecoded(n);
             if intended {
                 self.medium.random_losses += 1;
             }
             return;
+        }
+        self.nodes[n].eifs = false;
+        if self.sc.medium.nav && need_ack && dst != n as u32 && dst != BROADCAST_NODE {
+            // The frame's Duration covers its ACK: defer until then (NAV).
+            let until = self.now + self.sifs + self.ack_air;
+            if until > self.nodes[n].nav_until {
+                self.nodes[n].nav_until = until;
+                self.freeze(n);
+                self.push(until, Ev::NavEnd { n });
+            }
         }
         let Some(payload) = payload else {
             // An ACK.

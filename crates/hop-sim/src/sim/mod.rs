@@ -86,6 +86,10 @@ enum Ev {
     RxEndAll {
         frame: u64,
     },
+    /// A node's NAV runs out (medium `nav`).
+    NavEnd {
+        n: usize,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -146,6 +150,8 @@ pub struct Simulation {
     slot: u64,
     txop: u64,
     ack_air: u64,
+    /// DIFS after a frame the node could not decode (medium `eifs`): SIFS + ACK + DIFS.
+    eifs: u64,
     max_delay: u64,
 }
 
@@ -249,6 +255,16 @@ impl Simulation {
             slot: if shared { ns_from_us(m.slot_us) } else { 0 },
             txop: ns_from_us(m.txop_us),
             ack_air: ns_from_us(m.preamble_us) + ns_from_us(ACK_BYTES * 8.0 / m.ack_rate_mbps),
+            eifs: if shared && m.eifs {
+                ns_from_us(m.sifs_us)
+                    + ns_from_us(m.preamble_us)
+                    + ns_from_us(ACK_BYTES * 8.0 / m.ack_rate_mbps)
+                    + ns_from_us(m.difs_us)
+            } else if shared {
+                ns_from_us(m.difs_us)
+            } else {
+                0
+            },
             max_delay: 0,
             registry,
             sc,
@@ -361,6 +377,7 @@ impl Simulation {
             Ev::RxEnd { n, frame } => self.rx_end(n, frame),
             Ev::RxStartAll { frame } => self.rx_start_all(frame),
             Ev::RxEndAll { frame } => self.rx_end_all(frame),
+            Ev::NavEnd { n } => self.resume(n),
         }
     }
 }

@@ -36,6 +36,11 @@ pub(super) struct SimNode {
     pub(super) countdown_start: Option<u64>,
     pub(super) burst_start: u64,
     pub(super) busy: u32,
+    /// Virtual carrier sense: the medium counts as busy until then (medium `nav`).
+    pub(super) nav_until: u64,
+    /// The last frame this node received could not be decoded: it defers EIFS instead of
+    /// DIFS (medium `eifs`).
+    pub(super) eifs: bool,
     pub(super) transmitting: bool,
     pub(super) rx: Vec<super::mac::Rx>,
     pub(super) last_seq: HashMap<usize, u64>,
@@ -63,6 +68,8 @@ impl SimNode {
             countdown_start: None,
             burst_start: 0,
             busy: 0,
+            nav_until: 0,
+            eifs: false,
             transmitting: false,
             rx: Vec::new(),
             last_seq: HashMap::default(),
