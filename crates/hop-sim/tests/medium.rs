@@ -550,8 +550,8 @@ fn acks_lost_to_hidden_frames(r: &hop_sim::SimResult) -> u64 {
 
 #[test]
 fn nav_keeps_a_node_off_the_ack_it_cannot_hear() {
-    let plain = run(&ack_behind_hidden_sender("", ""));
-    let nav = run(&ack_behind_hidden_sender("nav = true", ""));
+    let plain = run(&ack_behind_hidden_sender("nav = false\neifs = false", ""));
+    let nav = run(&ack_behind_hidden_sender("eifs = false", ""));
     let (a, b) = (
         acks_lost_to_hidden_frames(&plain),
         acks_lost_to_hidden_frames(&nav),
@@ -572,8 +572,8 @@ fn eifs_keeps_a_node_off_the_ack_of_a_frame_it_could_not_decode() {
     // Half of node 1's frames are lost on their way to node 2: it senses them but cannot
     // read their Duration, so NAV cannot help there; EIFS does.
     let lossy = "[[topology.links]]\na = 1\nb = 2\nloss_ab = 0.5\nloss_ba = 0.0\n";
-    let nav = run(&ack_behind_hidden_sender("nav = true", lossy));
-    let eifs = run(&ack_behind_hidden_sender("nav = true\neifs = true", lossy));
+    let nav = run(&ack_behind_hidden_sender("eifs = false", lossy));
+    let eifs = run(&ack_behind_hidden_sender("", lossy));
     let (a, b) = (
         acks_lost_to_hidden_frames(&nav),
         acks_lost_to_hidden_frames(&eifs),

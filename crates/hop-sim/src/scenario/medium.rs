@@ -143,14 +143,14 @@ pub struct MediumSpec {
     /// to another node defers until that frame's ACK is over (SIFS + ACK), as the frame's
     /// Duration field tells it, so it does not start a frame on top of an ACK it may not
     /// hear. Broadcast frames carry no Duration and set no NAV. Off: only the frames a node
-    /// hears keep it from sending.
-    #[serde(default)]
+    /// hears keep it from sending (the simulator before 2026-12-02).
+    #[serde(default = "d_true")]
     pub nav: bool,
     /// EIFS: after a frame it could not decode (a collision or a frame lost on its link), a
     /// node waits SIFS + ACK + DIFS instead of DIFS before counting its backoff down, until it
     /// decodes a frame again, to leave room for the ACK of an exchange it did not follow.
-    /// Off: DIFS after every frame.
-    #[serde(default)]
+    /// Off: DIFS after every frame (the simulator before 2026-12-02).
+    #[serde(default = "d_true")]
     pub eifs: bool,
 }
 
@@ -233,8 +233,8 @@ impl Default for MediumSpec {
             lossless_acks: false,
             control_priority: true,
             control_when_full: false,
-            nav: false,
-            eifs: false,
+            nav: true,
+            eifs: true,
         }
     }
 }
