@@ -457,6 +457,16 @@ impl Simulation {
     }
 
     pub(super) fn rx_start_all(&mut self, frame: u64) {
+        self.each_receiver(frame, Self::rx_start, true);
+    }
+
+    pub(super) fn rx_end_all(&mut self, frame: u64) {
+        self.each_receiver(frame, Self::rx_end, false);
+    }
+
+    /// `step` for each of the frame's receivers in order; `keep`: the list stays with the
+    /// frame (its end is still to come).
+    fn each_receiver(&mut self, frame: u64, step: fn(&mut Self, usize, u64), keep: bool) {
         let Some(f) = self.frames.get_mut(&frame) else {
             return;
         };
@@ -466,23 +476,12 @@ impl Simulation {
             if self.stopped {
                 break;
             }
-            self.rx_start(n as usize, frame);
+            step(self, n as usize, frame);
         }
-        if let Some(f) = self.frames.get_mut(&frame) {
-            f.receivers = receivers;
-        }
-    }
-
-    pub(super) fn rx_end_all(&mut self, frame: u64) {
-        let Some(f) = self.frames.get_mut(&frame) else {
-            return;
-        };
-        let receivers = std::mem::take(&mut f.receivers);
-        for &n in &receivers {
-            if self.stopped {
-                break;
+        if keep {
+            if let Some(f) = self.frames.get_mut(&frame) {
+                f.receivers = receivers;
             }
-            self.rx_end(n as usize, frame);
         }
     }
 
