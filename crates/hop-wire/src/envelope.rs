@@ -44,7 +44,10 @@ pub const FLAG_AUTH: u8 = 0x01;
 /// integrity check covers the encrypted bytes. The runtime that holds the keys decrypts the
 /// body and clears the flag before the node sees the datagram.
 pub const FLAG_ENCRYPTED: u8 = 0x02;
-const KNOWN_FLAGS: u8 = FLAG_AUTH | FLAG_ENCRYPTED;
+/// Flag: the trailer's tag (and an encrypted body) is AES-256-GCM instead of
+/// ChaCha20-Poly1305 (only with [`FLAG_AUTH`]).
+pub const FLAG_AES_GCM: u8 = 0x04;
+const KNOWN_FLAGS: u8 = FLAG_AUTH | FLAG_ENCRYPTED | FLAG_AES_GCM;
 
 /// Which transport a datagram belongs to.
 #[derive(
@@ -182,9 +185,12 @@ impl<'a> Envelope<'a> {
                 u32::from(flags & !KNOWN_FLAGS) | (u32::from(buf[5]) << 8),
             ));
         }
-        if flags & FLAG_ENCRYPTED != 0 && flags & FLAG_AUTH == 0 {
-            // An encrypted body without the trailer that carries its tag cannot be read.
-            return Err(Error::ReservedBits(u32::from(FLAG_ENCRYPTED)));
+        if flags & (FLAG_ENCRYPTED | FLAG_AES_GCM) != 0 && flags & FLAG_AUTH == 0 {
+            // An encrypted body, or a cipher named for a tag, without the trailer that carries
+            // the tag cannot be read.
+            return Err(Error::ReservedBits(u32::from(
+                flags & (FLAG_ENCRYPTED | FLAG_AES_GCM),
+            )));
         }
         let body_len = usize::from(u16::from_be_bytes([buf[6], buf[7]]));
         let end = HEADER_LEN + body_len;
@@ -275,6 +281,22 @@ mod tests {
         assert_eq!(
             Envelope::parse(&out).unwrap_err(),
             Error::ReservedBits(u32::from(FLAG_ENCRYPTED))
+        );
+    }
+
+    #[test]
+    fn a_cipher_flag_needs_the_trailer() {
+        let repr = EnvelopeRepr {
+            transport: TransportId::Hop,
+            flags: FLAG_AES_GCM,
+            link_src: 1,
+            link_dst: 2,
+        };
+        let mut out = Vec::new();
+        repr.emit(&[9; 40], &mut out).unwrap();
+        assert_eq!(
+            Envelope::parse(&out).unwrap_err(),
+            Error::ReservedBits(u32::from(FLAG_AES_GCM))
         );
     }
 

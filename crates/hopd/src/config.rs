@@ -156,6 +156,7 @@ struct RawSecurity {
     mesh_key_file: Option<Spanned<PathBuf>>,
     max_peers: Option<usize>,
     encrypt: Option<bool>,
+    cipher: Option<crate::auth::Cipher>,
     node_key_file: Option<Spanned<PathBuf>>,
     members_file: Option<Spanned<PathBuf>>,
     sessions: Option<Spanned<bool>>,
@@ -244,6 +245,9 @@ pub struct Config {
     /// Send bodies encrypted (`[security] encrypt`, default on); received datagrams may be
     /// either.
     pub encrypt: bool,
+    /// The AEAD this node seals with (`[security] cipher`, default ChaCha20-Poly1305);
+    /// received datagrams may use either.
+    pub cipher: crate::auth::Cipher,
     /// The Hop parameters: `[hop]` read as `HopConfig::from_toml` reads it (a preset and
     /// overrides), with the cache and flow bounds of `[storage]`.
     pub hop: HopConfig,
@@ -751,6 +755,7 @@ impl Config {
             members_file,
             members,
             encrypt: raw.security.encrypt.unwrap_or(true),
+            cipher: raw.security.cipher.unwrap_or_default(),
             hop,
             first_block_bytes,
             packet_payload_given,

@@ -94,6 +94,29 @@ fn sighup_applies_a_corrected_neighbour_address_without_dropping_the_transfer() 
         "clear.bin",
         &pattern(9, 50_000),
     );
+    // So does the cipher a node seals with (and encryption comes back on with this file).
+    std::fs::write(
+        nodes[0].config_path(),
+        text.clone() + "cipher = \"aes-256-gcm\"\n",
+    )
+    .unwrap();
+    let o = nodes[0].hop(&["--json", "reload"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["applied"],
+        serde_json::json!(["security.encrypt", "security.cipher"]),
+        "{v}"
+    );
+    let f = work.path().join("aes.bin");
+    std::fs::write(&f, pattern(10, 50_000)).unwrap();
+    let o = send(&nodes[0], &[f.as_path()], 2);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    receive_one_file(
+        &nodes[1],
+        &work.path().join("out3"),
+        "aes.bin",
+        &pattern(10, 50_000),
+    );
     std::fs::write(nodes[0].config_path(), text).unwrap();
     // A broken file changes nothing and says why.
     std::fs::write(nodes[0].config_path(), "node_id = \"one\"\n").unwrap();

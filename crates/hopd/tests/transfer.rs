@@ -229,7 +229,7 @@ fn loopback_events_report_detached_outcomes() {
 fn loopback_file_bytes_cross_the_wire_encrypted() {
     // (encrypt, sessions): the mesh key with and without encryption, and sessions.
     for (encrypt, sessions) in [(true, false), (false, false), (true, true)] {
-        let (captured, file) = capture_one_transfer(encrypt, sessions);
+        let (captured, file) = capture_one_transfer(encrypt, sessions, false);
         let clear = file
             .chunks_exact(32)
             .filter(|w| captured.iter().any(|d| d.windows(32).any(|x| x == *w)))
@@ -245,10 +245,49 @@ fn loopback_file_bytes_cross_the_wire_encrypted() {
     }
 }
 
+/// A node that seals with AES-256-GCM (`[security] cipher`) and one that keeps the default
+/// move a file between them, with the mesh key and with sessions: each side's datagrams name
+/// its own cipher (the envelope's `AES_GCM` flag), the other opens them, and the file
+/// crosses encrypted.
+#[test]
+fn loopback_nodes_with_different_ciphers_open_each_others_datagrams() {
+    for sessions in [false, true] {
+        let (captured, file) = capture_one_transfer(true, sessions, true);
+        let clear = file
+            .chunks_exact(32)
+            .filter(|w| captured.iter().any(|d| d.windows(32).any(|x| x == *w)))
+            .count();
+        assert_eq!(clear, 0, "sessions {sessions}");
+        // Flags byte 4, link source bytes 8..12; session handshakes (transport 6) carry no
+        // trailer and no flag.
+        let sealed: Vec<&Vec<u8>> = captured.iter().filter(|d| d[3] != 6).collect();
+        let by = |aes: bool| {
+            sealed
+                .iter()
+                .filter(|d| (d[4] & 0x04 != 0) == aes)
+                .map(|d| u32::from_be_bytes(d[8..12].try_into().unwrap()))
+                .collect::<std::collections::BTreeSet<u32>>()
+        };
+        let (aes, chacha) = (by(true), by(false));
+        assert_eq!(
+            aes.len(),
+            1,
+            "one node seals with AES: {aes:?}, sessions {sessions}"
+        );
+        assert_eq!(
+            chacha.len(),
+            1,
+            "one with ChaCha20: {chacha:?}, sessions {sessions}"
+        );
+        assert_ne!(aes, chacha, "sessions {sessions}");
+    }
+}
+
 /// Node 1 and node 2 on loopback, each told the other is at a relay address owned by this
 /// test, which records and forwards every datagram. Returns the datagrams and the file sent.
-/// With `sessions` the two have node keys, admit each other and seal with session keys.
-fn capture_one_transfer(encrypt: bool, sessions: bool) -> (Vec<Vec<u8>>, Vec<u8>) {
+/// With `sessions` the two have node keys, admit each other and seal with session keys; with
+/// `aes` node 1 seals with AES-256-GCM.
+fn capture_one_transfer(encrypt: bool, sessions: bool, aes: bool) -> (Vec<Vec<u8>>, Vec<u8>) {
     use std::net::{SocketAddr, UdpSocket};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
@@ -273,6 +312,9 @@ fn capture_one_transfer(encrypt: bool, sessions: bool) -> (Vec<Vec<u8>>, Vec<u8>
                 members.display()
             );
         }
+    }
+    if aes {
+        extra[0] = format!("{}\nsecurity.cipher = \"aes-256-gcm\"", extra[0]);
     }
     let spec = |i: usize, via: SocketAddr| NodeSpec {
         id: ids[i],

@@ -371,3 +371,62 @@ fn peer_limit_bounds_state() {
     assert!(open(&mut b, &d1).is_ok());
     assert_eq!(open(&mut b, &d3), Err(AuthError::TooManyPeers(3)));
 }
+
+/// A sender sealing with AES-256-GCM marks its datagrams; a receiver opens them whatever
+/// cipher it seals with itself, in both forms and with sessions; the flag is covered by the
+/// tag, and the AES tag is not the ChaCha20-Poly1305 one under the raw key.
+#[test]
+fn aes_gcm_datagrams_are_flagged_and_opened_by_any_receiver() {
+    let key = [5u8; 32];
+    let mut tx = Authenticator::new(&key, 1, 100, 8);
+    let mut rx = Authenticator::new(&key, 2, 100, 8);
+    tx.set_cipher(Cipher::Aes256Gcm);
+    for encrypt in [true, false] {
+        tx.set_encrypt(encrypt);
+        let mut d = datagram(1);
+        tx.seal(&mut d, Stream::Data).unwrap();
+        assert_ne!(d[4] & FLAG_AES_GCM, 0, "encrypt {encrypt}");
+        let mut plain = Vec::new();
+        // Clearing the flag makes a receiver try ChaCha20-Poly1305: refused, not misread.
+        let mut cleared = d.clone();
+        cleared[4] &= !FLAG_AES_GCM;
+        assert_eq!(rx.open(&cleared, &mut plain), Err(AuthError::BadTag));
+        assert_eq!(rx.open(&d, &mut plain), Ok(1), "encrypt {encrypt}");
+        let opened = if encrypt { &plain } else { &d };
+        assert_eq!(Envelope::parse(opened).unwrap().body, b"payload");
+    }
+    // Back to the default: unflagged, and still opened.
+    tx.set_cipher(Cipher::ChaCha20Poly1305);
+    let mut d = datagram(1);
+    tx.seal(&mut d, Stream::Data).unwrap();
+    assert_eq!(d[4] & FLAG_AES_GCM, 0);
+    assert_eq!(open(&mut rx, &d), Ok(1));
+
+    // Sessions: the neighbour's sender key serves both ciphers.
+    let own = [6u8; 32];
+    let mut s_tx = Authenticator::with_sessions(1, 100, 8, 11, &own);
+    s_tx.set_cipher(Cipher::Aes256Gcm);
+    let mut s_rx = Authenticator::with_sessions(2, 100, 8, 12, &[4u8; 32]);
+    s_rx.set_peer_key(1, 11, &own, std::time::Duration::from_secs(1));
+    let mut d = datagram(1);
+    s_tx.seal(&mut d, Stream::Control).unwrap();
+    assert_eq!(s_rx.open(&d, &mut Vec::new()), Ok(1));
+}
+
+/// The AES key is derived from the datagram key, so the two tags of one datagram differ and
+/// the AES key is not the raw key.
+#[test]
+fn the_aes_key_is_derived_not_the_datagram_key() {
+    let key = [3u8; 32];
+    let k = aead_key(&key);
+    let raw_aes = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).unwrap());
+    let nonce = || Authenticator::nonce(1, 7);
+    let derived = k
+        .get(Cipher::Aes256Gcm)
+        .seal_in_place_separate_tag(nonce(), Aad::from(b"x"), &mut [])
+        .unwrap();
+    let raw = raw_aes
+        .seal_in_place_separate_tag(nonce(), Aad::from(b"x"), &mut [])
+        .unwrap();
+    assert_ne!(derived.as_ref(), raw.as_ref());
+}

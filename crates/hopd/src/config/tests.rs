@@ -323,3 +323,18 @@ fn line_col_counts_from_one() {
     assert_eq!(line_col("ab\ncd", 0), (1, 1));
     assert_eq!(line_col("ab\ncd", 4), (2, 2));
 }
+
+#[test]
+fn the_cipher_defaults_to_chacha20_and_an_unknown_one_is_located() {
+    let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
+    assert_eq!(c.cipher, crate::auth::Cipher::ChaCha20Poly1305);
+    let text = format!("{}cipher = \"aes-256-gcm\"\n", good());
+    let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+    assert_eq!(c.cipher, crate::auth::Cipher::Aes256Gcm);
+    let text = format!("{}cipher = \"aes\"\n", good());
+    let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+    assert_eq!(e.line, 17, "{e}");
+    for name in ["chacha20-poly1305", "aes-256-gcm"] {
+        assert!(e.message.contains(name), "{e}");
+    }
+}

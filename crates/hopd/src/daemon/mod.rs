@@ -253,6 +253,7 @@ impl Daemon {
             }
         };
         auth.set_encrypt(cfg.encrypt);
+        auth.set_cipher(cfg.cipher);
         let spool = crate::custody::Spool::new(&cfg.storage_dir.join("incoming"))
             .map_err(|e| io_err("opening the spool", e))?;
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();

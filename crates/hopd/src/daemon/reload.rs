@@ -77,6 +77,7 @@ impl Daemon {
             &new.encrypt,
             &mut r.applied,
         );
+        differs("security.cipher", &old.cipher, &new.cipher, &mut r.applied);
         // Admissions and revocations apply at once (the file's keys, not its names).
         let keys = |c: &Config| {
             c.members
@@ -182,6 +183,10 @@ impl Daemon {
         if old.encrypt != new.encrypt {
             self.auth.set_encrypt(new.encrypt);
             self.cfg.encrypt = new.encrypt;
+        }
+        if self.cfg.cipher != new.cipher {
+            self.auth.set_cipher(new.cipher);
+            self.cfg.cipher = new.cipher;
         }
         if let Some(key) = new
             .mesh_key
