@@ -17,7 +17,8 @@
 # PERF_DATA=file records a system-wide perf profile of each hopd transfer to file.<hops>
 # (needs perf); HOP_PARAMS='key = value' adds lines to every node's [hop] section (e.g.
 # HOP_PARAMS='link_window_packets = 0' for the paper's unbounded sender); HOP_SECURITY='key =
-# value' adds lines to [security] (e.g. HOP_SECURITY='encrypt = false').
+# value' adds lines to [security] (e.g. HOP_SECURITY='encrypt = false'), HOP_STORAGE to
+# [storage] (e.g. HOP_STORAGE='custody_write_delay = "0s"').
 set -euo pipefail
 
 SIZE_MB=${1:-200}

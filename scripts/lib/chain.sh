@@ -85,7 +85,9 @@ start_hopd() {
             if ((dst > i + 1)); then printf '[[routes]]\ndestination = %s\nnext_hop = %s\n' "$dst" $((i + 1)); fi
             if ((dst < i - 1)); then printf '[[routes]]\ndestination = %s\nnext_hop = %s\n' "$dst" $((i - 1)); fi
         done
-        printf '[storage]\ndir = "%s/store"\n[security]\nmesh_key = "%s"\n' "$d" "$KEY"
+        printf '[storage]\ndir = "%s/store"\n' "$d"
+        if [[ -n "${HOP_STORAGE:-}" ]]; then printf '%s\n' "$HOP_STORAGE"; fi
+        printf '[security]\nmesh_key = "%s"\n' "$KEY"
         if [[ -n "${HOP_SECURITY:-}" ]]; then printf '%s\n' "$HOP_SECURITY"; fi
         if [[ -n "${HOP_PARAMS:-}" ]]; then printf '[hop]\n%s\n' "$HOP_PARAMS"; fi
     } >"$d/hopd.toml"

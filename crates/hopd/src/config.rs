@@ -23,6 +23,9 @@ pub const DEFAULT_MAX_DISK_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 pub const DEFAULT_MAX_PEERS: usize = 1024;
 /// Default bound on concurrent incoming flows accepted at a destination.
 pub const DEFAULT_MAX_INCOMING_FLOWS: usize = 256;
+/// How long a relay holds a block in memory before writing it to disk: a block its next hop
+/// takes within this never touches the disk (custody.rs).
+pub const DEFAULT_CUSTODY_WRITE_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 /// DSCP EF (46): Linux's 802.11 stack puts it in the voice access category (AC_VO). Default
 /// for control datagrams: the Hop paper sends BSYNs and their micro-blocks "with link-layer
 /// ARQ via the voice queue" (§3.6).
@@ -147,6 +150,7 @@ struct RawStorage {
     max_memory_bytes: Option<u64>,
     max_disk_bytes: Option<u64>,
     max_incoming_flows: Option<usize>,
+    custody_write_delay: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,6 +234,10 @@ pub struct Config {
     pub max_memory_bytes: u64,
     pub max_disk_bytes: u64,
     pub max_incoming_flows: usize,
+    /// A relay acknowledges a block at once and writes it to disk only if it still holds it
+    /// after this long (`[storage] custody_write_delay`, default 1 s); zero: written before
+    /// the acknowledgement (custody.rs).
+    pub custody_write_delay: std::time::Duration,
     /// The key every node seals with (none with `sessions`).
     pub mesh_key: Option<[u8; 32]>,
     /// Per-neighbour sessions instead of a mesh key (`[security] sessions`; session.rs).
@@ -694,6 +702,23 @@ impl Config {
             .storage
             .max_incoming_flows
             .unwrap_or(DEFAULT_MAX_INCOMING_FLOWS);
+        let custody_write_delay = match &raw.storage.custody_write_delay {
+            None => DEFAULT_CUSTODY_WRITE_DELAY,
+            Some(d) => humantime::parse_duration(d.get_ref())
+                .ok()
+                .or_else(|| (d.get_ref().trim() == "0").then_some(std::time::Duration::ZERO))
+                .filter(|d| *d <= std::time::Duration::from_secs(3600))
+                .ok_or_else(|| {
+                    ctx.err(
+                        Some(d.span()),
+                        format!(
+                            "custody_write_delay = {:?} is not a duration of at most 1h",
+                            d.get_ref()
+                        ),
+                        "a duration such as \"1s\", or \"0s\" to write every block before acknowledging it",
+                    )
+                })?,
+        };
         let (hop, first_block_bytes, packet_payload_given) = hop_section(
             &ctx,
             raw.hop,
@@ -748,6 +773,7 @@ impl Config {
             max_memory_bytes,
             max_disk_bytes: raw.storage.max_disk_bytes.unwrap_or(DEFAULT_MAX_DISK_BYTES),
             max_incoming_flows,
+            custody_write_delay,
             mesh_key,
             sessions,
             max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),

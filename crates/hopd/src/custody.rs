@@ -2,12 +2,22 @@
 //!
 //! Each block is one file `custody/<src>-<flow id>-<block>.blk`: a fixed header then the
 //! block's bytes. It is written to a temporary name, fsynced, renamed and the directory
-//! fsynced before the transport acknowledges the block upstream, so a node killed at any
-//! moment either still holds the block or never acknowledged it. The writing happens on a
+//! fsynced. Without a write delay this happens before the transport acknowledges the block
+//! upstream, so a node killed at any moment either still holds the block or never
+//! acknowledged it. The writing happens on a
 //! writer thread, off the event loop ([`Persist::Later`]): the relay keeps receiving and
 //! forwarding while the disk works, and the daemon hands each finished write to the transport
 //! ([`CustodyDone`]), which then sends the completing BACK. Writes queued together share one
 //! directory fsync. Deleting released blocks happens on the same thread, in order.
+//!
+//! With a write delay (`[storage] custody_write_delay`, [`DiskCustody::with_write_delay`]) a
+//! block is acknowledged at once and written only if it is still held when the delay ends: a
+//! relay whose next hop takes its blocks within the delay never writes them (on a fast link
+//! the disk was the relay's largest cost; on a router's flash every relayed byte was a
+//! write). A block that waits, for a partition or a slow next hop, is on disk after the delay;
+//! a clean shutdown writes every block still held. A node killed within the delay of taking a
+//! block loses that block; its upstream's cache or the source, which keeps every block until
+//! the end-to-end BACK (§3.2), sends it again.
 //!
 //! The same store makes a destination's deliveries durable ([`Spool`]): each block delivered
 //! in order is written at its offset into `incoming/<src>-<flow id>.part`, and the flow's
@@ -118,7 +128,27 @@ enum Job {
         /// When the store took the block (for `CustodyUsage::write_wait_us`).
         queued: std::time::Instant,
     },
-    Remove(PathBuf),
+    /// A block to write once `due` passes, unless a [`Job::Remove`] of it comes first; nobody
+    /// waits for it (its BACK went when the store took it).
+    Hold {
+        key: (FlowKey, u32),
+        path: PathBuf,
+        header: [u8; HEADER_LEN],
+        data: Bytes,
+        due: std::time::Instant,
+    },
+    Remove {
+        key: (FlowKey, u32),
+        path: PathBuf,
+    },
+}
+
+/// A block the writer holds back until its write delay ends.
+struct Held {
+    path: PathBuf,
+    header: [u8; HEADER_LEN],
+    data: Bytes,
+    due: std::time::Instant,
 }
 
 /// The writer thread and what it shares with the store.
@@ -187,9 +217,33 @@ fn writer_loop(
     done: &CustodyDone,
     usage: &Mutex<CustodyUsage>,
 ) {
-    while let Ok(first) = rx.recv() {
+    // Blocks waiting for their write delay, and their order (the delay is one for all, so
+    // arrival order is due order); a key whose block was released is skipped.
+    let mut held: HashMap<(FlowKey, u32), Held> = HashMap::new();
+    let mut order: std::collections::VecDeque<(FlowKey, u32)> = Default::default();
+    let mut closed = false;
+    while !closed {
+        let next_due = order.iter().find_map(|k| held.get(k)).map(|h| h.due);
+        let first = match next_due {
+            None => rx.recv().ok(),
+            Some(due) => {
+                let wait = due.saturating_duration_since(std::time::Instant::now());
+                match rx.recv_timeout(wait) {
+                    Ok(job) => Some(job),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        closed = true;
+                        None
+                    }
+                }
+            }
+        };
+        if first.is_none() && next_due.is_none() {
+            // The store is gone and nothing waits.
+            closed = true;
+        }
         // Everything queued meanwhile forms one batch with one directory fsync.
-        let mut batch = vec![first];
+        let mut batch: Vec<Job> = first.into_iter().collect();
         batch.extend(rx.try_iter());
         let mut finished = Vec::new();
         let mut queued_at = Vec::new();
@@ -215,8 +269,50 @@ fn writer_loop(
                     renamed |= ok;
                     finished.push((flow, block, ok));
                 }
-                Job::Remove(path) => {
-                    let _ = std::fs::remove_file(path);
+                Job::Hold {
+                    key,
+                    path,
+                    header,
+                    data,
+                    due,
+                } => {
+                    held.insert(
+                        key,
+                        Held {
+                            path,
+                            header,
+                            data,
+                            due,
+                        },
+                    );
+                    order.push_back(key);
+                }
+                Job::Remove { key, path } => {
+                    // Released before its delay ended: it never touches the disk.
+                    if held.remove(&key).is_none() {
+                        let _ = std::fs::remove_file(path);
+                    }
+                }
+            }
+        }
+        // Write the blocks whose delay ended (all of them when the store closes: a clean
+        // shutdown leaves every block it acknowledged on disk).
+        let now = std::time::Instant::now();
+        while let Some(key) = order.front().copied() {
+            let Some(h) = held.get(&key) else {
+                order.pop_front();
+                continue;
+            };
+            if h.due > now && !closed {
+                break;
+            }
+            order.pop_front();
+            if let Some(h) = held.remove(&key) {
+                match write_file(&h.path, &h.header, &h.data) {
+                    Ok(()) => renamed = true,
+                    Err(e) => {
+                        warn!(error = %e, path = %h.path.display(), "custody write failed: the block stays in memory only")
+                    }
                 }
             }
         }
@@ -234,6 +330,9 @@ fn writer_loop(
                 w.remove(&(*flow, *block));
             }
         }
+        if finished.is_empty() {
+            continue;
+        }
         if let Ok(mut d) = done.done.lock() {
             d.extend(finished);
         }
@@ -250,6 +349,9 @@ pub struct DiskCustody {
     spool: Option<Spool>,
     /// Writes off the event loop (`with_writer`); without it writes are synchronous.
     writer: Option<Writer>,
+    /// With the writer: acknowledge at once and write a block only if still held after this
+    /// long (`with_write_delay`); zero writes before the acknowledgement.
+    write_delay: Duration,
 }
 
 fn file_name(flow: FlowKey, block: u32) -> String {
@@ -341,6 +443,7 @@ impl DiskCustody {
             usage,
             spool: None,
             writer: None,
+            write_delay: Duration::ZERO,
         };
         store.publish(0, 0);
         Ok((store, blocks))
@@ -357,6 +460,14 @@ impl DiskCustody {
             self.usage.clone(),
         )?);
         Ok((self, done))
+    }
+
+    /// With a writer thread: acknowledge each block at once and write it only if it is still
+    /// held after `delay` (module docs). Zero (the default) writes it before the
+    /// acknowledgement.
+    pub fn with_write_delay(mut self, delay: Duration) -> DiskCustody {
+        self.write_delay = delay;
+        self
     }
 
     /// Also make the destination's deliveries durable in `incoming`; returns the progress of
@@ -428,6 +539,25 @@ impl CustodyStore for DiskCustody {
             return Err(StoreFull);
         }
         let path = self.dir.join(file_name(block.flow, block.block_num));
+        if let Some(jobs) = self
+            .writer
+            .as_ref()
+            .and_then(|w| w.jobs.as_ref())
+            .filter(|_| !self.write_delay.is_zero())
+        {
+            let job = Job::Hold {
+                key,
+                path: path.clone(),
+                header: encode_header(block),
+                data: block.data.clone(),
+                due: std::time::Instant::now() + self.write_delay,
+            };
+            if jobs.send(job).is_ok() {
+                self.held.insert(key, (path, size));
+                self.publish(1, 0);
+                return Ok(Persist::Done);
+            }
+        }
         if let Some(w) = &self.writer {
             if let Ok(mut s) = w.writing.lock() {
                 s.insert(key);
@@ -468,12 +598,19 @@ impl CustodyStore for DiskCustody {
 
     fn release(&mut self, flow: FlowKey, block_num: u32) {
         if let Some((path, _)) = self.held.remove(&(flow, block_num)) {
-            // Queued behind the block's write, if it is still being written.
+            // Queued behind the block's write, if it is still being written or waits for its
+            // delay (then it is never written).
             let queued = self
                 .writer
                 .as_ref()
                 .and_then(|w| w.jobs.as_ref())
-                .is_some_and(|j| j.send(Job::Remove(path.clone())).is_ok());
+                .is_some_and(|j| {
+                    j.send(Job::Remove {
+                        key: (flow, block_num),
+                        path: path.clone(),
+                    })
+                    .is_ok()
+                });
             if !queued {
                 let _ = std::fs::remove_file(path);
             }

@@ -58,6 +58,49 @@ fn relay_killed_and_restarted_mid_transfer() {
     );
 }
 
+/// A relay acknowledges a block at once and writes it to disk once it has held it for
+/// `custody_write_delay` (1 s by default): with the destination down, the relay's block is on
+/// disk after the delay, and after the relay and the source are killed (the source never
+/// comes back) the restarted relay delivers it from disk to the returning destination.
+#[test]
+fn a_block_held_past_the_write_delay_survives_a_relay_killed() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("survey.bin");
+    let data = pattern(17, 600_000);
+    std::fs::write(&file, &data).unwrap();
+    let mut nodes = loopback_chain(3, work.path(), "");
+    nodes[2].terminate();
+    send_detached(&nodes[0], &file, 3);
+    let custody_dir = nodes[1].dir.join("store").join("custody");
+    let on_disk = || {
+        std::fs::read_dir(&custody_dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".blk"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while on_disk() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the relay never wrote the block it holds"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nodes[0].kill9();
+    nodes[1].kill9();
+    nodes[1].restart_serving();
+    assert!(
+        nodes[1].log().contains("restoring blocks in custody"),
+        "{}",
+        nodes[1].log()
+    );
+    nodes[2].restart();
+    receive_one_file(&nodes[2], &work.path().join("in"), "survey.bin", &data);
+}
+
 fn sealed(auth: &mut Authenticator, src: u32, dst: u32, body: &[u8]) -> Vec<u8> {
     let mut v = Vec::new();
     EnvelopeRepr {

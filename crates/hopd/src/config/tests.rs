@@ -338,3 +338,29 @@ fn the_cipher_defaults_to_chacha20_and_an_unknown_one_is_located() {
         assert!(e.message.contains(name), "{e}");
     }
 }
+
+#[test]
+fn the_custody_write_delay_defaults_to_a_second_and_is_checked() {
+    let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
+    assert_eq!(c.custody_write_delay, DEFAULT_CUSTODY_WRITE_DELAY);
+    for (v, want) in [("0s", 0), ("0", 0), ("250ms", 250)] {
+        let text = good().replace(
+            "[storage]\n",
+            &format!("[storage]\ncustody_write_delay = \"{v}\"\n"),
+        );
+        let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+        assert_eq!(
+            c.custody_write_delay,
+            std::time::Duration::from_millis(want)
+        );
+    }
+    for bad in ["soon", "2h"] {
+        let text = good().replace(
+            "[storage]\n",
+            &format!("[storage]\ncustody_write_delay = \"{bad}\"\n"),
+        );
+        let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
+        assert!(e.message.contains("custody_write_delay"), "{e}");
+        assert_eq!(e.line, 13, "{e}");
+    }
+}

@@ -54,6 +54,60 @@ fn writer_thread_persists_later_and_releases_in_order() {
     assert_eq!(restored, vec![block(1, 1000)]);
 }
 
+/// With a write delay a block is acknowledged at once; one released within the delay never
+/// reaches the disk, one still held after it does, and what is still held when the store is
+/// dropped (a clean shutdown) is written then. Delayed blocks count against the limit.
+#[test]
+fn a_write_delay_acknowledges_at_once_and_writes_only_blocks_still_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let usage = std::sync::Arc::default();
+    let (s, _) = DiskCustody::open(dir.path(), 3500, usage).unwrap();
+    let (s, done) = s.with_writer().unwrap();
+    let mut s = s.with_write_delay(Duration::from_millis(300));
+    let flow = FlowKey { src: 1, id: 0xabc };
+    let on_disk = || {
+        let mut v: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(s.persist(&block(0, 1000)), Ok(Persist::Done));
+    assert_eq!(s.persist(&block(1, 1000)), Ok(Persist::Done));
+    assert_eq!(s.persist(&block(0, 1000)), Ok(Persist::Done));
+    assert_eq!(s.persist(&block(3, 1000)), Ok(Persist::Done));
+    assert_eq!(s.persist(&block(4, 1000)), Err(StoreFull));
+    // Block 0 moves on within the delay: never written.
+    s.release(flow, 0);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(on_disk().is_empty(), "{:?}", on_disk());
+    // After the delay the blocks still held are on disk.
+    let mut written = Vec::new();
+    for _ in 0..200 {
+        written = on_disk();
+        if written.len() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        written,
+        vec![file_name(flow, 1), file_name(flow, 3)],
+        "blocks 1 and 3 after the delay"
+    );
+    // Nobody waits for these writes: nothing is reported to the transport.
+    assert!(done.take().is_empty());
+    // Released after its write: deleted. One taken just before the shutdown is written.
+    s.release(flow, 3);
+    assert_eq!(s.persist(&block(5, 1000)), Ok(Persist::Done));
+    drop(s);
+    let usage = std::sync::Arc::default();
+    let (_, restored) = DiskCustody::open(dir.path(), 3500, usage).unwrap();
+    assert_eq!(restored, vec![block(1, 1000), block(5, 1000)]);
+}
+
 #[test]
 fn writer_reports_a_failed_write() {
     let dir = tempfile::tempdir().unwrap();

@@ -155,6 +155,12 @@ impl Daemon {
             &new.max_incoming_flows,
             n,
         );
+        differs(
+            "storage.custody_write_delay",
+            &old.custody_write_delay,
+            &new.custody_write_delay,
+            n,
+        );
         differs("security.sessions", &old.sessions, &new.sessions, n);
         differs(
             "discovery_addresses",
