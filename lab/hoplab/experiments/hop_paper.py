@@ -547,7 +547,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
             [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), nodup(), ctlfull(), win(),
-             firstframe()],
+             firstframe(), ramp()],
             build_52,
             point_name="hops",
             full=Scale(reps=2, points=[2, 4, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
@@ -558,7 +558,7 @@ def experiments() -> list[Experiment]:
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
                    "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "
                    "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, NODUP_NOTE, CTLFULL_NOTE,
-                   WIN_NOTE, FIRSTFRAME_NOTE]),
+                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
             [hop(), diagnostic(hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
