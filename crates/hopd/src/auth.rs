@@ -65,13 +65,6 @@ pub enum Cipher {
 }
 
 impl Cipher {
-    pub fn name(self) -> &'static str {
-        match self {
-            Cipher::ChaCha20Poly1305 => "chacha20-poly1305",
-            Cipher::Aes256Gcm => "aes-256-gcm",
-        }
-    }
-
     fn of_flags(flags: u8) -> Cipher {
         if flags & FLAG_AES_GCM != 0 {
             Cipher::Aes256Gcm

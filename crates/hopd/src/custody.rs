@@ -223,7 +223,12 @@ fn writer_loop(
     let mut order: std::collections::VecDeque<(FlowKey, u32)> = Default::default();
     let mut closed = false;
     while !closed {
-        let next_due = order.iter().find_map(|k| held.get(k)).map(|h| h.due);
+        // Released blocks leave their keys behind: drop them from the front, so that the
+        // queue holds no more than the blocks taken within one delay.
+        while order.front().is_some_and(|k| !held.contains_key(k)) {
+            order.pop_front();
+        }
+        let next_due = order.front().and_then(|k| held.get(k)).map(|h| h.due);
         let first = match next_due {
             None => rx.recv().ok(),
             Some(due) => {
