@@ -269,35 +269,21 @@ mod tests {
     }
 
     #[test]
-    fn encrypted_needs_the_trailer() {
-        let repr = EnvelopeRepr {
-            transport: TransportId::Hop,
-            flags: FLAG_ENCRYPTED,
-            link_src: 1,
-            link_dst: 2,
-        };
-        let mut out = Vec::new();
-        repr.emit(&[9; 40], &mut out).unwrap();
-        assert_eq!(
-            Envelope::parse(&out).unwrap_err(),
-            Error::ReservedBits(u32::from(FLAG_ENCRYPTED))
-        );
-    }
-
-    #[test]
-    fn a_cipher_flag_needs_the_trailer() {
-        let repr = EnvelopeRepr {
-            transport: TransportId::Hop,
-            flags: FLAG_AES_GCM,
-            link_src: 1,
-            link_dst: 2,
-        };
-        let mut out = Vec::new();
-        repr.emit(&[9; 40], &mut out).unwrap();
-        assert_eq!(
-            Envelope::parse(&out).unwrap_err(),
-            Error::ReservedBits(u32::from(FLAG_AES_GCM))
-        );
+    fn encrypted_and_cipher_flags_need_the_trailer() {
+        for flag in [FLAG_ENCRYPTED, FLAG_AES_GCM] {
+            let repr = EnvelopeRepr {
+                transport: TransportId::Hop,
+                flags: flag,
+                link_src: 1,
+                link_dst: 2,
+            };
+            let mut out = Vec::new();
+            repr.emit(&[9; 40], &mut out).unwrap();
+            assert_eq!(
+                Envelope::parse(&out).unwrap_err(),
+                Error::ReservedBits(u32::from(flag))
+            );
+        }
     }
 
     #[test]

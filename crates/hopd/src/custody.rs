@@ -130,13 +130,7 @@ enum Job {
     },
     /// A block to write once `due` passes, unless a [`Job::Remove`] of it comes first; nobody
     /// waits for it (its BACK went when the store took it).
-    Hold {
-        key: (FlowKey, u32),
-        path: PathBuf,
-        header: [u8; HEADER_LEN],
-        data: Bytes,
-        due: std::time::Instant,
-    },
+    Hold((FlowKey, u32), Held),
     Remove {
         key: (FlowKey, u32),
         path: PathBuf,
@@ -274,22 +268,8 @@ fn writer_loop(
                     renamed |= ok;
                     finished.push((flow, block, ok));
                 }
-                Job::Hold {
-                    key,
-                    path,
-                    header,
-                    data,
-                    due,
-                } => {
-                    held.insert(
-                        key,
-                        Held {
-                            path,
-                            header,
-                            data,
-                            due,
-                        },
-                    );
+                Job::Hold(key, h) => {
+                    held.insert(key, h);
                     order.push_back(key);
                 }
                 Job::Remove { key, path } => {
@@ -550,13 +530,15 @@ impl CustodyStore for DiskCustody {
             .and_then(|w| w.jobs.as_ref())
             .filter(|_| !self.write_delay.is_zero())
         {
-            let job = Job::Hold {
+            let job = Job::Hold(
                 key,
-                path: path.clone(),
-                header: encode_header(block),
-                data: block.data.clone(),
-                due: std::time::Instant::now() + self.write_delay,
-            };
+                Held {
+                    path: path.clone(),
+                    header: encode_header(block),
+                    data: block.data.clone(),
+                    due: std::time::Instant::now() + self.write_delay,
+                },
+            );
             if jobs.send(job).is_ok() {
                 self.held.insert(key, (path, size));
                 self.publish(1, 0);
