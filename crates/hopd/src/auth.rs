@@ -55,7 +55,8 @@ pub const AES_KEY_INFO: &[u8] = b"hop datagram key aes-256-gcm";
 /// The AEAD a sender seals with (`[security] cipher`). Receivers open both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 pub enum Cipher {
-    /// ChaCha20-Poly1305 (RFC 8439) under the datagram key: the default, fast everywhere.
+    /// ChaCha20-Poly1305 (RFC 8439) under the datagram key; the faster one without AES
+    /// instructions.
     #[default]
     #[serde(rename = "chacha20-poly1305")]
     ChaCha20Poly1305,
@@ -64,7 +65,62 @@ pub enum Cipher {
     Aes256Gcm,
 }
 
+/// `[security] cipher` as written: one AEAD, or `auto`, which picks by the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+pub enum CipherSetting {
+    /// AES-256-GCM where the CPU has AES and carry-less multiply instructions (x86-64 with
+    /// AES-NI and PCLMULQDQ, ARMv8 with the crypto extension), ChaCha20-Poly1305 elsewhere:
+    /// each is the cheaper of the two there (AES-GCM in software is slower than ChaCha20
+    /// and not constant-time).
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// Always ChaCha20-Poly1305.
+    #[serde(rename = "chacha20-poly1305")]
+    ChaCha20Poly1305,
+    /// Always AES-256-GCM.
+    #[serde(rename = "aes-256-gcm")]
+    Aes256Gcm,
+}
+
+impl CipherSetting {
+    /// The cipher this node seals with under this setting.
+    pub fn resolve(self) -> Cipher {
+        match self {
+            CipherSetting::Auto if hardware_aes() => Cipher::Aes256Gcm,
+            CipherSetting::Auto | CipherSetting::ChaCha20Poly1305 => Cipher::ChaCha20Poly1305,
+            CipherSetting::Aes256Gcm => Cipher::Aes256Gcm,
+        }
+    }
+}
+
+/// Whether this CPU runs AES-GCM in hardware.
+pub fn hardware_aes() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+            && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
 impl Cipher {
+    /// The name `[security] cipher` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cipher::ChaCha20Poly1305 => "chacha20-poly1305",
+            Cipher::Aes256Gcm => "aes-256-gcm",
+        }
+    }
+
     fn of_flags(flags: u8) -> Cipher {
         if flags & FLAG_AES_GCM != 0 {
             Cipher::Aes256Gcm
@@ -358,6 +414,11 @@ impl Authenticator {
         };
         self.previous = Some((old, std::time::Instant::now() + grace));
         self.opened_with_previous = 0;
+    }
+
+    /// The cipher `seal` uses.
+    pub fn cipher(&self) -> Cipher {
+        self.cipher
     }
 
     /// Whether `seal` encrypts bodies (receiving takes both forms either way).

@@ -160,7 +160,7 @@ struct RawSecurity {
     mesh_key_file: Option<Spanned<PathBuf>>,
     max_peers: Option<usize>,
     encrypt: Option<bool>,
-    cipher: Option<crate::auth::Cipher>,
+    cipher: Option<crate::auth::CipherSetting>,
     node_key_file: Option<Spanned<PathBuf>>,
     members_file: Option<Spanned<PathBuf>>,
     sessions: Option<Spanned<bool>>,
@@ -253,9 +253,10 @@ pub struct Config {
     /// Send bodies encrypted (`[security] encrypt`, default on); received datagrams may be
     /// either.
     pub encrypt: bool,
-    /// The AEAD this node seals with (`[security] cipher`, default ChaCha20-Poly1305);
-    /// received datagrams may use either.
-    pub cipher: crate::auth::Cipher,
+    /// The AEAD this node seals with (`[security] cipher`, default `auto`: AES-256-GCM on
+    /// CPUs with AES instructions, ChaCha20-Poly1305 elsewhere); received datagrams may use
+    /// either.
+    pub cipher: crate::auth::CipherSetting,
     /// The Hop parameters: `[hop]` read as `HopConfig::from_toml` reads it (a preset and
     /// overrides), with the cache and flow bounds of `[storage]`.
     pub hop: HopConfig,

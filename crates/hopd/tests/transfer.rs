@@ -245,8 +245,8 @@ fn loopback_file_bytes_cross_the_wire_encrypted() {
     }
 }
 
-/// A node that seals with AES-256-GCM (`[security] cipher`) and one that keeps the default
-/// move a file between them, with the mesh key and with sessions: each side's datagrams name
+/// A node that seals with AES-256-GCM (`[security] cipher`) and one that seals with
+/// ChaCha20-Poly1305 move a file between them, with the mesh key and with sessions: each side's datagrams name
 /// its own cipher (the envelope's `AES_GCM` flag), the other opens them, and the file
 /// crosses encrypted.
 #[test]
@@ -286,7 +286,8 @@ fn loopback_nodes_with_different_ciphers_open_each_others_datagrams() {
 /// Node 1 and node 2 on loopback, each told the other is at a relay address owned by this
 /// test, which records and forwards every datagram. Returns the datagrams and the file sent.
 /// With `sessions` the two have node keys, admit each other and seal with session keys; with
-/// `aes` node 1 seals with AES-256-GCM.
+/// `aes` node 1 seals with AES-256-GCM and node 2 with ChaCha20-Poly1305 (otherwise both
+/// keep `auto`).
 fn capture_one_transfer(encrypt: bool, sessions: bool, aes: bool) -> (Vec<Vec<u8>>, Vec<u8>) {
     use std::net::{SocketAddr, UdpSocket};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -315,6 +316,7 @@ fn capture_one_transfer(encrypt: bool, sessions: bool, aes: bool) -> (Vec<Vec<u8
     }
     if aes {
         extra[0] = format!("{}\nsecurity.cipher = \"aes-256-gcm\"", extra[0]);
+        extra[1] = format!("{}\nsecurity.cipher = \"chacha20-poly1305\"", extra[1]);
     }
     let spec = |i: usize, via: SocketAddr| NodeSpec {
         id: ids[i],

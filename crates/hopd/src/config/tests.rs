@@ -325,16 +325,29 @@ fn line_col_counts_from_one() {
 }
 
 #[test]
-fn the_cipher_defaults_to_chacha20_and_an_unknown_one_is_located() {
+fn the_cipher_defaults_to_auto_and_an_unknown_one_is_located() {
+    use crate::auth::{Cipher, CipherSetting};
     let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
-    assert_eq!(c.cipher, crate::auth::Cipher::ChaCha20Poly1305);
-    let text = format!("{}cipher = \"aes-256-gcm\"\n", good());
-    let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
-    assert_eq!(c.cipher, crate::auth::Cipher::Aes256Gcm);
+    assert_eq!(c.cipher, CipherSetting::Auto);
+    let by_cpu = if crate::auth::hardware_aes() {
+        Cipher::Aes256Gcm
+    } else {
+        Cipher::ChaCha20Poly1305
+    };
+    assert_eq!(c.cipher.resolve(), by_cpu);
+    for (name, cipher) in [
+        ("aes-256-gcm", Cipher::Aes256Gcm),
+        ("chacha20-poly1305", Cipher::ChaCha20Poly1305),
+    ] {
+        let text = format!("{}cipher = \"{name}\"\n", good());
+        let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+        assert_eq!(c.cipher.resolve(), cipher);
+        assert_eq!(cipher.name(), name);
+    }
     let text = format!("{}cipher = \"aes\"\n", good());
     let e = Config::parse("t.toml", &text, Path::new("/")).unwrap_err();
     assert_eq!(e.line, 17, "{e}");
-    for name in ["chacha20-poly1305", "aes-256-gcm"] {
+    for name in ["auto", "chacha20-poly1305", "aes-256-gcm"] {
         assert!(e.message.contains(name), "{e}");
     }
 }

@@ -253,7 +253,7 @@ impl Daemon {
             }
         };
         auth.set_encrypt(cfg.encrypt);
-        auth.set_cipher(cfg.cipher);
+        auth.set_cipher(cfg.cipher.resolve());
         let spool = crate::custody::Spool::new(&cfg.storage_dir.join("incoming"))
             .map_err(|e| io_err("opening the spool", e))?;
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
@@ -377,7 +377,7 @@ impl Daemon {
         mut cmds: mpsc::Receiver<Cmd>,
         mut shutdown: oneshot::Receiver<()>,
     ) -> std::io::Result<()> {
-        info!(node = self.cfg.node_id, listen = %self.cfg.listen, "hopd running");
+        info!(node = self.cfg.node_id, listen = %self.cfg.listen, cipher = self.auth.cipher().name(), "hopd running");
         if let Some(k) = &self.cfg.node_key {
             info!(
                 public_key = %crate::identity::hex(k.public()),

@@ -191,7 +191,7 @@ impl Daemon {
             self.cfg.encrypt = new.encrypt;
         }
         if self.cfg.cipher != new.cipher {
-            self.auth.set_cipher(new.cipher);
+            self.auth.set_cipher(new.cipher.resolve());
             self.cfg.cipher = new.cipher;
         }
         if let Some(key) = new

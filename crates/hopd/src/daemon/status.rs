@@ -93,6 +93,7 @@ impl Daemon {
             "listen": self.cfg.listen.to_string(),
             "packet_payload_bytes": self.cfg.hop.packet_payload_bytes,
             "sessions": self.sessions.is_some(),
+            "cipher": self.auth.cipher().name(),
             "directory": self.directory_status(),
             "uptime_s": self.clock.elapsed().as_secs(),
             "neighbours": neighbours,
