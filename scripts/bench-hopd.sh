@@ -4,7 +4,8 @@
 #   sudo scripts/bench-hopd.sh [SIZE_MB]
 #
 # For a 1-hop and a 3-hop chain it reports, side by side: hopd goodput for one file of
-# SIZE_MB (default 200) MiB and the CPU time of all hopd processes per MB moved; iperf3 UDP
+# SIZE_MB (default 200) MiB and the CPU time of all hopd processes per MB moved (and of the
+# source, the mean relay and the destination); iperf3 UDP
 # (1400-byte datagrams, unlimited rate) receiver goodput; the receiver goodput of two senders
 # that batch system calls (crates/hopd/examples/udp_blast.rs: sendmmsg of 64 datagrams of
 # 1,400 bytes, and 64 KiB buffers cut into 1,400-byte datagrams by UDP GSO), 5 s each; iperf3
@@ -48,12 +49,19 @@ for HOPS in ${BENCH_HOPS:-1 3}; do
     for ((i = 1; i <= N; i++)); do start_hopd "$N" "$i"; done
     HP=("${PIDS[@]:$first}")
     t0=$(cpu_ticks "${HP[@]}"); s0=$(date +%s.%N)
+    T0=(); for p in "${HP[@]}"; do T0+=("$(cpu_ticks "$p")"); done
     if [ -n "${PERF_DATA:-}" ]; then
         perf record -q -g -a -o "$PERF_DATA.$HOPS" -- "$HOP" --socket "$WORK/c$N/n1/hopd.sock" send --quiet "$FILE" --to "$N" 2>/dev/null
     else
         "$HOP" --socket "$WORK/c$N/n1/hopd.sock" send --quiet "$FILE" --to "$N"
     fi
     s1=$(date +%s.%N); t1=$(cpu_ticks "${HP[@]}")
+    # Per role: the source, the relays (their mean) and the destination, ms per MB.
+    ROLE=(); for ((i = 0; i < N; i++)); do ROLE+=("$(( $(cpu_ticks "${HP[$i]}") - ${T0[$i]} ))"); done
+    per_mb() { echo "$1 * 1000 / $HZ / $SIZE_MB" | bc -l; }
+    RELAYS=0; for ((i = 1; i < N - 1; i++)); do RELAYS=$((RELAYS + ROLE[i])); done
+    ROLES=$(printf '%.1f / %.1f / %.1f' "$(per_mb "${ROLE[0]}")" \
+        "$(per_mb "$(echo "$RELAYS / ($N - 2 + ($N == 2))" | bc -l)")" "$(per_mb "${ROLE[$((N - 1))]}")")
     "$HOP" --socket "$WORK/c$N/n$N/hopd.sock" recv --dir "$WORK/c$N/out" --count 1 >/dev/null
     cmp -s "$FILE" "$WORK/c$N/out/payload.bin" || { echo "hopd delivered a different file" >&2; exit 1; }
     HOPD_MBPS=$(echo "$SIZE_MB * 8 * 1.048576 / ($s1 - $s0)" | bc -l)
@@ -81,7 +89,7 @@ for HOPS in ${BENCH_HOPS:-1 3}; do
     }
     MMSG=$(blast sendmmsg)
     GSO=$(blast gso)
-    ROWS+=("$(printf '| %d | %.0f | %.1f | %.0f | %.0f | %.0f | %.0f | %.2f |' "$HOPS" "$HOPD_MBPS" "$CPU_MS_PER_MB" "$UDP" "$MMSG" "$GSO" "$TCP" "$(echo "$HOPD_MBPS / $MMSG" | bc -l 2>/dev/null || echo nan)")")
+    ROWS+=("$(printf '| %d | %.0f | %.1f | %s | %.0f | %.0f | %.0f | %.0f | %.2f |' "$HOPS" "$HOPD_MBPS" "$CPU_MS_PER_MB" "$ROLES" "$UDP" "$MMSG" "$GSO" "$TCP" "$(echo "$HOPD_MBPS / $MMSG" | bc -l 2>/dev/null || echo nan)")")
 done
 
 # Memory per idle flow: 200 local flows announced but sent nothing.
@@ -108,8 +116,8 @@ wait $IDLE || true
 echo
 echo "hopd vs iperf3 over veth chains (no loss), ${SIZE_MB} MiB file, $(nproc) cores"
 echo
-echo "| hops | hopd goodput (Mb/s) | hopd CPU (ms per MB, all nodes) | iperf3 UDP 1400 B (Mb/s) | sendmmsg 64 x 1400 B (Mb/s) | UDP GSO 64 KiB / 1400 B (Mb/s) | iperf3 TCP (Mb/s) | hopd / sendmmsg |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| hops | hopd goodput (Mb/s) | hopd CPU (ms per MB, all nodes) | of which source / relay (mean) / destination | iperf3 UDP 1400 B (Mb/s) | sendmmsg 64 x 1400 B (Mb/s) | UDP GSO 64 KiB / 1400 B (Mb/s) | iperf3 TCP (Mb/s) | hopd / sendmmsg |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
 echo
 echo "memory per idle flow (source hopd, 200 flows): $(( (R1 - R0) * 1024 / 200 )) bytes (RSS $R0 -> $R1 KiB)"

@@ -368,11 +368,22 @@ impl Node {
                     link_src: self.id,
                     link_dst: out.next_hop,
                 };
-                let mut payload = Vec::new();
-                let emitted = if self.sealed_link {
-                    repr.emit_for_sealing(&out.body, &mut payload)
+                let (payload, emitted) = if out.head == hop_wire::envelope::HEADER_LEN {
+                    // Built in a framed buffer: the header goes in front, the body stays.
+                    let mut payload = out.body;
+                    let emitted = repr.emit_around(&mut payload, !self.sealed_link);
+                    (payload, emitted)
                 } else {
-                    repr.emit(&out.body, &mut payload)
+                    let body = out.message();
+                    let mut payload = Vec::with_capacity(
+                        EnvelopeRepr::encoded_len(body.len()) + crate::transport::TAILROOM,
+                    );
+                    let emitted = if self.sealed_link {
+                        repr.emit_for_sealing(body, &mut payload)
+                    } else {
+                        repr.emit(body, &mut payload)
+                    };
+                    (payload, emitted)
                 };
                 if emitted.is_err() {
                     // A transport produced a body too large for the envelope: a bug in the

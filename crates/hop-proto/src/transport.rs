@@ -63,7 +63,32 @@ pub struct Received<'a> {
 pub struct Outgoing {
     pub next_hop: NodeId,
     pub class: Class,
+    /// The message, from `body[head..]`.
     pub body: Vec<u8>,
+    /// Bytes left free at the front of `body`: 0, or [`hop_wire::envelope::HEADER_LEN`] for
+    /// a message built in a buffer the node frames in place (see [`framed_body`]), which
+    /// spares a copy of each data packet on its way out.
+    pub head: usize,
+}
+
+impl Outgoing {
+    /// The message's bytes.
+    pub fn message(&self) -> &[u8] {
+        self.body.get(self.head..).unwrap_or_default()
+    }
+}
+
+/// Capacity left after a message for the envelope's crc and a runtime's authentication
+/// trailer (hopd's is 24 bytes), so that sealing a datagram does not reallocate it.
+pub const TAILROOM: usize = 32;
+
+/// An empty buffer for a message of `len` bytes that the node will frame in place: the
+/// envelope header's bytes are reserved at its front and [`TAILROOM`] after it. Used with
+/// `head` = [`hop_wire::envelope::HEADER_LEN`].
+pub fn framed_body(len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(hop_wire::envelope::HEADER_LEN + len + TAILROOM);
+    v.resize(hop_wire::envelope::HEADER_LEN, 0);
+    v
 }
 
 /// Counters every transport reports; the simulator and daemon publish them.

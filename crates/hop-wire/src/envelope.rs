@@ -125,6 +125,39 @@ impl EnvelopeRepr {
         self.emit_crc(body, out, false)
     }
 
+    /// As [`EnvelopeRepr::emit`] (or [`EnvelopeRepr::emit_for_sealing`] without `crc`) for a
+    /// body already written at `buf[HEADER_LEN..]`, the first [`HEADER_LEN`] bytes left for
+    /// the header: writes the header there and appends the crc32c, so the body is not copied.
+    pub fn emit_around(&self, buf: &mut Vec<u8>, crc: bool) -> Result<(), Error> {
+        if buf.len() < HEADER_LEN {
+            return Err(Error::Truncated {
+                needed: HEADER_LEN,
+                have: buf.len(),
+            });
+        }
+        let body_len = u16::try_from(buf.len() - HEADER_LEN).map_err(|_| Error::Malformed {
+            field: "body_len",
+            reason: "body longer than 65535 bytes",
+        })?;
+        let mut head = [0u8; HEADER_LEN];
+        self.write_header(body_len, &mut head);
+        buf[..HEADER_LEN].copy_from_slice(&head);
+        let crc = if crc { crc32c::crc32c(buf) } else { 0 };
+        buf.extend_from_slice(&crc.to_be_bytes());
+        Ok(())
+    }
+
+    fn write_header(&self, body_len: u16, head: &mut [u8; HEADER_LEN]) {
+        head[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        head[2] = VERSION;
+        head[3] = self.transport as u8;
+        head[4] = self.flags;
+        head[5] = 0;
+        head[6..8].copy_from_slice(&body_len.to_be_bytes());
+        head[8..12].copy_from_slice(&self.link_src.to_be_bytes());
+        head[12..16].copy_from_slice(&self.link_dst.to_be_bytes());
+    }
+
     fn emit_crc(&self, body: &[u8], out: &mut Vec<u8>, crc: bool) -> Result<(), Error> {
         let body_len = u16::try_from(body.len()).map_err(|_| Error::Malformed {
             field: "body_len",
@@ -132,14 +165,9 @@ impl EnvelopeRepr {
         })?;
         let start = out.len();
         out.reserve(Self::encoded_len(body.len()));
-        out.extend_from_slice(&MAGIC.to_be_bytes());
-        out.push(VERSION);
-        out.push(self.transport as u8);
-        out.push(self.flags);
-        out.push(0);
-        out.extend_from_slice(&body_len.to_be_bytes());
-        out.extend_from_slice(&self.link_src.to_be_bytes());
-        out.extend_from_slice(&self.link_dst.to_be_bytes());
+        let mut head = [0u8; HEADER_LEN];
+        self.write_header(body_len, &mut head);
+        out.extend_from_slice(&head);
         out.extend_from_slice(body);
         let crc = if crc {
             crc32c::crc32c(&out[start..])
@@ -245,6 +273,30 @@ mod tests {
         assert_eq!(env.repr, repr);
         assert_eq!(env.body, b"hello");
         assert!(env.trailer.is_empty());
+    }
+
+    #[test]
+    fn an_envelope_emitted_around_a_body_in_place_is_the_one_emitted_by_copy() {
+        let repr = EnvelopeRepr {
+            transport: TransportId::Hop,
+            flags: 0,
+            link_src: 0x0102_0304,
+            link_dst: 9,
+        };
+        for crc in [true, false] {
+            let mut copied = Vec::new();
+            if crc {
+                repr.emit(b"hello", &mut copied).unwrap();
+            } else {
+                repr.emit_for_sealing(b"hello", &mut copied).unwrap();
+            }
+            let mut framed = vec![0xEE; HEADER_LEN];
+            framed.extend_from_slice(b"hello");
+            repr.emit_around(&mut framed, crc).unwrap();
+            assert_eq!(framed, copied, "crc {crc}");
+        }
+        let mut short = vec![0; HEADER_LEN - 1];
+        assert!(repr.emit_around(&mut short, true).is_err());
     }
 
     #[test]

@@ -142,6 +142,7 @@ impl AtpTransport {
                     next_hop: nh,
                     class: Class::Control,
                     body: msg.to_vec(),
+                    head: 0,
                 })
             }
             None => self.bump("no_route_drops", 1),
@@ -356,6 +357,7 @@ impl Transport for AtpTransport {
                 next_hop: q.next_hop,
                 class: Class::Data,
                 body: q.body,
+                head: 0,
             })
         };
         self.note_usage();

@@ -213,6 +213,7 @@ impl AtpTransport {
                 next_hop,
                 class: Class::Data,
                 body,
+                head: 0,
             });
         }
         // Retransmissions before new data (§III-C).
@@ -250,6 +251,7 @@ impl AtpTransport {
             next_hop,
             class: Class::Data,
             body,
+            head: 0,
         })
     }
 }

@@ -191,7 +191,7 @@ fn idle_observations_relax_the_transmission_delay() {
             let now = ms(100.0 + 10.0 * f64::from(i));
             t.handle(&mut env.ctx(now, 5), rx(4, &body)).unwrap();
             let o = t.poll_transmit(&mut env.ctx(now, 5)).unwrap();
-            let Ok(Message::Data(d)) = wire::parse(&o.body) else {
+            let Ok(Message::Data(d)) = wire::parse(o.message()) else {
                 panic!()
             };
             last = d.d_max_us;
@@ -234,7 +234,7 @@ fn relay_stamps_the_larger_delay_and_idle_uses_eta() {
         let now = ms(2.0 * f64::from(i) + 0.5);
         let o = t.poll_transmit(&mut env.ctx(now, 5)).unwrap();
         assert_eq!(o.next_hop, 6);
-        let Ok(Message::Data(d)) = wire::parse(&o.body) else {
+        let Ok(Message::Data(d)) = wire::parse(o.message()) else {
             panic!()
         };
         assert_eq!(d.hops, 2);
@@ -254,7 +254,7 @@ fn relay_stamps_the_larger_delay_and_idle_uses_eta() {
     let b = pkt(1_000_000);
     t.handle(&mut env.ctx(ms(10.0), 5), rx(4, &b)).unwrap();
     let o = t.poll_transmit(&mut env.ctx(ms(10.0), 5)).unwrap();
-    let Ok(Message::Data(d)) = wire::parse(&o.body) else {
+    let Ok(Message::Data(d)) = wire::parse(o.message()) else {
         panic!()
     };
     assert_eq!(d.d_max_us, 1_000_000);
@@ -263,7 +263,7 @@ fn relay_stamps_the_larger_delay_and_idle_uses_eta() {
     let b = pkt(0);
     t.handle(&mut env.ctx(ms(20.0), 5), rx(4, &b)).unwrap();
     let o = t.poll_transmit(&mut env.ctx(ms(20.0), 5)).unwrap();
-    let Ok(Message::Data(d)) = wire::parse(&o.body) else {
+    let Ok(Message::Data(d)) = wire::parse(o.message()) else {
         panic!()
     };
     let q_after = t.q_t;

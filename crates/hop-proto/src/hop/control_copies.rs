@@ -158,6 +158,7 @@ impl HopTransport {
                 next_hop,
                 class: Class::Control,
                 body,
+                head: 0,
             });
             return 0;
         }
@@ -180,6 +181,7 @@ impl HopTransport {
             next_hop,
             class: Class::Control,
             body,
+            head: 0,
         });
         for body in extra {
             bump(&mut self.stats.extra, "control_copies_sent");
@@ -187,6 +189,7 @@ impl HopTransport {
                 next_hop,
                 class: Class::Control,
                 body,
+                head: 0,
             });
         }
         ctl.seq

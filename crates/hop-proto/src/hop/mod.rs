@@ -215,13 +215,14 @@ impl HopTransport {
     /// it leaves, in one place, rather than where each message is made; a message about a
     /// flow this node holds no state for says normal.
     fn stamp_priority(&self, mut out: Outgoing) -> Outgoing {
-        if let Some(b) = out.body.get(4..12) {
+        let head = out.head;
+        if let Some(b) = out.body.get(head + 4..head + 12) {
             let key = FlowKey {
                 src: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
                 id: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
             };
             if let Some(f) = self.flows.get(&key) {
-                out.body[3] = f.priority;
+                out.body[head + 3] = f.priority;
             }
         }
         out

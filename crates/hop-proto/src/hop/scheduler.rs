@@ -205,7 +205,7 @@ impl HopTransport {
             if x.vtx {
                 flags |= FLAG_VTX;
             }
-            let body = emit(&HopMessage {
+            let body = emit_framed(&HopMessage {
                 header: Self::header(key, dst, *n, flags, 0),
                 body: HopBody::Data {
                     offset: b.offset,
@@ -218,6 +218,7 @@ impl HopTransport {
                 next_hop: x.next_hop,
                 class: Class::Data,
                 body,
+                head: hop_wire::envelope::HEADER_LEN,
             });
             return (out, left <= 1, behind_round);
         }

@@ -126,13 +126,14 @@ impl HxhTransport {
             next_hop,
             class: Class::Control,
             body: msg.to_vec(),
+            head: 0,
         });
     }
 
     /// The next queued control message, counted as sent.
     fn pop_control(&mut self) -> Option<Outgoing> {
         let o = self.control.pop_front()?;
-        if let Ok(m) = wire::parse(&o.body) {
+        if let Ok(m) = wire::parse(o.message()) {
             *self.stats.sent_by_type.entry(m.type_name()).or_insert(0) += 1;
         }
         Some(o)

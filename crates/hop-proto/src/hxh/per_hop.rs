@@ -294,6 +294,7 @@ impl HxhTransport {
             next_hop,
             class: Class::Data,
             body,
+            head: 0,
         })
     }
 }

@@ -45,7 +45,7 @@ fn drain(t: &mut HxhTransport, env: &mut Env, now: Instant, local: NodeId) -> Ve
 
 fn hop_acks(out: &[Outgoing]) -> Vec<wire::HopAck> {
     out.iter()
-        .filter_map(|o| match wire::parse(&o.body) {
+        .filter_map(|o| match wire::parse(o.message()) {
             Ok(Message::HopAck(a)) => Some(a),
             _ => None,
         })
@@ -112,7 +112,7 @@ fn passive_relay_acknowledges_only_what_its_forwarding_cannot() {
     let out = drain(&mut t, &mut env, ms(1), 5);
     let credits: Vec<u16> = out
         .iter()
-        .filter_map(|o| match wire::parse(&o.body) {
+        .filter_map(|o| match wire::parse(o.message()) {
             Ok(Message::Data(d)) => Some(d.credits),
             _ => None,
         })
@@ -311,7 +311,7 @@ fn last_hop_sets_sync_bit_after_a_gap_and_resyncs() {
 fn nacks(t: &HxhTransport) -> Vec<wire::Nack> {
     t.control
         .iter()
-        .filter_map(|o| match wire::parse(&o.body) {
+        .filter_map(|o| match wire::parse(o.message()) {
             Ok(Message::Nack(n)) => Some(n),
             _ => None,
         })
@@ -336,7 +336,7 @@ fn destination_nacks_gaps_at_once_without_holdoff_and_answers_ack_requests() {
     assert!(t
         .control
         .iter()
-        .any(|o| matches!(wire::parse(&o.body), Ok(Message::Ack(a)) if a.cum == 1)));
+        .any(|o| matches!(wire::parse(o.message()), Ok(Message::Ack(a)) if a.cum == 1)));
     assert_eq!(t.poll_event(), Some(Event::FlowOpened { flow: F }));
     // A later packet does not NACK the same gap again ...
     t.control.clear();

@@ -210,6 +210,7 @@ impl Transport for TcpTransport {
             next_hop: q.next_hop,
             class: Class::Acked,
             body: q.body,
+            head: 0,
         })
     }
 

@@ -133,7 +133,7 @@ impl Net {
             assert_eq!(o.class, Class::Acked);
             let took = self.tx_time[&id];
             self.busy_until.insert(id, now + took);
-            let msg = wire::parse(&o.body).unwrap();
+            let msg = wire::parse(o.message()).unwrap();
             let mut nth = 0;
             if let (1, Message::Segment(s)) = (id, &msg) {
                 let c = self.sends.entry(s.seq).or_insert(0);

@@ -196,6 +196,7 @@ impl Transport for Probe {
             next_hop: h,
             class: self.class,
             body,
+            head: 0,
         })
     }
 

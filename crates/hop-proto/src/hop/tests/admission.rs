@@ -30,7 +30,7 @@ fn send(h: &mut Harness, id: u32, data: &[u8]) -> usize {
 fn flows_sending(out: &[Outgoing]) -> Vec<u32> {
     let mut ids: Vec<u32> = out
         .iter()
-        .filter_map(|o| HopMessage::parse(&o.body).ok())
+        .filter_map(|o| HopMessage::parse(o.message()).ok())
         .filter(|m| m.msg_type() == MsgType::Bsyn)
         .map(|m| m.header.flow_id)
         .collect();

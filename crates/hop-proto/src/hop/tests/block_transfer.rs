@@ -27,7 +27,7 @@ fn back_waits_only_for_announced_packets() {
     let backs: Vec<Vec<u8>> = out
         .iter()
         .filter(|o| o.next_hop == 1)
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()?.body {
             HopBody::Back { bitmap, .. } => Some(bitmap.to_vec()),
             _ => None,
         })
@@ -62,7 +62,7 @@ fn final_bsyn_announces_the_packets_sent() {
         .unwrap();
     let expects = |out: &[Outgoing]| -> Vec<u16> {
         out.iter()
-            .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+            .filter_map(|o| match HopMessage::parse(o.message()).ok()?.body {
                 HopBody::Bsyn { expect, .. } => Some(expect),
                 _ => None,
             })

@@ -13,7 +13,7 @@ fn copies_cfg() -> HopConfig {
 /// The control fields and flags of each BSYN in `out`.
 fn bsyn_ctls(out: &[Outgoing]) -> Vec<(ControlSeq, u8)> {
     out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
             HopMessage {
                 header,
                 body: HopBody::Bsyn { ctl, .. },
@@ -27,7 +27,7 @@ fn bsyn_ctls(out: &[Outgoing]) -> Vec<(ControlSeq, u8)> {
 fn back_ctls(out: &[Outgoing], to: NodeId) -> Vec<ControlSeq> {
     out.iter()
         .filter(|o| o.next_hop == to)
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()?.body {
             HopBody::Back { ctl, .. } => Some(ctl),
             _ => None,
         })

@@ -147,7 +147,7 @@ fn restored_blocks_are_forwarded() {
     let out = h.drain();
     let bsyn = out
         .iter()
-        .find_map(|o| match HopMessage::parse(&o.body).ok()? {
+        .find_map(|o| match HopMessage::parse(o.message()).ok()? {
             m @ HopMessage {
                 body: HopBody::Bsyn { .. },
                 ..

@@ -86,7 +86,7 @@ fn a_source_served_only_from_a_relays_cache_gives_up() {
             if let Ok(HopMessage {
                 header,
                 body: HopBody::Bsyn { .. },
-            }) = HopMessage::parse(&o.body)
+            }) = HopMessage::parse(o.message())
             {
                 let back = HopMessage {
                     header: HopHeader {
@@ -139,7 +139,7 @@ fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
             if let Ok(HopMessage {
                 header,
                 body: HopBody::Bsyn { geom, .. },
-            }) = HopMessage::parse(&o.body)
+            }) = HopMessage::parse(o.message())
             {
                 sizes.push(geom.block_len);
                 // The next hop takes the whole block at once, so the next one is formed.
@@ -189,7 +189,7 @@ fn blocks_paced_by_rate_follow_how_fast_the_first_hop_takes_them() {
         let bsyn = h
             .drain()
             .into_iter()
-            .find_map(|o| match HopMessage::parse(&o.body) {
+            .find_map(|o| match HopMessage::parse(o.message()) {
                 Ok(HopMessage {
                     header,
                     body: HopBody::Bsyn { geom, .. },
@@ -218,7 +218,7 @@ fn blocks_paced_by_rate_follow_how_fast_the_first_hop_takes_them() {
     let next = h
         .drain()
         .into_iter()
-        .find_map(|o| match HopMessage::parse(&o.body) {
+        .find_map(|o| match HopMessage::parse(o.message()) {
             Ok(HopMessage {
                 body: HopBody::Bsyn { geom, .. },
                 ..

@@ -116,7 +116,7 @@ fn a_full_window_takes_no_packet_of_another_transfer() {
         .filter(|o| o.next_hop == 4)
         .filter(|o| {
             matches!(
-                HopMessage::parse(&o.body).unwrap().body,
+                HopMessage::parse(o.message()).unwrap().body,
                 HopBody::Data { .. }
             )
         })
@@ -147,7 +147,7 @@ fn packets_known_to_have_left_the_queue_free_the_window_for_every_transfer() {
                 .filter(|o| o.next_hop == hop)
                 .filter(|o| {
                     matches!(
-                        HopMessage::parse(&o.body).unwrap().body,
+                        HopMessage::parse(o.message()).unwrap().body,
                         HopBody::Data { .. }
                     )
                 })

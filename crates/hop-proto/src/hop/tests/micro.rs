@@ -39,7 +39,7 @@ fn a_micro_block_repeated_without_an_answer_sends_one_packet_then_only_what_is_m
     // (flags, packet, payload length) of every micro-block BSYN sent.
     let micros = |out: &[Outgoing]| -> Vec<(u8, u16, usize)> {
         out.iter()
-            .filter_map(|o| match HopMessage::parse(&o.body) {
+            .filter_map(|o| match HopMessage::parse(o.message()) {
                 Ok(HopMessage {
                     header,
                     body:

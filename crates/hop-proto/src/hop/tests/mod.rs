@@ -169,7 +169,7 @@ fn feed_block(h: &mut Harness, block: u32, data: &[u8]) {
 fn backs_to(out: &[Outgoing], to: NodeId) -> Vec<(u8, u16)> {
     out.iter()
         .filter(|o| o.next_hop == to)
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
             HopMessage {
                 header,
                 body: HopBody::Back { packets, .. },
@@ -232,7 +232,7 @@ fn bsyn_msg(header: HopHeader, block_len: u32) -> HopMessage<'static> {
 
 fn bsyn_blocks(out: &[Outgoing]) -> Vec<u32> {
     out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
             HopMessage {
                 header,
                 body: HopBody::Bsyn { .. },
@@ -340,7 +340,7 @@ fn source_back(bitmap: &[u8]) -> HopMessage<'_> {
 /// What `pick` takes from each message in `out` that it matches.
 fn bodies<T>(out: &[Outgoing], pick: impl Fn(HopBody<'_>) -> Option<T>) -> Vec<T> {
     out.iter()
-        .filter_map(|o| pick(HopMessage::parse(&o.body).ok()?.body))
+        .filter_map(|o| pick(HopMessage::parse(o.message()).ok()?.body))
         .collect()
 }
 
@@ -401,7 +401,7 @@ fn two_flow_source_window(cfg: HopConfig, w: usize) -> Harness {
 /// notices).
 fn e2e_cums(out: &[Outgoing]) -> Vec<u32> {
     out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
             HopMessage {
                 header,
                 body: HopBody::E2eBack { cum_blocks },
@@ -414,7 +414,7 @@ fn e2e_cums(out: &[Outgoing]) -> Vec<u32> {
 /// The full destination's wait notices in `out`: (next hop, block).
 fn full_notices(out: &[Outgoing]) -> Vec<(NodeId, u32)> {
     out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
             HopMessage {
                 header,
                 body: HopBody::E2eBack { .. },

@@ -64,7 +64,7 @@ fn a_back_says_when_the_rounds_end_had_arrived_before_its_bsyn() {
 /// The BSYNs in `out` and whether each is marked `BEHIND`.
 fn bsyn_behind(out: &[Outgoing]) -> Vec<bool> {
     out.iter()
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
             HopMessage {
                 header,
                 body: HopBody::Bsyn { .. },

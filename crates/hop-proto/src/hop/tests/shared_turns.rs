@@ -14,7 +14,7 @@ fn shared_cfg() -> HopConfig {
 fn hints_to(out: &[Outgoing], to: NodeId) -> Vec<u16> {
     out.iter()
         .filter(|o| o.next_hop == to)
-        .filter_map(|o| match HopMessage::parse(&o.body).ok()?.body {
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()?.body {
             HopBody::Back { block_hint_kib, .. } => Some(block_hint_kib),
             _ => None,
         })

@@ -120,7 +120,7 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
         let fwd: Vec<u8> = out
             .iter()
             .filter(|o| o.next_hop == 3)
-            .filter_map(|o| match HopMessage::parse(&o.body).ok()? {
+            .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
                 HopMessage {
                     header,
                     body: HopBody::Bsyn { .. },
