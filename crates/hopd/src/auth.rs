@@ -554,9 +554,10 @@ impl Authenticator {
                 plain.clear();
                 return false;
             }
+            // The plaintext's crc field is left as sent (the ciphertext's): the tag has
+            // covered every byte, so readers parse it with `Envelope::parse_authenticated`
+            // and a second pass over the body is saved.
             plain[4] &= !FLAG_ENCRYPTED;
-            let crc = crc32c::crc32c(&plain[..end]);
-            plain[end..end + CRC_LEN].copy_from_slice(&crc.to_be_bytes());
             true
         } else {
             let covered = end + CRC_LEN + 8;
@@ -580,9 +581,10 @@ impl Authenticator {
     }
 
     /// Check a received datagram. On success returns the link source. A datagram with an
-    /// encrypted body is decrypted into `plain` (header flag cleared, crc recomputed, trailer
-    /// kept), which the caller then hands to the node instead; otherwise `plain` is left
-    /// empty and the datagram can be handed to the node as is.
+    /// encrypted body is decrypted into `plain` (header flag cleared, trailer kept; its crc
+    /// field is the ciphertext's, so it is read with `Envelope::parse_authenticated`, as a
+    /// node on a sealed link reads every datagram), which the caller then hands to the node
+    /// instead; otherwise `plain` is left empty and the datagram can be handed on as is.
     pub fn open(&mut self, datagram: &[u8], plain: &mut Vec<u8>) -> Result<NodeId, AuthError> {
         plain.clear();
         // The tag checked below covers every byte the crc32c does: the checksum is not

@@ -52,7 +52,10 @@ fn seal_writes_the_checksum_the_node_left_out() {
         );
         assert_eq!(rx.open(&d, &mut plain), Ok(1), "encrypt {encrypt}");
         let opened = if encrypt { &plain } else { &d };
-        assert_eq!(Envelope::parse(opened).unwrap().body, b"payload");
+        assert_eq!(
+            Envelope::parse_authenticated(opened).unwrap().body,
+            b"payload"
+        );
     }
 }
 
@@ -71,7 +74,10 @@ fn a_rotated_key_takes_the_old_one_during_its_grace() {
         let mut plain = Vec::new();
         assert_eq!(rx.open(&d, &mut plain), Ok(1), "encrypt {encrypt}");
         if encrypt {
-            assert_eq!(Envelope::parse(&plain).unwrap().body, b"payload");
+            assert_eq!(
+                Envelope::parse_authenticated(&plain).unwrap().body,
+                b"payload"
+            );
         }
     }
     assert_eq!(rx.opened_with_previous, 2);
@@ -143,7 +149,7 @@ fn seal_open_round_trip_and_replay() {
     assert_ne!(env.body, b"payload", "encrypted by default");
     let mut plain = Vec::new();
     assert_eq!(b.open(&d, &mut plain), Ok(1));
-    let opened = Envelope::parse(&plain).unwrap();
+    let opened = Envelope::parse_authenticated(&plain).unwrap();
     assert_eq!(
         (opened.body, opened.repr.flags),
         (&b"payload"[..], FLAG_AUTH)
@@ -264,7 +270,10 @@ fn encrypted_bodies_and_their_headers_are_bound() {
     let mut b = Authenticator::new(&key, 2, 0, 8);
     let mut plain = Vec::new();
     assert_eq!(b.open(&d, &mut plain), Ok(1));
-    assert_eq!(Envelope::parse(&plain).unwrap().body, b"payload");
+    assert_eq!(
+        Envelope::parse_authenticated(&plain).unwrap().body,
+        b"payload"
+    );
 }
 
 /// The encrypted form's bytes are fixed by the wire format as well.
@@ -393,7 +402,10 @@ fn aes_gcm_datagrams_are_flagged_and_opened_by_any_receiver() {
         assert_eq!(rx.open(&cleared, &mut plain), Err(AuthError::BadTag));
         assert_eq!(rx.open(&d, &mut plain), Ok(1), "encrypt {encrypt}");
         let opened = if encrypt { &plain } else { &d };
-        assert_eq!(Envelope::parse(opened).unwrap().body, b"payload");
+        assert_eq!(
+            Envelope::parse_authenticated(opened).unwrap().body,
+            b"payload"
+        );
     }
     // Back to the default: unflagged, and still opened.
     tx.set_cipher(Cipher::ChaCha20Poly1305);

@@ -129,7 +129,8 @@ impl Daemon {
                 if src != self.cfg.node_id {
                     self.last_heard.insert(src, std::time::Instant::now());
                 }
-                if let Ok(env) = hop_wire::Envelope::parse(dg) {
+                // Opened: the tag covered what the crc would (auth.rs).
+                if let Ok(env) = hop_wire::Envelope::parse_authenticated(dg) {
                     self.on_hello(src, from, env.body);
                 }
             }
