@@ -12,8 +12,10 @@
 //! `FLAG_ENCRYPTED` and the body travels encrypted: ChaCha20-Poly1305 under the same key and
 //! nonce, plaintext the body, associated data the 16-byte header (flags included) and the
 //! counter; the crc32c covers the encrypted bytes and the tag is the trailer's. A receiver
-//! takes both forms, whatever its own setting: it decrypts an encrypted body into a buffer,
-//! clears the flag and recomputes the crc, so the node sees the plaintext envelope.
+//! takes both forms, whatever its own setting: it decrypts an encrypted body into a buffer and
+//! clears the flag, so the node sees the plaintext envelope (its crc field is the
+//! ciphertext's: the tag has covered every byte, and a node on a sealed link does not
+//! compare it).
 //!
 //! With per-neighbour sessions (`[security] sessions`, session.rs) there is no mesh key: each
 //! node seals with its own sender key and opens a neighbour's datagrams with the key that
