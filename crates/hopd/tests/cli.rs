@@ -134,7 +134,18 @@ fn hop_bad_input_has_distinct_exit_codes() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("node 42"));
     let o = hop(&sock, &["status"]);
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("neighbours:"));
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(shown.contains("neighbours:"), "{shown}");
+    // The cipher `auto` chose for this CPU, named as the config names it.
+    let cipher = if hopd::auth::hardware_aes() {
+        "aes-256-gcm"
+    } else {
+        "chacha20-poly1305"
+    };
+    assert!(
+        shown.contains(&format!("sealing with {cipher} under the mesh key")),
+        "{shown}"
+    );
 }
 
 /// `api_group`: an unknown group is a configuration error with its line; a known one makes

@@ -12,6 +12,14 @@ pub(crate) fn print_status(v: &serde_json::Value) {
         g("listen").as_str().unwrap_or("?"),
         human_age(u(&g("uptime_s")))
     );
+    if let Some(c) = g("cipher").as_str() {
+        let keys = if g("sessions").as_bool() == Some(true) {
+            "session keys"
+        } else {
+            "the mesh key"
+        };
+        println!("sealing with {c} under {keys}");
+    }
     println!("neighbours:");
     for n in g("neighbours").as_array().into_iter().flatten() {
         let heard = match n.get("last_heard_ms").and_then(|x| x.as_u64()) {
