@@ -60,8 +60,8 @@ for HOPS in ${BENCH_HOPS:-1 3}; do
     ROLE=(); for ((i = 0; i < N; i++)); do ROLE+=("$(( $(cpu_ticks "${HP[$i]}") - ${T0[$i]} ))"); done
     per_mb() { echo "$1 * 1000 / $HZ / $SIZE_MB" | bc -l; }
     RELAYS=0; for ((i = 1; i < N - 1; i++)); do RELAYS=$((RELAYS + ROLE[i])); done
-    ROLES=$(printf '%.1f / %.1f / %.1f' "$(per_mb "${ROLE[0]}")" \
-        "$(per_mb "$(echo "$RELAYS / ($N - 2 + ($N == 2))" | bc -l)")" "$(per_mb "${ROLE[$((N - 1))]}")")
+    RELAY=-; [ "$N" -gt 2 ] && RELAY=$(printf '%.1f' "$(per_mb "$(echo "$RELAYS / ($N - 2)" | bc -l)")")
+    ROLES=$(printf '%.1f / %s / %.1f' "$(per_mb "${ROLE[0]}")" "$RELAY" "$(per_mb "${ROLE[$((N - 1))]}")")
     "$HOP" --socket "$WORK/c$N/n$N/hopd.sock" recv --dir "$WORK/c$N/out" --count 1 >/dev/null
     cmp -s "$FILE" "$WORK/c$N/out/payload.bin" || { echo "hopd delivered a different file" >&2; exit 1; }
     HOPD_MBPS=$(echo "$SIZE_MB * 8 * 1.048576 / ($s1 - $s0)" | bc -l)
