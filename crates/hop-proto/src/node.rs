@@ -341,6 +341,24 @@ impl Node {
         Ok(())
     }
 
+    /// A delivery that `transport`'s store deferred is durable (`ok`: its end-to-end BACK
+    /// may go), or its write failed and is being retried (the source is told the
+    /// destination cannot store it).
+    pub fn delivery_persisted(
+        &mut self,
+        now: Instant,
+        transport: TransportId,
+        flow: FlowKey,
+        block: u32,
+        ok: bool,
+    ) -> Result<(), AppError> {
+        let idx = self.index_of(transport)?;
+        self.with_ctx(now, idx, |t, ctx| {
+            t.delivery_persisted(ctx, flow, block, ok)
+        });
+        Ok(())
+    }
+
     /// Next datagram to send. Transports are served round robin.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         self.poll_with(now, |t, ctx| t.poll_transmit(ctx))

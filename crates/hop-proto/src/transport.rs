@@ -224,6 +224,11 @@ pub trait Transport: Send {
     /// keeps custody (see [`crate::hop::Persist::Later`]); other transports ignore it.
     fn custody_persisted(&mut self, _ctx: &mut Ctx<'_>, _flow: FlowKey, _block: u32, _ok: bool) {}
 
+    /// A delivery the transport's store deferred is durable (`ok`), or its write failed and
+    /// is being retried (see [`crate::hop::CustodyStore::deliver`]); only Hop's destinations
+    /// defer them.
+    fn delivery_persisted(&mut self, _ctx: &mut Ctx<'_>, _flow: FlowKey, _block: u32, _ok: bool) {}
+
     /// Flows this node is the destination of and still holds state for, each with the unique
     /// payload bytes received so far: what was delivered plus the packets held towards
     /// blocks not yet delivered. This is the goodput the papers measure for a transfer cut

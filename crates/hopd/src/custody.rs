@@ -22,8 +22,11 @@
 //! The same store makes a destination's deliveries durable ([`Spool`]): each block delivered
 //! in order is written at its offset into `incoming/<src>-<flow id>.part`, and the flow's
 //! progress (blocks and bytes delivered, finished) into `incoming/<src>-<flow id>.state`,
-//! both fsynced before the end-to-end BACK that covers the block is sent. A restarted
-//! destination reads the progress back and resumes; the source retransmits the rest.
+//! both fsynced before the end-to-end BACK that covers the block is sent. With the writer
+//! (`with_writer` after `with_spool`) this happens on a thread of its own (`spool_writer`),
+//! and the transport holds the BACK until the write is reported ([`Persist::Later`]). A
+//! restarted destination reads the progress back and resumes; the source retransmits the
+//! rest.
 //!
 //! Custody blocks, incoming files and the inbox share one disk budget (`max_disk_bytes`). A
 //! block that does not fit is refused: for custody the BACK is withheld, for a delivery the
@@ -63,14 +66,18 @@ pub struct CustodyUsage {
     pub spool_full_events: u64,
     /// A delivery is being withheld right now.
     pub spool_full: bool,
+    /// The spool's writer is retrying a failed write (e.g. the file system is full): its
+    /// deliveries wait unacknowledged.
+    pub spool_write_failing: bool,
     /// Custody writes finished (durable or failed) and the time they held their blocks'
     /// completing BACKs: from the hand-over to the store until the write (and its
     /// directory fsync) finished, queueing behind other writes included; microseconds.
     pub writes_timed: u64,
     pub write_wait_us: u64,
     pub write_wait_max_us: u64,
-    /// Deliveries written to the spool and the time they took; they run on the event loop,
-    /// which waits for them (the end-to-end BACK follows them); microseconds.
+    /// Deliveries written to the spool and the time each took to become durable: from the
+    /// hand-over to the store until its bytes and progress were fsynced, queueing included
+    /// (the end-to-end BACK follows); microseconds.
     pub deliveries_timed: u64,
     pub deliver_us: u64,
     pub deliver_max_us: u64,
@@ -104,6 +111,9 @@ impl CustodyUsage {
 #[derive(Default)]
 pub struct CustodyDone {
     done: Mutex<Vec<(FlowKey, u32, bool)>>,
+    /// Deliveries the spool writer made durable (flow, block, true), in order, or whose
+    /// write failed and is being retried (false).
+    delivered: Mutex<Vec<(FlowKey, u32, bool)>>,
     /// Woken after each batch of writes.
     pub notify: tokio::sync::Notify,
 }
@@ -112,6 +122,15 @@ impl CustodyDone {
     /// Take the finished writes.
     pub fn take(&self) -> Vec<(FlowKey, u32, bool)> {
         self.done
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
+    }
+
+    /// Take the deliveries made durable since the last call (for
+    /// `Transport::delivery_persisted`).
+    pub fn take_delivered(&self) -> Vec<(FlowKey, u32, bool)> {
+        self.delivered
             .lock()
             .map(|mut d| std::mem::take(&mut *d))
             .unwrap_or_default()
@@ -332,8 +351,12 @@ pub struct DiskCustody {
     held: HashMap<(FlowKey, u32), (PathBuf, u64)>,
     usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>>,
     spool: Option<Spool>,
+    /// Whether a flow's first delivery may go on (a resumed transfer's bytes still here).
+    gate: Option<spool::ResumeGate>,
     /// Writes off the event loop (`with_writer`); without it writes are synchronous.
     writer: Option<Writer>,
+    /// Deliveries written off the event loop (`with_writer` after `with_spool`).
+    spool_writer: Option<SpoolWriter>,
     /// With the writer: acknowledge at once and write a block only if still held after this
     /// long (`with_write_delay`); zero writes before the acknowledgement.
     write_delay: Duration,
@@ -427,16 +450,19 @@ impl DiskCustody {
             held,
             usage,
             spool: None,
+            gate: None,
             writer: None,
+            spool_writer: None,
             write_delay: Duration::ZERO,
         };
         store.publish(0, 0);
         Ok((store, blocks))
     }
 
-    /// Write custody blocks on a writer thread; finished writes are reported through the
+    /// Write custody blocks on a writer thread, and with a spool (`with_spool` first) the
+    /// destination's deliveries on another; finished writes are reported through the
     /// returned [`CustodyDone`], which the runtime must hand to the transport
-    /// (`Transport::custody_persisted`).
+    /// (`Transport::custody_persisted`, `Transport::delivery_persisted`).
     pub fn with_writer(mut self) -> std::io::Result<(DiskCustody, Arc<CustodyDone>)> {
         let done = Arc::new(CustodyDone::default());
         self.writer = Some(Writer::start(
@@ -444,6 +470,9 @@ impl DiskCustody {
             done.clone(),
             self.usage.clone(),
         )?);
+        if let Some(spool) = self.spool.take() {
+            self.spool_writer = Some(SpoolWriter::start(spool, done.clone(), self.usage.clone())?);
+        }
         Ok((self, done))
     }
 
@@ -464,6 +493,7 @@ impl DiskCustody {
     ) -> std::io::Result<(DiskCustody, Vec<DestProgress>)> {
         let spool = Spool::new(incoming)?;
         let progress = spool.load(max_age);
+        self.gate = Some(spool::ResumeGate::new(incoming));
         if let Ok(mut u) = self.usage.lock() {
             u.incoming_bytes = progress
                 .iter()
@@ -605,11 +635,11 @@ impl CustodyStore for DiskCustody {
         }
     }
 
-    fn deliver(&mut self, d: &Delivery<'_>) -> Result<(), StoreFull> {
-        let Some(spool) = self.spool.as_mut() else {
-            return Ok(());
+    fn deliver(&mut self, d: &Delivery) -> Result<Persist, StoreFull> {
+        let Some(gate) = self.gate.as_mut() else {
+            return Ok(Persist::Done);
         };
-        if !spool.resume_possible(d) {
+        if !gate.resume_possible(d) {
             return Err(StoreFull);
         }
         let size = d.data.len() as u64;
@@ -617,20 +647,28 @@ impl CustodyStore for DiskCustody {
         let started = std::time::Instant::now();
         let result = if over {
             Err(None)
+        } else if let Some(w) = &self.spool_writer {
+            // Written and fsynced off the event loop; the end-to-end BACK waits for it.
+            w.send(SpoolJob::Deliver {
+                d: d.clone(),
+                queued: started,
+            })
+            .map(|()| Persist::Later)
+            .map_err(Some)
         } else {
             self.spool
                 .as_mut()
-                .map(|s| s.deliver(d).map_err(Some))
-                .unwrap_or(Ok(()))
+                .map(|s| s.deliver(d).map(|()| Persist::Done).map_err(Some))
+                .unwrap_or(Ok(Persist::Done))
         };
         let Ok(mut u) = self.usage.lock() else {
             return result.map_err(|_| StoreFull);
         };
-        if !over {
+        if matches!(result, Ok(Persist::Done)) {
             u.time_delivery(started.elapsed());
         }
         match result {
-            Ok(()) => {
+            Ok(p) => {
                 if u.spool_full {
                     info!(flow = %d.flow, "spool has room again: deliveries resume");
                 }
@@ -641,7 +679,7 @@ impl CustodyStore for DiskCustody {
                     let total = d.offset + size;
                     u.incoming_bytes = u.incoming_bytes.saturating_sub(total);
                 }
-                Ok(())
+                Ok(p)
             }
             Err(e) => {
                 if !u.spool_full {
@@ -669,6 +707,12 @@ impl CustodyStore for DiskCustody {
     }
 
     fn abandon(&mut self, flow: FlowKey) {
+        if let Some(w) = &self.spool_writer {
+            // In order behind the flow's queued deliveries; the writer frees the budget.
+            if w.send(SpoolJob::Abandon(flow)).is_ok() {
+                return;
+            }
+        }
         let Some(spool) = self.spool.as_mut() else {
             return;
         };
@@ -681,7 +725,9 @@ impl CustodyStore for DiskCustody {
 }
 
 mod spool;
+mod spool_writer;
 pub use spool::{parse_flow_name, part_path, read_state, state_path, state_records, Spool};
+use spool_writer::{SpoolJob, SpoolWriter};
 
 #[cfg(test)]
 mod tests;

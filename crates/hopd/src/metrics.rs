@@ -356,7 +356,7 @@ impl Collector for Snapshot {
         counter_f(
             &mut e,
             "spool_deliver",
-            "time the event loop spent writing deliveries to the spool (fsync included)",
+            "time deliveries took to become durable in the spool (queueing and fsync included)",
             Some(Unit::Seconds),
             custody.deliver_us as f64 / 1e6,
         )?;

@@ -114,16 +114,6 @@ impl BlockData {
             _ => Bytes::new(),
         }
     }
-
-    /// The whole block as [`Bytes`], without a copy where it is one buffer already.
-    pub(super) fn into_bytes(mut self, geom: &BlockGeom) -> Bytes {
-        self.whole(geom);
-        match self {
-            BlockData::Whole(v) => Bytes::from(v),
-            BlockData::Shared(b) => b,
-            _ => Bytes::new(),
-        }
-    }
 }
 
 /// True if `part` lies inside `buf`'s bytes (so that `buf.slice_ref(part)` is valid).
@@ -164,7 +154,7 @@ mod tests {
             assert_eq!(p[2].as_ref().unwrap().as_ptr(), p2.as_ptr());
         }
         assert_eq!(d.whole(&g), b"abcdefghij");
-        assert_eq!(&d.into_bytes(&g)[..], b"abcdefghij");
+        assert_eq!(&d.share(&g)[..], b"abcdefghij");
     }
 
     #[test]
@@ -225,6 +215,6 @@ mod tests {
         let kept = d.share(&g);
         assert_eq!(&kept[..], b"abcdefghij");
         assert_eq!(d.whole(&g).as_ptr(), kept.as_ptr());
-        assert_eq!(d.into_bytes(&g).as_ptr(), kept.as_ptr());
+        assert_eq!(d.share(&g).as_ptr(), kept.as_ptr());
     }
 }

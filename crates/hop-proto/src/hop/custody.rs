@@ -61,8 +61,13 @@ pub trait CustodyStore: Send {
     /// Destination: make a block delivered in order durable before the end-to-end BACK that
     /// covers it is sent. On error the block is not delivered now (the end-to-end BACK and
     /// new blocks of the flow are withheld) and delivery is retried on the next timer.
-    fn deliver(&mut self, _delivery: &Delivery<'_>) -> Result<(), StoreFull> {
-        Ok(())
+    /// [`Persist::Later`]: the store took the block and writes it off the protocol path; the
+    /// runtime reports the write through
+    /// [`Transport::delivery_persisted`](crate::transport::Transport::delivery_persisted),
+    /// and the end-to-end BACK (and the flow's end, [`Event::FlowFinished`](crate::Event))
+    /// wait for it. A store that answers `Later` keeps the bytes until they are durable.
+    fn deliver(&mut self, _delivery: &Delivery) -> Result<Persist, StoreFull> {
+        Ok(Persist::Done)
     }
     /// Destination: the flow ended unfinished (its source aborted it, or it went idle);
     /// whatever [`deliver`](Self::deliver) kept of it can go.
@@ -76,15 +81,16 @@ pub trait CustodyStore: Send {
 }
 
 /// A block the destination delivers in order, as handed to [`CustodyStore::deliver`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delivery<'a> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
     pub flow: FlowKey,
     pub block_num: u32,
     /// Byte offset of `data` in the flow's stream.
     pub offset: u64,
     /// The block is the flow's last.
     pub fin: bool,
-    pub data: &'a [u8],
+    /// The block's bytes, shared with the transport (no copy).
+    pub data: Bytes,
 }
 
 /// How far a destination has delivered a flow; persisted by the runtime after each
@@ -214,6 +220,8 @@ impl HopTransport {
                 delivered: p.bytes,
                 finished: p.finished,
                 blocked: false,
+                writing: Default::default(),
+                write_failing: false,
             });
             f.finished = p.finished;
             self.flows.insert(p.flow, f);

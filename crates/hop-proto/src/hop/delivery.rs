@@ -38,7 +38,7 @@ impl HopTransport {
         let msg = HopMessage {
             header: Self::header(key, f.dst, n, FLAG_WAIT, 0),
             body: HopBody::E2eBack {
-                cum_blocks: d.next_deliver,
+                cum_blocks: d.durable(),
             },
         };
         if let Some(nh) = ctx.routing.next_hop(key.src) {
@@ -47,7 +47,8 @@ impl HopTransport {
         }
     }
 
-    /// Destination: deliver complete blocks in order and acknowledge them end to end.
+    /// Destination: deliver complete blocks in order and acknowledge them end to end once
+    /// the store has them durably (at once, or when it reports a deferred write).
     pub(super) fn deliver(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
         loop {
             let Some(f) = self.flows.get_mut(&key) else {
@@ -61,15 +62,19 @@ impl HopTransport {
             if !ready {
                 return;
             }
-            if let Some(b) = f.blocks.get_mut(&n) {
-                let delivery = Delivery {
-                    flow: key,
-                    block_num: n,
-                    offset: d.delivered,
-                    fin: b.fin,
-                    data: b.data.whole(&b.geom),
-                };
-                if self.store.deliver(&delivery).is_err() {
+            let Some(b) = f.blocks.get_mut(&n) else {
+                return;
+            };
+            let delivery = Delivery {
+                flow: key,
+                block_num: n,
+                offset: d.delivered,
+                fin: b.fin,
+                data: b.data.share(&b.geom),
+            };
+            let later = match self.store.deliver(&delivery) {
+                Ok(p) => p == Persist::Later,
+                Err(StoreFull) => {
                     if !d.blocked {
                         d.blocked = true;
                         bump(&mut self.stats.extra, "delivery_withheld");
@@ -77,32 +82,113 @@ impl HopTransport {
                     }
                     return;
                 }
-                d.blocked = false;
-            }
+            };
+            d.blocked = false;
             let Some(b) = f.blocks.remove(&n) else {
                 return;
             };
-            self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
-            d.next_deliver = n.wrapping_add(1);
-            let len = u64::from(b.geom.block_len);
-            if len > 0 {
-                self.events.push_back(Event::Delivered {
-                    flow: key,
-                    offset: d.delivered,
-                    data: b.data.into_bytes(&b.geom),
-                });
+            let queued = later || !d.writing.is_empty();
+            if !queued {
+                // A block still being written (or behind one) stays counted against the cache
+                // until it is durable: a disk that falls behind holds the flow back.
+                self.cache_bytes = self.cache_bytes.saturating_sub(u64::from(b.geom.block_len));
             }
-            d.delivered += len;
+            d.next_deliver = n.wrapping_add(1);
+            let offset = d.delivered;
+            d.delivered += u64::from(b.geom.block_len);
             if b.fin {
                 d.finished = true;
-                let bytes = d.delivered;
                 f.finished = true;
+            }
+            f.outs.remove(&n);
+            if queued {
+                // The application gets it once it and the blocks before it are durable.
+                d.writing.insert(
+                    n,
+                    Writing {
+                        offset,
+                        data: delivery.data,
+                        durable: !later,
+                    },
+                );
+                self.note_cache();
+                continue;
+            }
+            let (finished, bytes) = (d.finished_durably(), d.delivered);
+            if !delivery.data.is_empty() {
+                self.events.push_back(Event::Delivered {
+                    flow: key,
+                    offset,
+                    data: delivery.data,
+                });
+            }
+            if finished {
                 self.events
                     .push_back(Event::FlowFinished { flow: key, bytes });
             }
-            f.outs.remove(&n);
             self.note_cache();
             self.send_e2e(ctx, key, n);
         }
+    }
+
+    /// The store finished writing delivered block `n` ([`Persist::Later`]): the blocks
+    /// durable in order go to the application, the end-to-end BACK covers them, and the
+    /// flow ends once its last block is durable. A failed write (`ok` false; the store
+    /// retries it) is a full destination to the source, told once per stall.
+    pub(super) fn on_delivery_persisted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: FlowKey,
+        n: u32,
+        ok: bool,
+    ) {
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let Role::Destination(d) = &mut f.role else {
+            return;
+        };
+        if !ok {
+            if d.writing.contains_key(&n) && !d.write_failing {
+                d.write_failing = true;
+                bump(&mut self.stats.extra, "delivery_withheld");
+                self.send_full_notice(ctx, key, n);
+            }
+            return;
+        }
+        d.write_failing = false;
+        match d.writing.get_mut(&n) {
+            Some(w) if !w.durable => w.durable = true,
+            _ => return,
+        }
+        // The blocks now durable in order reach the application.
+        let mut last = None;
+        while let Some(e) = d.writing.first_entry() {
+            if !e.get().durable {
+                break;
+            }
+            let (m, w) = e.remove_entry();
+            last = Some(m);
+            self.cache_bytes = self.cache_bytes.saturating_sub(w.data.len() as u64);
+            if !w.data.is_empty() {
+                self.events.push_back(Event::Delivered {
+                    flow: key,
+                    offset: w.offset,
+                    data: w.data,
+                });
+            }
+        }
+        let Some(last) = last else {
+            return;
+        };
+        if d.finished_durably() {
+            self.events.push_back(Event::FlowFinished {
+                flow: key,
+                bytes: d.delivered,
+            });
+        }
+        self.note_cache();
+        self.send_e2e(ctx, key, last);
+        self.pump_flow(ctx, key);
     }
 }

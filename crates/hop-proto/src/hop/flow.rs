@@ -129,6 +129,37 @@ pub(super) struct DestState {
     /// The store refused the next block (no room): its end-to-end BACK and new blocks of
     /// the flow are withheld until a retry succeeds.
     pub(super) blocked: bool,
+    /// Blocks handed to the store that it is still writing ([`Persist::Later`]), and the
+    /// blocks after them: end-to-end BACKs acknowledge only the blocks below the first of
+    /// them, since the source drops its copy on that acknowledgement (§3.2: custody moves
+    /// only to durable storage), and the application gets them, in order, once durable.
+    pub(super) writing: BTreeMap<u32, Writing>,
+    /// The store reported a write failing (and retries it): new blocks of the flow are
+    /// withheld, as for a refused delivery, until a write succeeds.
+    pub(super) write_failing: bool,
+}
+
+/// A delivered block on its way to durable storage.
+#[derive(Debug)]
+pub(super) struct Writing {
+    pub(super) offset: u64,
+    pub(super) data: Bytes,
+    /// The store reported it durable (it waits for a block before it).
+    pub(super) durable: bool,
+}
+
+impl DestState {
+    /// Blocks acknowledged end to end: delivered in order and durable in the store.
+    pub(super) fn durable(&self) -> u32 {
+        self.writing
+            .first_key_value()
+            .map_or(self.next_deliver, |(n, _)| *n)
+    }
+
+    /// The flow's last block is delivered and durable: the end-to-end BACK carries FIN.
+    pub(super) fn finished_durably(&self) -> bool {
+        self.finished && self.writing.is_empty()
+    }
 }
 
 /// A BACK held until the data its BSYN announced has arrived.
@@ -227,6 +258,7 @@ impl Flow {
 
     pub(super) fn has_custody(&self) -> bool {
         self.blocks.values().any(|b| b.custody && !b.moved)
+            || self.dest().is_some_and(|d| !d.writing.is_empty())
     }
 }
 
@@ -322,9 +354,12 @@ impl HopTransport {
                     self.note_cache();
                 }
                 Role::Destination(d) => {
+                    // Deliveries still being written (the store keeps their bytes).
+                    let writing: u64 = d.writing.values().map(|w| w.data.len() as u64).sum();
+                    self.cache_bytes = self.cache_bytes.saturating_sub(writing);
                     let how = if d.finished {
                         Closed::Finished {
-                            blocks: d.next_deliver,
+                            blocks: d.durable(),
                         }
                     } else {
                         self.store.abandon(key);

@@ -251,6 +251,11 @@ impl Transport for HopTransport {
         self.on_custody_persisted(ctx, flow, block, ok);
     }
 
+    fn delivery_persisted(&mut self, ctx: &mut Ctx<'_>, flow: FlowKey, block: u32, ok: bool) {
+        self.tick(ctx.now);
+        self.on_delivery_persisted(ctx, flow, block, ok);
+    }
+
     fn open(&mut self, ctx: &mut Ctx<'_>, key: FlowKey, dst: NodeId) -> Result<(), AppError> {
         self.tick(ctx.now);
         if dst == ctx.local {

@@ -46,11 +46,22 @@ impl HopTransport {
             return;
         };
         let Some(d) = f.dest() else { return };
-        let flags = if d.finished { FLAG_FIN } else { 0 };
+        // The block named is one the store has durably: nodes on the way drop the block
+        // named as well as those below `cum_blocks`.
+        let durable = d.durable();
+        let n = if !d.writing.is_empty() && n >= durable {
+            let Some(last) = durable.checked_sub(1) else {
+                return;
+            };
+            last
+        } else {
+            n
+        };
+        let flags = if d.finished_durably() { FLAG_FIN } else { 0 };
         let msg = HopMessage {
             header: Self::header(key, f.dst, n, flags, 0),
             body: HopBody::E2eBack {
-                cum_blocks: d.next_deliver,
+                cum_blocks: d.durable(),
             },
         };
         if let Some(nh) = ctx.routing.next_hop(key.src) {

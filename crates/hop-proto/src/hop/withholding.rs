@@ -115,7 +115,7 @@ impl HopTransport {
             }
         }
         let unblocks_delivery = f.dest().is_some_and(|d| d.next_deliver == n);
-        if f.dest().is_some_and(|d| d.blocked) && !unblocks_delivery {
+        if f.dest().is_some_and(|d| d.blocked || d.write_failing) && !unblocks_delivery {
             return Err(Withhold::Backpressure);
         }
         if self.cfg.backpressure

@@ -113,8 +113,52 @@ struct SpoolFlow {
 pub struct Spool {
     dir: PathBuf,
     open: HashMap<FlowKey, SpoolFlow>,
+}
+
+/// Whether a delivery may go on (resume.rs); kept on the event loop, beside a spool that may
+/// be on a writer thread.
+pub(super) struct ResumeGate {
+    dir: PathBuf,
     /// Resuming flows whose delivery is withheld (logged once each).
     unjoinable: HashSet<FlowKey>,
+}
+
+impl ResumeGate {
+    pub(super) fn new(dir: &Path) -> ResumeGate {
+        ResumeGate {
+            dir: dir.to_path_buf(),
+            unjoinable: HashSet::new(),
+        }
+    }
+
+    /// A delivery may go on: anything but the first block of a flow that resumes one whose
+    /// bytes are gone (resume.rs), which is withheld (and logged once).
+    pub(super) fn resume_possible(&mut self, d: &Delivery) -> bool {
+        if d.offset != 0 {
+            return true;
+        }
+        let Some(r) = ResumeHeader::decode(&d.data) else {
+            return true;
+        };
+        if crate::resume::possible(&self.dir, &r) {
+            self.unjoinable.remove(&d.flow);
+            if let Err(e) = crate::resume::note_resumer(&self.dir, r.prev, d.flow) {
+                warn!(flow = %d.flow, error = %e, "cannot note a resuming flow; its delivery waits");
+                return false;
+            }
+            return true;
+        }
+        if self.unjoinable.insert(d.flow) {
+            warn!(
+                flow = %d.flow,
+                resumes = %r.prev,
+                offset = r.offset,
+                "a flow resumes one whose bytes this node no longer holds: its delivery is \
+                 withheld, and its source sends the file again from the start once it gives up"
+            );
+        }
+        false
+    }
 }
 
 impl Spool {
@@ -123,7 +167,6 @@ impl Spool {
         Ok(Spool {
             dir: dir.to_path_buf(),
             open: HashMap::new(),
-            unjoinable: Default::default(),
         })
     }
 
@@ -219,35 +262,6 @@ impl Spool {
         bytes
     }
 
-    /// A delivery may go on: anything but the first block of a flow that resumes one whose
-    /// bytes are gone (resume.rs), which is withheld (and logged once).
-    pub(super) fn resume_possible(&mut self, d: &Delivery<'_>) -> bool {
-        if d.offset != 0 {
-            return true;
-        }
-        let Some(r) = ResumeHeader::decode(d.data) else {
-            return true;
-        };
-        if crate::resume::possible(&self.dir, &r) {
-            self.unjoinable.remove(&d.flow);
-            if let Err(e) = crate::resume::note_resumer(&self.dir, r.prev, d.flow) {
-                warn!(flow = %d.flow, error = %e, "cannot note a resuming flow; its delivery waits");
-                return false;
-            }
-            return true;
-        }
-        if self.unjoinable.insert(d.flow) {
-            warn!(
-                flow = %d.flow,
-                resumes = %r.prev,
-                offset = r.offset,
-                "a flow resumes one whose bytes this node no longer holds: its delivery is \
-                 withheld, and its source sends the file again from the start once it gives up"
-            );
-        }
-        false
-    }
-
     fn flow(&mut self, flow: FlowKey) -> std::io::Result<&mut SpoolFlow> {
         if !self.open.contains_key(&flow) {
             let f = SpoolFlow {
@@ -270,14 +284,28 @@ impl Spool {
     }
 
     /// Write a block delivered in order and its progress, both fsynced.
-    pub fn deliver(&mut self, d: &Delivery<'_>) -> std::io::Result<()> {
-        let dir = self.dir.clone();
+    pub fn deliver(&mut self, d: &Delivery) -> std::io::Result<()> {
+        self.write_block(d)?;
+        self.commit(&progress_after(d))
+    }
+
+    /// Write a delivered block's bytes at their offset, not yet fsynced: [`commit`](Self::commit)
+    /// makes them durable, with the flow's progress.
+    pub fn write_block(&mut self, d: &Delivery) -> std::io::Result<()> {
         let f = self.flow(d.flow)?;
-        f.part.write_all_at(d.data, d.offset)?;
+        f.part.write_all_at(&d.data, d.offset)?;
+        f.bytes = f.bytes.max(d.offset + d.data.len() as u64);
+        Ok(())
+    }
+
+    /// Make a flow's written blocks durable and record `p` as its progress (a new record
+    /// slot, fsynced after the bytes it describes).
+    pub fn commit(&mut self, p: &DestProgress) -> std::io::Result<()> {
+        let dir = self.dir.clone();
+        let f = self.flow(p.flow)?;
         f.part.sync_data()?;
-        f.bytes = d.offset + d.data.len() as u64;
         if f.state.is_none() {
-            let spath = state_path(&dir, d.flow);
+            let spath = state_path(&dir, p.flow);
             f.seq = read_state_seq(&spath);
             f.state = Some(open_rw(&spath)?);
             sync_dir(&dir);
@@ -285,20 +313,13 @@ impl Spool {
         let Some(state) = f.state.as_ref() else {
             return Err(std::io::Error::other("progress record not open"));
         };
-        f.seq += 1;
-        let rec = encode_state(
-            f.seq,
-            &DestProgress {
-                flow: d.flow,
-                next_block: d.block_num.wrapping_add(1),
-                bytes: d.offset + d.data.len() as u64,
-                finished: d.fin,
-            },
-        );
-        state.write_all_at(&rec, (f.seq % 2) * STATE_SLOT)?;
+        let seq = f.seq + 1;
+        let rec = encode_state(seq, p);
+        state.write_all_at(&rec, (seq % 2) * STATE_SLOT)?;
         state.sync_data()?;
-        if d.fin {
-            self.open.remove(&d.flow);
+        f.seq = seq;
+        if p.finished {
+            self.open.remove(&p.flow);
         }
         Ok(())
     }
@@ -313,6 +334,16 @@ impl Spool {
         for f in self.open.values() {
             let _ = f.part.sync_all();
         }
+    }
+}
+
+/// The progress a flow has once `d` is delivered.
+pub(super) fn progress_after(d: &Delivery) -> DestProgress {
+    DestProgress {
+        flow: d.flow,
+        next_block: d.block_num.wrapping_add(1),
+        bytes: d.offset + d.data.len() as u64,
+        finished: d.fin,
     }
 }
 

@@ -142,14 +142,78 @@ fn persist_restore_release_and_limit() {
     assert_eq!(restored, vec![block(1, 1000), block(2, 1000)]);
 }
 
-fn delivery(n: u32, data: &[u8], fin: bool) -> Delivery<'_> {
+fn delivery(n: u32, data: &[u8], fin: bool) -> Delivery {
     Delivery {
         flow: FlowKey { src: 3, id: 0x1234 },
         block_num: n,
         offset: u64::from(n) * 1000,
         fin,
-        data,
+        data: Bytes::copy_from_slice(data),
     }
+}
+
+/// Wait until the spool's writer reports `n` durable deliveries.
+fn durable(done: &CustodyDone, n: usize) -> Vec<(FlowKey, u32, bool)> {
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while got.len() < n && std::time::Instant::now() < deadline {
+        got.extend(done.take_delivered());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    got
+}
+
+/// With a writer thread the destination's deliveries leave the event loop: taken at once
+/// (`Persist::Later`), reported once durable, in order; bytes and progress on disk then are
+/// the same as when written synchronously, and an abandoned flow still frees its files and
+/// budget behind the writes queued before it.
+#[test]
+fn deliveries_written_off_the_event_loop_are_reported_once_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let incoming = dir.path().join("incoming");
+    let flow = FlowKey { src: 3, id: 0x1234 };
+    let usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>> = std::sync::Arc::default();
+    let (s, _) = DiskCustody::open(&dir.path().join("custody"), 10_000, usage.clone()).unwrap();
+    let (s, _) = s.with_spool(&incoming, Duration::from_secs(60)).unwrap();
+    let (mut s, done) = s.with_writer().unwrap();
+    let blocks: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 1000]).collect();
+    for (n, b) in blocks.iter().enumerate() {
+        let d = delivery(n as u32, b, n == 2);
+        assert_eq!(s.deliver(&d), Ok(Persist::Later));
+    }
+    assert_eq!(
+        durable(&done, 3),
+        vec![(flow, 0, true), (flow, 1, true), (flow, 2, true)]
+    );
+    assert_eq!(
+        std::fs::read(part_path(&incoming, flow)).unwrap(),
+        blocks.concat()
+    );
+    let p = read_state(&state_path(&incoming, flow), flow).unwrap();
+    assert!(p.finished);
+    assert_eq!((p.next_block, p.bytes), (3, 3000));
+    {
+        let u = usage.lock().unwrap();
+        assert_eq!(u.deliveries_timed, 3);
+        assert_eq!(
+            u.incoming_bytes, 0,
+            "the finished file is the inbox's to count"
+        );
+    }
+    // A second flow, abandoned behind its queued deliveries.
+    let other = FlowKey { src: 4, id: 7 };
+    for n in 0..2u32 {
+        let d = Delivery {
+            flow: other,
+            ..delivery(n, &[9u8; 1000], false)
+        };
+        assert_eq!(s.deliver(&d), Ok(Persist::Later));
+    }
+    s.abandon(other);
+    drop(s);
+    assert!(!part_path(&incoming, other).exists());
+    assert!(!state_path(&incoming, other).exists());
+    assert_eq!(usage.lock().unwrap().incoming_bytes, 0);
 }
 
 #[test]
@@ -161,7 +225,7 @@ fn deliveries_are_durable_and_bounded() {
     let (mut s, progress) = s.with_spool(&incoming, Duration::from_secs(60)).unwrap();
     assert!(progress.is_empty());
     let (a, b, c) = (vec![1u8; 1000], vec![2u8; 1000], vec![3u8; 1000]);
-    s.deliver(&delivery(0, &a, false)).unwrap();
+    assert_eq!(s.deliver(&delivery(0, &a, false)), Ok(Persist::Done));
     s.deliver(&delivery(1, &b, false)).unwrap();
     // The third block would exceed the budget: refused and counted, nothing written.
     assert_eq!(s.deliver(&delivery(2, &c, true)), Err(StoreFull));

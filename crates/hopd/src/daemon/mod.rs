@@ -414,6 +414,9 @@ impl Daemon {
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
+                // Before the sockets: under a steady stream the socket is always readable,
+                // and the BACKs that finished writes release would wait for a pause.
+                _ = done.notify.notified() => self.custody_written(),
                 r = ctrl.readable() => {
                     r?;
                     self.receive_batch();
@@ -434,7 +437,6 @@ impl Daemon {
                     }
                 }
                 Some(cmd) = cmds.recv() => self.handle_cmd(cmd),
-                _ = done.notify.notified() => self.custody_written(),
                 r = wsock.writable(), if blocked.is_some() => {
                     r?;
                     self.send_queued();
@@ -470,14 +472,19 @@ impl Daemon {
         Ok(())
     }
 
-    /// Hand the custody writes the store's writer finished to the transport (it sends the
-    /// completing BACKs).
+    /// Hand the custody writes and the deliveries the store's writers finished to the
+    /// transport (it sends the completing and the end-to-end BACKs).
     fn custody_written(&mut self) {
         let now = self.now();
         for (flow, block, ok) in self.custody_done.take() {
             let _ = self
                 .node
                 .custody_persisted(now, self.transport_id, flow, block, ok);
+        }
+        for (flow, block, ok) in self.custody_done.take_delivered() {
+            let _ = self
+                .node
+                .delivery_persisted(now, self.transport_id, flow, block, ok);
         }
     }
 

@@ -131,7 +131,7 @@ impl Daemon {
 
     pub(super) fn spool_json(&self) -> serde_json::Value {
         let u = self.custody.lock().map(|u| *u).unwrap_or_default();
-        serde_json::json!({"full": u.spool_full, "full_total": u.spool_full_events,
+        serde_json::json!({"full": u.spool_full || u.spool_write_failing, "full_total": u.spool_full_events,
             "incoming_bytes": u.incoming_bytes, "inbox_bytes": u.inbox_bytes,
             "disk_bytes": u.disk_bytes(), "limit_bytes": self.cfg.max_disk_bytes,
             "deliveries_timed": u.deliveries_timed, "deliver_us": u.deliver_us,

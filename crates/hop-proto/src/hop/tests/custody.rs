@@ -196,6 +196,128 @@ fn refused_delivery_withholds_the_end_to_end_back_until_the_store_has_room() {
     assert_eq!(log.lock().unwrap().1, vec![(0, 0, 250)]);
 }
 
+/// A destination store that writes deliveries later: it records them and answers
+/// [`Persist::Later`]; the test reports the writes.
+struct LaterDeliveries(Arc<Mutex<Vec<u32>>>);
+
+impl CustodyStore for LaterDeliveries {
+    fn persist(&mut self, _b: &StoredBlock) -> Result<Persist, StoreFull> {
+        Ok(Persist::Done)
+    }
+    fn release(&mut self, _flow: FlowKey, _block_num: u32) {}
+    fn deliver(&mut self, d: &Delivery) -> Result<Persist, StoreFull> {
+        self.0.lock().unwrap().push(d.block_num);
+        Ok(Persist::Later)
+    }
+}
+
+fn finished_events(t: &mut HopTransport) -> (Vec<(u64, usize)>, Vec<u64>) {
+    let (mut delivered, mut finished) = (Vec::new(), Vec::new());
+    while let Some(e) = t.poll_event() {
+        match e {
+            Event::Delivered { offset, data, .. } => delivered.push((offset, data.len())),
+            Event::FlowFinished { bytes, .. } => finished.push(bytes),
+            _ => {}
+        }
+    }
+    (delivered, finished)
+}
+
+#[test]
+fn deferred_deliveries_are_acknowledged_end_to_end_only_once_durable() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let t = HopTransport::with_store(small_cfg(), Box::new(LaterDeliveries(log.clone())));
+    let mut h = Harness::new(3, &[(1, 1)], t);
+    feed_block(&mut h, 0, &[1u8; 250]);
+    feed_block_flags(&mut h, 1, FLAG_FIN, &[2u8; 250]);
+    let out = h.drain();
+    // The store has both; the application gets neither, and the source keeps its copy,
+    // until the store says they are on disk. Their bytes stay counted in the cache.
+    assert_eq!(*log.lock().unwrap(), vec![0, 1]);
+    assert!(e2e_cums(&out).is_empty(), "{:?}", e2e_cums(&out));
+    assert_eq!(finished_events(&mut h.t), (vec![], vec![]));
+    assert_eq!(h.t.stats().cache_bytes, 500);
+    // A late BSYN for a delivered block gets no end-to-end BACK yet: nodes on the way would
+    // drop the block it names.
+    h.recv(1, &bsyn_with_expect(0, 250, 0));
+    assert!(e2e_cums(&h.drain()).is_empty());
+    // Block 0's write fails (the store retries it): the source hears, once, that the
+    // destination cannot store, and the flow's new blocks are held back meanwhile.
+    h.with(|t, ctx| t.delivery_persisted(ctx, FLOW, 0, false));
+    assert_eq!(full_notices(&h.drain()), vec![(1, 0)]);
+    h.with(|t, ctx| t.delivery_persisted(ctx, FLOW, 0, false));
+    assert!(full_notices(&h.drain()).is_empty());
+    // Block 1 is written first: it waits for block 0.
+    h.with(|t, ctx| t.delivery_persisted(ctx, FLOW, 1, true));
+    assert!(e2e_cums(&h.drain()).is_empty());
+    assert_eq!(finished_events(&mut h.t), (vec![], vec![]));
+    // Block 0 is written: both reach the application in order, FIN end to end.
+    h.with(|t, ctx| t.delivery_persisted(ctx, FLOW, 0, true));
+    let out = h.drain();
+    assert_eq!(e2e_cums(&out), vec![2]);
+    assert!(out
+        .iter()
+        .any(|o| HopMessage::parse(o.message()).is_ok_and(|m| m.header.flags & FLAG_FIN != 0)));
+    assert_eq!(
+        finished_events(&mut h.t),
+        (vec![(0, 250), (250, 250)], vec![500])
+    );
+    assert_eq!(h.t.stats().cache_bytes, 0);
+    // A repeated report changes nothing.
+    h.with(|t, ctx| t.delivery_persisted(ctx, FLOW, 1, true));
+    assert!(e2e_cums(&h.drain()).is_empty());
+}
+
+/// End-to-end BACKs in `out`: (block named, cumulative blocks).
+fn e2e_named(out: &[Outgoing]) -> Vec<(u32, u32)> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
+            HopMessage {
+                header,
+                body: HopBody::E2eBack { cum_blocks },
+            } => Some((header.block_num, cum_blocks)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The block an end-to-end BACK names is dropped by every node on the way, so a late BSYN
+/// for a block still being written is answered naming the last durable one.
+#[test]
+fn an_end_to_end_back_names_only_a_durable_block() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let t = HopTransport::with_store(small_cfg(), Box::new(LaterDeliveries(log.clone())));
+    let mut h = Harness::new(3, &[(1, 1)], t);
+    feed_block(&mut h, 0, &[1u8; 250]);
+    feed_block(&mut h, 1, &[2u8; 250]);
+    h.drain();
+    h.with(|t, ctx| t.delivery_persisted(ctx, FLOW, 0, true));
+    assert_eq!(e2e_named(&h.drain()), vec![(0, 1)]);
+    h.recv(1, &bsyn_with_expect(1, 250, 0));
+    assert_eq!(e2e_named(&h.drain()), vec![(0, 1)]);
+    h.with(|t, ctx| t.delivery_persisted(ctx, FLOW, 1, true));
+    assert_eq!(e2e_named(&h.drain()), vec![(1, 2)]);
+}
+
+#[test]
+fn a_destination_keeps_a_flow_whose_deliveries_are_being_written() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let t = HopTransport::with_store(small_cfg(), Box::new(LaterDeliveries(log.clone())));
+    let mut h = Harness::new(3, &[(1, 1)], t);
+    feed_block_flags(&mut h, 0, FLAG_FIN, &[1u8; 250]);
+    h.drain();
+    // Long past every idle timeout, the write still pending: the flow is not forgotten, so
+    // its end is still reported and acknowledged when the write finishes.
+    for _ in 0..20 {
+        h.now += Duration::from_secs(600);
+        h.with(|t, ctx| t.handle_timeout(ctx));
+    }
+    h.drain();
+    h.with(|t, ctx| t.delivery_persisted(ctx, FLOW, 0, true));
+    assert_eq!(e2e_cums(&h.drain()), vec![1]);
+    assert_eq!(finished_events(&mut h.t).1, vec![250]);
+}
+
 #[test]
 fn restored_destination_resumes_from_its_progress() {
     let log = Arc::new(Mutex::new((false, Vec::new())));

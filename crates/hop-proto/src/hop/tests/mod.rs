@@ -130,6 +130,11 @@ fn small_cfg() -> HopConfig {
 
 /// Deliver a whole 250-byte block (3 packets of 100) to a relay, as node 1 would.
 fn feed_block(h: &mut Harness, block: u32, data: &[u8]) {
+    feed_block_flags(h, block, 0, data);
+}
+
+/// [`feed_block`] with header flags (e.g. FIN on a flow's last block).
+fn feed_block_flags(h: &mut Harness, block: u32, flags: u8, data: &[u8]) {
     let geom = BlockGeom {
         block_len: data.len() as u32,
         packet_size: 100,
@@ -137,7 +142,7 @@ fn feed_block(h: &mut Harness, block: u32, data: &[u8]) {
     h.recv(
         1,
         &HopMessage {
-            header: hdr(block, 0),
+            header: hdr(block, flags),
             body: HopBody::Bsyn {
                 ctl: ControlSeq::default(),
                 offset: 0,
@@ -153,7 +158,7 @@ fn feed_block(h: &mut Harness, block: u32, data: &[u8]) {
         h.recv(
             1,
             &HopMessage {
-                header: hdr(block, 0),
+                header: hdr(block, flags),
                 body: HopBody::Data {
                     offset: 0,
                     geom,
@@ -362,13 +367,13 @@ impl CustodyStore for Deliveries {
         Ok(Persist::Done)
     }
     fn release(&mut self, _flow: FlowKey, _block_num: u32) {}
-    fn deliver(&mut self, d: &Delivery<'_>) -> Result<(), StoreFull> {
+    fn deliver(&mut self, d: &Delivery) -> Result<Persist, StoreFull> {
         let mut l = self.0.lock().unwrap();
         if l.0 {
             return Err(StoreFull);
         }
         l.1.push((d.block_num, d.offset, d.data.len()));
-        Ok(())
+        Ok(Persist::Done)
     }
 }
 
