@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
 
 use hop_proto::{FlowKey, TransportId};
 use tokio::sync::mpsc;
@@ -69,118 +70,52 @@ impl Daemon {
         }
     }
 
+    /// An incoming flow's last byte is durable: its file is joined to the transfer it
+    /// resumes, verified and moved to the inbox by the finisher's thread (reading a large
+    /// file for its hash would hold the event loop, and the node's relaying, for seconds on a
+    /// router), which reports back through [`Finisher`].
     pub(super) fn finish_incoming(&mut self, flow: FlowKey, bytes: u64) {
-        let name = format!("{}-{:08x}", flow.src, flow.id);
         if self.inflows.remove(&flow).is_none() {
             warn!(%flow, "finished flow without data");
             self.counters.integrity_failures += 1;
             return;
         }
         self.spool.close(flow);
-        let incoming = self.cfg.storage_dir.join("incoming");
-        let mut part = crate::custody::part_path(&incoming, flow);
-        let mut bytes = bytes;
-        // Resumed transfers (resume.rs): the file is delivered once, by the last flow.
-        if let Some(by) = crate::resume::resumed_by(&incoming, flow) {
-            info!(%flow, resumed_by = %by, "flow finished after another resumed it: its bytes stay for that one");
-            return;
-        }
-        let resumes = flowfmt::ResumeHeader::read(&part);
-        if let Some(r) = resumes {
-            match crate::resume::join(&incoming, flow, &r, bytes) {
-                Ok(crate::resume::Joined::File { path, len }) => {
-                    info!(%flow, resumes = %r.prev, offset = r.offset, "resumed transfer joined");
-                    let _ = std::fs::remove_file(&part);
-                    part = path;
-                    bytes = len;
-                }
-                Ok(crate::resume::Joined::Duplicate) => {
-                    info!(%flow, resumes = %r.prev, "resumed transfer was delivered already: this copy is dropped");
-                    self.counters.duplicates_dropped += 1;
-                    let _ = std::fs::remove_file(&part);
-                    crate::resume::release_chain(&incoming, r.prev);
-                    return;
-                }
-                Ok(crate::resume::Joined::Missing) => {
-                    warn!(%flow, resumes = %r.prev, offset = r.offset, "resumed transfer cannot be joined: the bytes before it are gone");
-                    self.reject(&part, &name);
-                    return;
-                }
-                Err(e) => {
-                    warn!(%flow, error = %e, "cannot join a resumed transfer");
-                    self.counters.storage_errors += 1;
-                    return;
-                }
-            }
-        }
-        let checked = match File::open(&part) {
-            Ok(mut file) => {
-                let r = verify_spool(&mut file, bytes);
-                let _ = file.sync_all();
-                r
-            }
-            Err(_) => Err(flowfmt::FlowFormatError::Incomplete),
-        };
-        if let Some(r) = resumes {
-            crate::resume::release_chain(&incoming, r.prev);
-        }
-        match checked {
-            Ok((header, content_offset, hash)) => {
-                let dst = self
-                    .cfg
-                    .storage_dir
-                    .join("inbox")
-                    .join(format!("{name}.flow"));
-                if let Err(e) = std::fs::rename(&part, &dst) {
-                    warn!(%flow, error = %e, "cannot move file to inbox");
-                    self.counters.storage_errors += 1;
-                    return;
-                }
-                info!(%flow, name = %header.name, size = header.size, "file received and verified");
-                self.counters.files_received += 1;
-                let entry = InboxEntry {
-                    flow: name.clone(),
-                    from: flow.src,
-                    path: dst,
-                    name: header.name,
-                    size: header.size,
-                    content_offset,
-                    blake3: hash,
-                    service: header.service,
-                };
-                self.inbox.insert(name, entry.clone());
-                self.event(serde_json::json!({
-                    "event": "file", "flow": entry.flow, "from": entry.from, "name": entry.name,
-                    "size": entry.size, "blake3": entry.blake3, "service": entry.service,
-                }));
-                self.publish_inbox();
-                if self.transport_id == TransportId::Hop {
-                    // Progress records are kept after the finish (a restarted destination
-                    // answers late retransmissions with the end-to-end BACK, and a flow
-                    // resuming this one is known for a duplicate, resume.rs) as long as a
-                    // source may still be trying.
-                    let idle =
-                        crate::transport::hop_config(&self.cfg).unfinished_flow_idle_timeout();
-                    self.spool.prune_finished(idle);
-                }
-                self.offer(entry);
-            }
-            Err(e) => {
-                warn!(%flow, error = %e, "received file failed its integrity check");
-                self.reject(&part, &name);
-            }
+        if !self.finisher.finish(flow, bytes) {
+            warn!(%flow, "file finisher stopped: the file stays in the spool until a restart");
+            self.counters.storage_errors += 1;
         }
     }
 
-    /// A received file that cannot be delivered goes to `rejected/` for the operator, counted.
-    fn reject(&mut self, part: &std::path::Path, name: &str) {
-        self.counters.integrity_failures += 1;
-        let to = self
-            .cfg
-            .storage_dir
-            .join("rejected")
-            .join(format!("{name}.flow"));
-        let _ = std::fs::rename(part, to);
+    /// Take what the finisher's thread has done: count it, and offer received files.
+    pub(super) fn files_finished(&mut self) {
+        for done in self.finisher.take() {
+            match done {
+                Finished::Received(entry) => {
+                    self.counters.files_received += 1;
+                    self.inbox.insert(entry.flow.clone(), entry.clone());
+                    self.event(serde_json::json!({
+                        "event": "file", "flow": entry.flow, "from": entry.from, "name": entry.name,
+                        "size": entry.size, "blake3": entry.blake3, "service": entry.service,
+                    }));
+                    self.publish_inbox();
+                    if self.transport_id == TransportId::Hop {
+                        // Progress records are kept after the finish (a restarted destination
+                        // answers late retransmissions with the end-to-end BACK, and a flow
+                        // resuming this one is known for a duplicate, resume.rs) as long as a
+                        // source may still be trying.
+                        let idle =
+                            crate::transport::hop_config(&self.cfg).unfinished_flow_idle_timeout();
+                        self.spool.prune_finished(idle);
+                    }
+                    self.offer(entry);
+                }
+                Finished::Duplicate => self.counters.duplicates_dropped += 1,
+                Finished::Rejected => self.counters.integrity_failures += 1,
+                Finished::StorageError => self.counters.storage_errors += 1,
+                Finished::Kept => {}
+            }
+        }
     }
 
     /// Offers an inbox file to the newest client waiting for files, unless a client holds it
@@ -281,4 +216,212 @@ pub(super) fn verify_spool(
         return Err(E::HashMismatch);
     }
     Ok((header, hlen as u64, flowfmt::hex(&trailer)))
+}
+
+/// What the finisher's thread did with a finished flow's file.
+pub(super) enum Finished {
+    /// Verified and moved to the inbox.
+    Received(InboxEntry),
+    /// A resumed transfer delivered already: this copy was dropped.
+    Duplicate,
+    /// Failed its integrity check, or cannot be joined: moved to `rejected/`.
+    Rejected,
+    /// Joining, reading or moving it failed: it stays in the spool.
+    StorageError,
+    /// Another flow resumes it: its bytes stay for that one.
+    Kept,
+}
+
+/// The thread that joins, verifies and moves finished files, in the order they finish (a
+/// resumed transfer's chain of files is touched by one thread only).
+pub(super) struct Finisher {
+    jobs: Option<std::sync::mpsc::Sender<(FlowKey, u64)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    done: std::sync::Arc<std::sync::Mutex<Vec<Finished>>>,
+    /// Woken when the thread has finished a file.
+    pub(super) notify: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Finisher {
+    pub(super) fn start(storage: &Path) -> std::io::Result<Finisher> {
+        let (tx, rx) = std::sync::mpsc::channel::<(FlowKey, u64)>();
+        let done: std::sync::Arc<std::sync::Mutex<Vec<Finished>>> = Default::default();
+        let notify: std::sync::Arc<tokio::sync::Notify> = Default::default();
+        let (d, n, storage) = (done.clone(), notify.clone(), storage.to_path_buf());
+        let thread = std::thread::Builder::new()
+            .name("hopd-finish".into())
+            .spawn(move || {
+                for (flow, bytes) in rx {
+                    let f = finish_file(&storage, flow, bytes);
+                    if let Ok(mut v) = d.lock() {
+                        v.push(f);
+                    }
+                    n.notify_one();
+                }
+            })?;
+        Ok(Finisher {
+            jobs: Some(tx),
+            thread: Some(thread),
+            done,
+            notify,
+        })
+    }
+
+    /// Queue a finished flow's file; false if the thread is gone.
+    fn finish(&self, flow: FlowKey, bytes: u64) -> bool {
+        self.jobs
+            .as_ref()
+            .is_some_and(|j| j.send((flow, bytes)).is_ok())
+    }
+
+    fn take(&self) -> Vec<Finished> {
+        self.done
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Finisher {
+    fn drop(&mut self) {
+        // Finish the files queued (a file not yet moved is verified again at the next start).
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Join a finished flow's file to the transfer it resumes, verify it, and move it to the
+/// inbox (`storage` is the storage directory).
+fn finish_file(storage: &Path, flow: FlowKey, bytes: u64) -> Finished {
+    let name = format!("{}-{:08x}", flow.src, flow.id);
+    let incoming = storage.join("incoming");
+    let mut part = crate::custody::part_path(&incoming, flow);
+    let mut bytes = bytes;
+    // Resumed transfers (resume.rs): the file is delivered once, by the last flow.
+    if let Some(by) = crate::resume::resumed_by(&incoming, flow) {
+        info!(%flow, resumed_by = %by, "flow finished after another resumed it: its bytes stay for that one");
+        return Finished::Kept;
+    }
+    let resumes = flowfmt::ResumeHeader::read(&part);
+    if let Some(r) = resumes {
+        match crate::resume::join(&incoming, flow, &r, bytes) {
+            Ok(crate::resume::Joined::File { path, len }) => {
+                info!(%flow, resumes = %r.prev, offset = r.offset, "resumed transfer joined");
+                let _ = std::fs::remove_file(&part);
+                part = path;
+                bytes = len;
+            }
+            Ok(crate::resume::Joined::Duplicate) => {
+                info!(%flow, resumes = %r.prev, "resumed transfer was delivered already: this copy is dropped");
+                let _ = std::fs::remove_file(&part);
+                crate::resume::release_chain(&incoming, r.prev);
+                return Finished::Duplicate;
+            }
+            Ok(crate::resume::Joined::Missing) => {
+                warn!(%flow, resumes = %r.prev, offset = r.offset, "resumed transfer cannot be joined: the bytes before it are gone");
+                reject(storage, &part, &name);
+                return Finished::Rejected;
+            }
+            Err(e) => {
+                warn!(%flow, error = %e, "cannot join a resumed transfer");
+                return Finished::StorageError;
+            }
+        }
+    }
+    let checked = match File::open(&part) {
+        Ok(mut file) => {
+            let r = verify_spool(&mut file, bytes);
+            let _ = file.sync_all();
+            r
+        }
+        Err(_) => Err(flowfmt::FlowFormatError::Incomplete),
+    };
+    if let Some(r) = resumes {
+        crate::resume::release_chain(&incoming, r.prev);
+    }
+    match checked {
+        Ok((header, content_offset, hash)) => {
+            let dst = storage.join("inbox").join(format!("{name}.flow"));
+            if let Err(e) = std::fs::rename(&part, &dst) {
+                warn!(%flow, error = %e, "cannot move file to inbox");
+                return Finished::StorageError;
+            }
+            info!(%flow, name = %header.name, size = header.size, "file received and verified");
+            Finished::Received(InboxEntry {
+                flow: name,
+                from: flow.src,
+                path: dst,
+                name: header.name,
+                size: header.size,
+                content_offset,
+                blake3: hash,
+                service: header.service,
+            })
+        }
+        Err(e) => {
+            warn!(%flow, error = %e, "received file failed its integrity check");
+            reject(storage, &part, &name);
+            Finished::Rejected
+        }
+    }
+}
+
+/// A received file that cannot be delivered goes to `rejected/` for the operator.
+fn reject(storage: &Path, part: &Path, name: &str) {
+    let to = storage.join("rejected").join(format!("{name}.flow"));
+    let _ = std::fs::rename(part, to);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spool file as a source sends it: header, content, BLAKE3 trailer.
+    fn spool_file(content: &[u8]) -> Vec<u8> {
+        let header = FlowHeader {
+            name: "a.bin".into(),
+            size: content.len() as u64,
+            service: None,
+        };
+        let mut v = header.encode();
+        v.extend_from_slice(content);
+        v.extend_from_slice(blake3::hash(content).as_bytes());
+        v
+    }
+
+    /// The finisher's thread moves an intact file to the inbox and a corrupt one to
+    /// `rejected/`, and reports each, in order.
+    #[test]
+    fn finished_files_are_verified_and_moved_off_the_event_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["incoming", "inbox", "rejected"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        let (good, bad) = (FlowKey { src: 1, id: 1 }, FlowKey { src: 1, id: 2 });
+        let file = spool_file(&[7u8; 5000]);
+        let incoming = dir.path().join("incoming");
+        std::fs::write(crate::custody::part_path(&incoming, good), &file).unwrap();
+        let mut corrupt = file.clone();
+        corrupt[100] ^= 1;
+        std::fs::write(crate::custody::part_path(&incoming, bad), &corrupt).unwrap();
+        let f = Finisher::start(dir.path()).unwrap();
+        assert!(f.finish(good, file.len() as u64));
+        assert!(f.finish(bad, file.len() as u64));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut got = Vec::new();
+        while got.len() < 2 && std::time::Instant::now() < deadline {
+            got.extend(f.take());
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            matches!(&got[..], [Finished::Received(e), Finished::Rejected]
+                if e.name == "a.bin" && e.size == 5000 && e.path.exists()),
+            "{}",
+            got.len()
+        );
+        assert!(dir.path().join("rejected/1-00000002.flow").exists());
+        assert!(!crate::custody::part_path(&incoming, good).exists());
+    }
 }

@@ -80,6 +80,8 @@ pub struct Daemon {
     custody: Arc<std::sync::Mutex<crate::custody::CustodyUsage>>,
     /// Custody writes finished on the store's writer thread.
     custody_done: Arc<crate::custody::CustodyDone>,
+    /// Joins, verifies and moves finished incoming files off the event loop.
+    finisher: inbox::Finisher,
     transport_id: TransportId,
     /// See [`Opened::first_bytes`]: `[hop] first_block_bytes` (a block by default) for Hop, 0 for
     /// the other transports.
@@ -256,6 +258,8 @@ impl Daemon {
         auth.set_cipher(cfg.cipher.resolve());
         let spool = crate::custody::Spool::new(&cfg.storage_dir.join("incoming"))
             .map_err(|e| io_err("opening the spool", e))?;
+        let finisher = inbox::Finisher::start(&cfg.storage_dir)
+            .map_err(|e| io_err("starting the file finisher", e))?;
         let addrs = cfg.neighbours.iter().map(|n| (n.id, n.addr)).collect();
         let mut d = Daemon {
             config_path: None,
@@ -285,6 +289,7 @@ impl Daemon {
             lease_retry_at: None,
             custody: built.custody,
             custody_done: built.custody_done.unwrap_or_default(),
+            finisher,
             transport_id,
             first_bytes,
             node,
@@ -407,6 +412,7 @@ impl Daemon {
             let more_tx = blocked.is_none() && self.counters.tx_budget_exhausted && !link_full;
             let ctrl = self.ctrl.clone();
             let done = self.custody_done.clone();
+            let finished = self.finisher.notify.clone();
             let wsock = match blocked {
                 Some(true) => self.data.clone(),
                 _ => self.ctrl.clone(),
@@ -417,6 +423,7 @@ impl Daemon {
                 // Before the sockets: under a steady stream the socket is always readable,
                 // and the BACKs that finished writes release would wait for a pause.
                 _ = done.notify.notified() => self.custody_written(),
+                _ = finished.notified() => self.files_finished(),
                 r = ctrl.readable() => {
                     r?;
                     self.receive_batch();
