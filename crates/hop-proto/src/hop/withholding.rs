@@ -227,15 +227,15 @@ impl HopTransport {
     }
 }
 
-/// A waiting block's place in the turn order by size: a small block (under 1/16 of the block
-/// size: a short transfer's whole block) goes first, smallest first, after the paper's
-/// block-size based policy (§3.6); every larger block ranks the same, so turns among them go
-/// in the order first asked (§3.5). Ordering those by size too would hold a flow's whole
-/// first block back behind every smaller block of the flows already running, which cut
-/// blocks sized to shared turns.
+/// A waiting block's place in the turn order by size: a small block (at most 1/16 of the
+/// block size: a short transfer's whole block, or the first block of a flow under the block
+/// ramp) goes first, smallest first, after the paper's block-size based policy (§3.6); every
+/// larger block ranks the same, so turns among them go in the order first asked (§3.5).
+/// Ordering those by size too would hold a flow's whole first block back behind every
+/// smaller block of the flows already running, which cut blocks sized to shared turns.
 fn size_rank(cfg: &HopConfig, block_len: u32) -> u32 {
     let small = u32::try_from(smallest_ask(cfg)).unwrap_or(u32::MAX);
-    if block_len < small {
+    if block_len <= small {
         block_len
     } else {
         u32::MAX

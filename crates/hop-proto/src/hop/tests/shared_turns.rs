@@ -129,6 +129,30 @@ fn large_blocks_take_turns_in_the_order_they_asked_not_by_size() {
     assert!(backs_to(&out, 4).is_empty());
 }
 
+/// A block of exactly 1/16 of the block size (the block ramp's first block) is small: it
+/// goes ahead of a larger block that asked before it, so a new flow starts within a turn.
+#[test]
+fn a_block_of_a_sixteenth_of_the_block_size_goes_ahead_of_larger_ones() {
+    let cfg = HopConfig {
+        max_block_bytes: 1600,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(1, 1), (3, 3), (4, 4)], HopTransport::new(cfg));
+    h.recv(1, &bsyn_from(1, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    let mut big = bsyn_msg(hdr(0, 0), 900);
+    (big.header.src, big.header.flow_id, big.header.dst) = (3, 1, 2);
+    h.recv(3, &big);
+    let mut first = bsyn_msg(hdr(0, 0), 100);
+    (first.header.src, first.header.flow_id, first.header.dst) = (4, 1, 2);
+    h.recv(4, &first);
+    assert!(h.drain().is_empty());
+    complete_block_from(&mut h, 1, 1);
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 4).len(), 1, "the sixteenth goes first");
+    assert!(backs_to(&out, 3).is_empty());
+}
+
 #[test]
 fn a_first_block_is_the_smallest_ask_and_a_flow_asked_nothing_then_cuts_whole_blocks() {
     let cfg = HopConfig {
