@@ -151,6 +151,7 @@ struct RawStorage {
     max_disk_bytes: Option<u64>,
     max_incoming_flows: Option<usize>,
     custody_write_delay: Option<Spanned<String>>,
+    spool_thread: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,6 +239,9 @@ pub struct Config {
     /// after this long (`[storage] custody_write_delay`, default 1 s); zero: written before
     /// the acknowledgement (custody.rs).
     pub custody_write_delay: std::time::Duration,
+    /// A destination writes and fsyncs its deliveries on a thread of its own, off the event
+    /// loop (`[storage] spool_thread`, off by default; custody/spool_writer.rs).
+    pub spool_thread: bool,
     /// The key every node seals with (none with `sessions`).
     pub mesh_key: Option<[u8; 32]>,
     /// Per-neighbour sessions instead of a mesh key (`[security] sessions`; session.rs).
@@ -775,6 +779,7 @@ impl Config {
             max_disk_bytes: raw.storage.max_disk_bytes.unwrap_or(DEFAULT_MAX_DISK_BYTES),
             max_incoming_flows,
             custody_write_delay,
+            spool_thread: raw.storage.spool_thread.unwrap_or(false),
             mesh_key,
             sessions,
             max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),

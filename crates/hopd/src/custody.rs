@@ -459,18 +459,21 @@ impl DiskCustody {
         Ok((store, blocks))
     }
 
-    /// Write custody blocks on a writer thread, and with a spool (`with_spool` first) the
-    /// destination's deliveries on another; finished writes are reported through the
-    /// returned [`CustodyDone`], which the runtime must hand to the transport
-    /// (`Transport::custody_persisted`, `Transport::delivery_persisted`).
-    pub fn with_writer(mut self) -> std::io::Result<(DiskCustody, Arc<CustodyDone>)> {
+    /// Write custody blocks on a writer thread, and with `spool_thread` and a spool
+    /// (`with_spool` first) the destination's deliveries on another; finished writes are
+    /// reported through the returned [`CustodyDone`], which the runtime must hand to the
+    /// transport (`Transport::custody_persisted`, `Transport::delivery_persisted`).
+    pub fn with_writer(
+        mut self,
+        spool_thread: bool,
+    ) -> std::io::Result<(DiskCustody, Arc<CustodyDone>)> {
         let done = Arc::new(CustodyDone::default());
         self.writer = Some(Writer::start(
             self.dir.clone(),
             done.clone(),
             self.usage.clone(),
         )?);
-        if let Some(spool) = self.spool.take() {
+        if let Some(spool) = self.spool.take_if(|_| spool_thread) {
             self.spool_writer = Some(SpoolWriter::start(spool, done.clone(), self.usage.clone())?);
         }
         Ok((self, done))

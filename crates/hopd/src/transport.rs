@@ -89,7 +89,7 @@ pub fn build(cfg: &Config) -> std::io::Result<Built> {
                 &cfg.storage_dir.join("incoming"),
                 hc.unfinished_flow_idle_timeout(),
             )?;
-            let (store, done) = store.with_writer()?;
+            let (store, done) = store.with_writer(cfg.spool_thread)?;
             let store = store.with_write_delay(cfg.custody_write_delay);
             custody_done = Some(done);
             let mut t = HopTransport::with_store(hc, Box::new(store));

@@ -353,6 +353,15 @@ fn the_cipher_defaults_to_auto_and_an_unknown_one_is_located() {
 }
 
 #[test]
+fn deliveries_are_written_on_the_event_loop_unless_the_spool_thread_is_asked_for() {
+    let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
+    assert!(!c.spool_thread);
+    let text = good().replace("[storage]\n", "[storage]\nspool_thread = true\n");
+    let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+    assert!(c.spool_thread);
+}
+
+#[test]
 fn the_custody_write_delay_defaults_to_a_second_and_is_checked() {
     let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
     assert_eq!(c.custody_write_delay, DEFAULT_CUSTODY_WRITE_DELAY);

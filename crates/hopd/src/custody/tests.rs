@@ -29,7 +29,7 @@ fn writer_thread_persists_later_and_releases_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>> = std::sync::Arc::default();
     let (s, _) = DiskCustody::open(dir.path(), 2500, usage.clone()).unwrap();
-    let (mut s, done) = s.with_writer().unwrap();
+    let (mut s, done) = s.with_writer(false).unwrap();
     assert_eq!(s.persist(&block(0, 1000)), Ok(Persist::Later));
     assert_eq!(s.persist(&block(1, 1000)), Ok(Persist::Later));
     // Both count against the limit while they are written.
@@ -62,7 +62,7 @@ fn a_write_delay_acknowledges_at_once_and_writes_only_blocks_still_held() {
     let dir = tempfile::tempdir().unwrap();
     let usage = std::sync::Arc::default();
     let (s, _) = DiskCustody::open(dir.path(), 3500, usage).unwrap();
-    let (s, done) = s.with_writer().unwrap();
+    let (s, done) = s.with_writer(false).unwrap();
     let mut s = s.with_write_delay(Duration::from_millis(300));
     let flow = FlowKey { src: 1, id: 0xabc };
     let on_disk = || {
@@ -114,7 +114,7 @@ fn writer_reports_a_failed_write() {
     let dir = tempfile::tempdir().unwrap();
     let usage = std::sync::Arc::default();
     let (s, _) = DiskCustody::open(dir.path(), 1 << 20, usage).unwrap();
-    let (mut s, done) = s.with_writer().unwrap();
+    let (mut s, done) = s.with_writer(false).unwrap();
     // The directory disappears under the store: the write fails and is reported.
     std::fs::remove_dir_all(dir.path()).unwrap();
     assert_eq!(s.persist(&block(0, 100)), Ok(Persist::Later));
@@ -176,7 +176,7 @@ fn deliveries_written_off_the_event_loop_are_reported_once_durable() {
     let usage: std::sync::Arc<std::sync::Mutex<CustodyUsage>> = std::sync::Arc::default();
     let (s, _) = DiskCustody::open(&dir.path().join("custody"), 10_000, usage.clone()).unwrap();
     let (s, _) = s.with_spool(&incoming, Duration::from_secs(60)).unwrap();
-    let (mut s, done) = s.with_writer().unwrap();
+    let (mut s, done) = s.with_writer(true).unwrap();
     let blocks: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 1000]).collect();
     for (n, b) in blocks.iter().enumerate() {
         let d = delivery(n as u32, b, n == 2);

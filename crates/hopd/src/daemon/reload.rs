@@ -161,6 +161,12 @@ impl Daemon {
             &new.custody_write_delay,
             n,
         );
+        differs(
+            "storage.spool_thread",
+            &old.spool_thread,
+            &new.spool_thread,
+            n,
+        );
         differs("security.sessions", &old.sessions, &new.sessions, n);
         differs(
             "discovery_addresses",
