@@ -211,6 +211,14 @@ impl CustodyStore for LaterDeliveries {
     }
 }
 
+/// Node 3, the destination of FLOW, over a store that writes deliveries later; the log of
+/// the blocks handed to it.
+fn later_destination() -> (Harness, Arc<Mutex<Vec<u32>>>) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let t = HopTransport::with_store(small_cfg(), Box::new(LaterDeliveries(log.clone())));
+    (Harness::new(3, &[(1, 1)], t), log)
+}
+
 fn finished_events(t: &mut HopTransport) -> (Vec<(u64, usize)>, Vec<u64>) {
     let (mut delivered, mut finished) = (Vec::new(), Vec::new());
     while let Some(e) = t.poll_event() {
@@ -225,9 +233,7 @@ fn finished_events(t: &mut HopTransport) -> (Vec<(u64, usize)>, Vec<u64>) {
 
 #[test]
 fn deferred_deliveries_are_acknowledged_end_to_end_only_once_durable() {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let t = HopTransport::with_store(small_cfg(), Box::new(LaterDeliveries(log.clone())));
-    let mut h = Harness::new(3, &[(1, 1)], t);
+    let (mut h, log) = later_destination();
     feed_block(&mut h, 0, &[1u8; 250]);
     feed_block_flags(&mut h, 1, FLAG_FIN, &[2u8; 250]);
     let out = h.drain();
@@ -285,9 +291,7 @@ fn e2e_named(out: &[Outgoing]) -> Vec<(u32, u32)> {
 /// for a block still being written is answered naming the last durable one.
 #[test]
 fn an_end_to_end_back_names_only_a_durable_block() {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let t = HopTransport::with_store(small_cfg(), Box::new(LaterDeliveries(log.clone())));
-    let mut h = Harness::new(3, &[(1, 1)], t);
+    let (mut h, _) = later_destination();
     feed_block(&mut h, 0, &[1u8; 250]);
     feed_block(&mut h, 1, &[2u8; 250]);
     h.drain();
@@ -301,9 +305,7 @@ fn an_end_to_end_back_names_only_a_durable_block() {
 
 #[test]
 fn a_destination_keeps_a_flow_whose_deliveries_are_being_written() {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let t = HopTransport::with_store(small_cfg(), Box::new(LaterDeliveries(log.clone())));
-    let mut h = Harness::new(3, &[(1, 1)], t);
+    let (mut h, _) = later_destination();
     feed_block_flags(&mut h, 0, FLAG_FIN, &[1u8; 250]);
     h.drain();
     // Long past every idle timeout, the write still pending: the flow is not forgotten, so
