@@ -99,6 +99,7 @@ impl HopTransport {
             if b.fin {
                 d.finished = true;
                 f.finished = true;
+                self.finished_flows.push_back(key);
             }
             f.outs.remove(&n);
             if queued {

@@ -391,6 +391,41 @@ impl HopTransport {
         self.closed.expire(now, keep);
     }
 
+    /// At the flow limit, the incoming flow that finished first and holds nothing in custody
+    /// (nor a delivery being written) gives up its state. A finished flow waits only for the
+    /// source's FIN, which a lost frame, or a flow opened again on a relay by a late virtual
+    /// retransmission, never brings: such flows would hold their slots for
+    /// `flow_idle_timeout` while new flows are refused. A destination remembers the flow as
+    /// closed and answers its late BSYNs as before (`answer_closed`). True if a flow was
+    /// reclaimed.
+    fn reclaim_finished_flow(&mut self, now: Instant) -> bool {
+        let mut unready = Vec::new();
+        let mut reclaimed = None;
+        while let Some(k) = self.finished_flows.pop_front() {
+            let Some(f) = self.flows.get(&k) else {
+                continue;
+            };
+            let done = match f.dest() {
+                Some(d) => d.finished_durably(),
+                None => f.e2e_fin && f.is_relay(),
+            };
+            if done && !f.has_custody() {
+                reclaimed = Some(k);
+                break;
+            }
+            unready.push(k);
+        }
+        for k in unready.into_iter().rev() {
+            self.finished_flows.push_front(k);
+        }
+        let Some(k) = reclaimed else {
+            return false;
+        };
+        self.extra("finished_flows_reclaimed");
+        self.remove_flow(k, now);
+        true
+    }
+
     pub(super) fn ensure_flow(
         &mut self,
         key: FlowKey,
@@ -410,7 +445,7 @@ impl HopTransport {
             self.extra("closed_flow_refused");
             return false;
         }
-        if self.flows.len() >= self.cfg.max_flows {
+        if self.flows.len() >= self.cfg.max_flows && !self.reclaim_finished_flow(now) {
             self.extra("flows_refused");
             return false;
         }

@@ -126,6 +126,9 @@ pub struct HopTransport {
     link_queue: LinkQueue,
     /// BSYN-to-BACK round trip per next hop (`adaptive_bsyn_timeout`).
     bsyn_rtt: BTreeMap<NodeId, RttEstimate>,
+    /// Incoming flows (relayed or delivered here) in the order they finished: at the flow
+    /// limit the oldest one that holds nothing in custody gives up its state (flow.rs).
+    finished_flows: VecDeque<FlowKey>,
     /// Data packets sent more than once, per next hop (for operators: a lossy link).
     retx_to: BTreeMap<NodeId, u64>,
     /// Transfers that may have packets in flight (handed to the link and not reported): the
@@ -178,6 +181,7 @@ impl HopTransport {
             app_bytes: 0,
             link_queue: LinkQueue::default(),
             bsyn_rtt: BTreeMap::new(),
+            finished_flows: VecDeque::new(),
             retx_to: BTreeMap::new(),
             window: LinkWindow {
                 delivered: 0,

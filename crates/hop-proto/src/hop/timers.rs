@@ -23,6 +23,8 @@ impl HopTransport {
             self.service_waiting(ctx);
         }
         self.forget_old_closed_flows(now);
+        let flows = &self.flows;
+        self.finished_flows.retain(|k| flows.contains_key(k));
         if !self.waiting.is_empty() {
             self.expire_waiting(now);
         }

@@ -151,9 +151,10 @@ impl HopTransport {
                 self.pump_flow(ctx, key);
             }
         } else {
-            if fin {
+            if fin && !f.e2e_fin {
                 f.finished = true;
                 f.e2e_fin = true;
+                self.finished_flows.push_back(key);
             }
             f.e2e_cum = f.e2e_cum.max(cum);
             self.forward_e2e(ctx, h, cum);

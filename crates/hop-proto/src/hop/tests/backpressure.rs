@@ -2,6 +2,62 @@
 
 use super::*;
 
+/// Relay 2 with room for two flows: flow 0 delivered end to end (its FIN BACK passed, the
+/// source's FIN did not), flow 1 still moving. A third flow takes flow 0's slot; a fourth,
+/// with no finished flow left to give one up, is refused.
+#[test]
+fn at_the_flow_limit_a_finished_flow_gives_up_its_slot() {
+    let cfg = HopConfig {
+        max_flows: 2,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    let with_id = |id: u32, flags: u8| HopHeader {
+        flow_id: id,
+        ..hdr(0, flags)
+    };
+    for id in 0..2u32 {
+        h.recv(1, &bsyn_msg(with_id(id, 0), 250));
+    }
+    let e2e = HopMessage {
+        header: with_id(0, FLAG_FIN),
+        body: HopBody::E2eBack { cum_blocks: 1 },
+    };
+    h.recv(3, &e2e);
+    h.drain();
+    h.recv(1, &bsyn_msg(with_id(2, 0), 250));
+    assert_eq!(h.t.stats().flows, 2);
+    assert_eq!(h.t.stats().extra["finished_flows_reclaimed"], 1);
+    assert!(!h.t.stats().extra.contains_key("flows_refused"));
+    h.recv(1, &bsyn_msg(with_id(3, 0), 250));
+    assert_eq!(h.t.stats().extra["flows_refused"], 1);
+}
+
+/// Destination 3 with room for one flow: flow 9, delivered, gives up its slot to a new
+/// flow, and a late BSYN of it is still answered as delivered (hop and end to end).
+#[test]
+fn a_destination_reclaims_a_delivered_flow_and_still_answers_it() {
+    let cfg = HopConfig {
+        max_flows: 1,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(3, &[(1, 1)], HopTransport::new(cfg));
+    feed_block_flags(&mut h, 0, FLAG_FIN, &[5u8; 250]);
+    h.drain();
+    let other = HopHeader {
+        flow_id: FLOW.id + 1,
+        ..hdr(0, 0)
+    };
+    h.recv(1, &bsyn_msg(other, 250));
+    assert_eq!(h.t.stats().extra["finished_flows_reclaimed"], 1);
+    h.drain();
+    h.recv(1, &relay_bsyn(250));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 0)]);
+    assert_eq!(e2e_cums(&out), vec![1]);
+    assert_eq!(h.t.stats().extra["closed_flow_answered"], 1);
+}
+
 #[test]
 fn flow_limit_refuses_new_flows() {
     let cfg = HopConfig {
