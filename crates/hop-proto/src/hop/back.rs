@@ -116,7 +116,7 @@ impl HopTransport {
             .on_arrivals(&arrivals, x.bsyn_at, now, self.cfg.back_quiet, sample);
         if x.peer.is_full() {
             // The next hop holds the whole block: custody moves downstream (§3.1, §3.3).
-            let vtx = x.vtx;
+            let (vtx, micro) = (x.vtx, x.micro);
             f.outs.remove(&n);
             if let (Role::Source(s), Some(cut), false) = (&mut f.role, b.first_sent, vtx) {
                 super::source::pace_next_block(&self.cfg, s, b.geom.block_len as usize, cut, now);
@@ -127,8 +127,12 @@ impl HopTransport {
                 b.custody = false;
                 self.store.release(key, n);
             }
+            self.expect_fin_back(now, key, n, from);
             self.service_waiting(ctx);
             self.pump_flow(ctx, key);
+            if micro {
+                self.micro_turn_ended(ctx, from);
+            }
             return;
         }
         if answer {

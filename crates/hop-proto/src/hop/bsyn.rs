@@ -22,6 +22,9 @@ impl HopTransport {
         if !self.may_ask(next_hop, now) {
             return;
         }
+        if !self.micro_turn(key, n, next_hop) {
+            return;
+        }
         // Packets of the round still queued here, ahead of a round's first BSYN
         // (rounds_behind.rs); a repeat needs no count.
         let queued = self

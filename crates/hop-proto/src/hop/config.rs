@@ -39,6 +39,18 @@ pub const DEFAULT_BACKPRESSURE_LIMIT: usize = 1;
 /// recent block round-trip time.
 pub const DEFAULT_VTX_INITIAL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// BSYNs the destination's last hop sends at most to ask for the end-to-end BACK that
+/// finishes a flow (fin_probe.rs): 1, 2, 4 and 8 s after the destination took the last
+/// block, 15 s of asking, a quarter of the source's first virtual retransmission timeout.
+/// Not in the paper.
+pub const DEFAULT_FIN_PROBES: u8 = 4;
+
+/// The wait before the first of those BSYNs: longer than an 802.11 link takes to deliver
+/// a control frame through its retries (up to tens of ms each behind a hidden sender), and
+/// than a destination takes to write a block durably on slow flash, so that a BACK that is
+/// late, not lost, is rarely asked for; short next to the 60 s the loss costs without it.
+pub const DEFAULT_FIN_PROBE_AFTER: Duration = Duration::from_secs(1);
+
 /// TTL of a virtual retransmission (§4.2: 50 hops).
 pub const DEFAULT_VTX_TTL: u8 = 50;
 
@@ -252,6 +264,16 @@ pub struct HopConfig {
     pub vtx_initial_timeout: Duration,
     /// TTL of a virtual retransmission (§4.2).
     pub vtx_ttl: u8,
+    /// The node before a flow's destination, once the destination took the flow's last
+    /// block whole, asks it again (a BSYN for that block) when the end-to-end BACK that
+    /// finishes the flow does not pass within `fin_probe_after`, then after twice as long
+    /// each time, up to this many times (see [`DEFAULT_FIN_PROBES`]). That BACK is the one
+    /// end-to-end BACK no later one covers; lost, it costs the source its virtual
+    /// retransmission timeout (60 s for a one-block flow). 0: not asked (the paper).
+    pub fin_probes: u8,
+    /// See [`DEFAULT_FIN_PROBE_AFTER`].
+    #[serde(with = "humantime_serde")]
+    pub fin_probe_after: Duration,
     /// Per-hop BSYN retransmission timer.
     #[serde(with = "humantime_serde")]
     pub bsyn_timeout: Duration,
@@ -373,6 +395,8 @@ impl Default for HopConfig {
             virtual_retransmission: true,
             vtx_initial_timeout: DEFAULT_VTX_INITIAL_TIMEOUT,
             vtx_ttl: DEFAULT_VTX_TTL,
+            fin_probes: DEFAULT_FIN_PROBES,
+            fin_probe_after: DEFAULT_FIN_PROBE_AFTER,
             bsyn_timeout: DEFAULT_BSYN_TIMEOUT,
             bsyn_max_backoff: DEFAULT_BSYN_MAX_BACKOFF,
             adaptive_bsyn_timeout: true,
@@ -406,7 +430,8 @@ impl HopConfig {
     /// 50), every mechanism of §3 on, and none of this implementation's extensions: a fixed
     /// BSYN timer doubled per unanswered BSYN, every packet a BACK reports missing sent again
     /// (§3.1), no link window, and the scheduler's txop round robin over all transfers
-    /// (§3.6), and every open flow of a node sending at once (up to `max_flows`). Resource
+    /// (§3.6), every open flow of a node sending at once (up to `max_flows`), and no probe
+    /// for a flow's last end-to-end BACK. Resource
     /// bounds the paper does not have (cache, flows, expiry) are the shipped ones.
     pub fn paper() -> Self {
         HopConfig {
@@ -418,6 +443,7 @@ impl HopConfig {
             link_window_packets: 0,
             round_per_next_hop: false,
             rounds_behind: false,
+            fin_probes: 0,
             max_sending_flows: DEFAULT_MAX_FLOWS,
             max_sending_flows_per_destination: DEFAULT_MAX_FLOWS,
             ..HopConfig::default()

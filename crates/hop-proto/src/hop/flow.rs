@@ -195,6 +195,9 @@ pub(super) struct Flow {
     /// The largest block the next hop last asked for in a BACK of this flow, for itself and
     /// the nodes beyond it (blocks sized to shared turns); `None`: no limit.
     pub(super) block_hint: Option<usize>,
+    /// The end-to-end BACK with FIN this node, the destination's last hop, waits for
+    /// (fin_probe.rs).
+    pub(super) fin_probe: Option<FinProbe>,
 }
 
 /// What a node is to a flow: its source, a relay on its path, or its destination (a node is
@@ -220,6 +223,7 @@ impl Flow {
             role: Role::Relay,
             priority: PRIORITY_NORMAL,
             block_hint: None,
+            fin_probe: None,
         }
     }
 

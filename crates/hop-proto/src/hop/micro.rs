@@ -61,3 +61,69 @@ pub(super) fn micro_bsyns(
     }
     (msgs, resent)
 }
+
+/// Micro-blocks in progress at once to one next hop, with `round_per_next_hop`.
+pub(super) const MICRO_TURNS_PER_NEXT_HOP: usize = 2;
+
+/// The micro-block transfers this node has started to each next hop, and the flows waiting
+/// to start one.
+#[derive(Debug, Default)]
+pub(super) struct MicroTurns {
+    started: BTreeMap<NodeId, Vec<(FlowKey, u32)>>,
+    waiting: BTreeMap<NodeId, VecDeque<FlowKey>>,
+}
+
+impl HopTransport {
+    /// Whether micro-block transfer (`key`, `n`) may send its BSYNs to `next_hop` now. With
+    /// `round_per_next_hop`, at most [`MICRO_TURNS_PER_NEXT_HOP`] micro-blocks of this node
+    /// are in progress to one next hop (sent and not yet taken whole); the others wait here,
+    /// first come first served. Ack withholding does not hold micro-blocks back (§3.5: a
+    /// receiver answers them at once), so without turns a node with many small flows to one
+    /// next hop (a burst of small files) sends all of their BSYNs together: they collide
+    /// at the next hop with what its other neighbours send, and are repeated. Two keep the
+    /// link busy while one BACK is on its way. Transfers that are not micro-blocks, or
+    /// already started, always may.
+    pub(super) fn micro_turn(&mut self, key: FlowKey, n: u32, next_hop: NodeId) -> bool {
+        if !self.cfg.round_per_next_hop {
+            return true;
+        }
+        let starting = self
+            .flows
+            .get(&key)
+            .and_then(|f| f.outs.get(&n))
+            .is_some_and(|x| x.micro && x.attempts == 0);
+        if !starting {
+            return true;
+        }
+        let flows = &self.flows;
+        let started = self.micro_turns.started.entry(next_hop).or_default();
+        // Transfers that ended (taken whole, dropped, rerouted) leave their turn.
+        started.retain(|(k, m)| {
+            flows
+                .get(k)
+                .and_then(|f| f.outs.get(m))
+                .is_some_and(|x| x.micro && x.attempts > 0 && x.next_hop == next_hop)
+        });
+        if started.len() < MICRO_TURNS_PER_NEXT_HOP {
+            started.push((key, n));
+            return true;
+        }
+        let waiting = self.micro_turns.waiting.entry(next_hop).or_default();
+        if !waiting.contains(&key) {
+            waiting.push_back(key);
+        }
+        bump(&mut self.stats.extra, "micro_turns_waited");
+        false
+    }
+
+    /// A micro-block to `next_hop` ended: the flows waiting for a turn there try again.
+    pub(super) fn micro_turn_ended(&mut self, ctx: &mut Ctx<'_>, next_hop: NodeId) {
+        let Some(waiting) = self.micro_turns.waiting.get_mut(&next_hop) else {
+            return;
+        };
+        let keys: Vec<FlowKey> = waiting.drain(..).collect();
+        for k in keys {
+            self.pump_flow(ctx, k);
+        }
+    }
+}

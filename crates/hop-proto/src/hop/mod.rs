@@ -25,6 +25,7 @@ mod control_copies;
 mod custody;
 mod delivery;
 mod diag;
+mod fin_probe;
 mod flow;
 mod link_window;
 mod loss;
@@ -64,6 +65,7 @@ use bsyn::*;
 use bsyn_timer::*;
 use control_copies::*;
 use diag::*;
+use fin_probe::*;
 use flow::*;
 use link_window::*;
 use loss::*;
@@ -129,6 +131,8 @@ pub struct HopTransport {
     /// Incoming flows (relayed or delivered here) in the order they finished: at the flow
     /// limit the oldest one that holds nothing in custody gives up its state (flow.rs).
     finished_flows: VecDeque<FlowKey>,
+    /// Micro-blocks in progress per next hop, and flows waiting for a turn (micro.rs).
+    micro_turns: MicroTurns,
     /// Data packets sent more than once, per next hop (for operators: a lossy link).
     retx_to: BTreeMap<NodeId, u64>,
     /// Transfers that may have packets in flight (handed to the link and not reported): the
@@ -182,6 +186,7 @@ impl HopTransport {
             link_queue: LinkQueue::default(),
             bsyn_rtt: BTreeMap::new(),
             finished_flows: VecDeque::new(),
+            micro_turns: MicroTurns::default(),
             retx_to: BTreeMap::new(),
             window: LinkWindow {
                 delivered: 0,

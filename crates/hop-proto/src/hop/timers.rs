@@ -130,7 +130,7 @@ impl HopTransport {
     }
 
     /// The earliest moment flow `f` needs a visit: a BACK overdue, a BSYN to send, a
-    /// deferred BACK, a virtual retransmission.
+    /// deferred BACK, a virtual retransmission, a probe for the BACK that finishes the flow.
     fn flow_deadline(&self, f: &Flow, now: Instant) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         let mut min = |x: Instant| {
@@ -152,6 +152,9 @@ impl HopTransport {
         }
         for d in f.deferred.values() {
             min(d.due);
+        }
+        if let Some(p) = &f.fin_probe {
+            min(p.due());
         }
         if f.source().is_some() && self.cfg.virtual_retransmission {
             for b in f.blocks.values() {

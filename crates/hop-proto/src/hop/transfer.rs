@@ -113,6 +113,9 @@ impl HopTransport {
         };
         let is_source = f.source().is_some();
         let is_dest = f.dest().is_some();
+        if f.fin_probe.is_some() {
+            self.probe_fin_back(ctx, key);
+        }
         if is_source {
             self.form_block(ctx, key);
             self.source_vtx(ctx, key);

@@ -154,6 +154,7 @@ impl HopTransport {
             if fin && !f.e2e_fin {
                 f.finished = true;
                 f.e2e_fin = true;
+                f.fin_probe = None;
                 self.finished_flows.push_back(key);
             }
             f.e2e_cum = f.e2e_cum.max(cum);

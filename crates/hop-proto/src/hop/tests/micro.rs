@@ -81,3 +81,64 @@ fn a_micro_block_repeated_without_an_answer_sends_one_packet_then_only_what_is_m
     );
     assert_eq!(micros(&h.drain()), vec![(0, 1, 100), (FLAG_ASK, 2, 50)]);
 }
+
+/// The flows whose BSYNs are in `out`.
+fn bsyn_flows(out: &[Outgoing]) -> BTreeSet<u32> {
+    out.iter()
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
+            HopMessage {
+                header,
+                body: HopBody::Bsyn { .. },
+            } => Some(header.flow_id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Source 1 with three one-micro-block flows to 3 through next hop 2: two are in progress
+/// at once and the third starts when the next hop has taken one of them whole; the paper's
+/// scheduler sends all three at once.
+#[test]
+fn micro_blocks_to_one_next_hop_take_turns_two_at_a_time() {
+    for (rounds, first) in [(true, vec![1, 2]), (false, vec![1, 2, 3])] {
+        let cfg = HopConfig {
+            micro_block_threshold: 1000,
+            round_per_next_hop: rounds,
+            ..small_cfg()
+        };
+        let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+        for id in 1..=3 {
+            let key = FlowKey { src: 1, id };
+            h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+            h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![id as u8; 250])))
+                .unwrap();
+            h.with(|t, ctx| t.finish(ctx, key)).unwrap();
+        }
+        let out = h.drain();
+        assert_eq!(
+            bsyn_flows(&out),
+            first.into_iter().collect(),
+            "rounds {rounds}"
+        );
+        if !rounds {
+            continue;
+        }
+        let back = HopMessage {
+            header: HopHeader {
+                src: 1,
+                flow_id: 1,
+                ..hdr(0, FLAG_COMPLETE)
+            },
+            body: HopBody::Back {
+                ctl: ControlSeq::default(),
+                duplicates: 0,
+                block_hint_kib: 0,
+                block_len: 250,
+                packets: 3,
+                bitmap: &[0x07],
+            },
+        };
+        h.recv(2, &back);
+        assert_eq!(bsyn_flows(&h.drain()), [3].into_iter().collect());
+    }
+}

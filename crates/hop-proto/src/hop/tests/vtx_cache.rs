@@ -183,3 +183,91 @@ fn a_packet_from_a_shared_datagram_is_cached_by_reference() {
     // The block's accounting is its whole length, as for a copied block (the cap holds).
     assert_eq!(h.t.stats().cache_bytes, 250);
 }
+
+/// BSYNs from relay 2 to destination 3 for block `n` in `out`.
+fn bsyns_to_destination(out: &[Outgoing]) -> usize {
+    out.iter()
+        .filter(|o| o.next_hop == 3)
+        .filter(|o| {
+            matches!(
+                HopMessage::parse(o.message()),
+                Ok(HopMessage {
+                    body: HopBody::Bsyn { .. },
+                    ..
+                })
+            )
+        })
+        .count()
+}
+
+/// Relay 2 has passed `FLOW`'s last block to destination 3, which took it whole. The
+/// BSYNs it sends the destination at each of `times` (seconds after), the end-to-end BACK
+/// with FIN passing at `e2e_at` (seconds) if given.
+fn fin_probes_at(cfg: HopConfig, e2e_at: Option<u64>, times: &[u64]) -> Vec<usize> {
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    feed_block_flags(&mut h, 0, FLAG_FIN, &[6u8; 250]);
+    h.drain();
+    let back = HopMessage {
+        header: hdr(0, FLAG_COMPLETE | FLAG_FIN),
+        body: HopBody::Back {
+            ctl: ControlSeq::default(),
+            duplicates: 0,
+            block_hint_kib: 0,
+            block_len: 250,
+            packets: 3,
+            bitmap: &[0x07],
+        },
+    };
+    h.recv(3, &back);
+    h.drain();
+    let mut sent = Vec::new();
+    for &s in times {
+        h.now = Instant::ZERO + Duration::from_millis(s * 1000);
+        if e2e_at == Some(s) {
+            let e2e = HopMessage {
+                header: hdr(0, FLAG_FIN),
+                body: HopBody::E2eBack { cum_blocks: 1 },
+            };
+            h.recv(3, &e2e);
+        }
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        sent.push(bsyns_to_destination(&h.drain()));
+    }
+    sent
+}
+
+/// The end-to-end BACK that finishes a flow is the one no later BACK covers: the
+/// destination's last hop asks for it again (1, 2, 4 and 8 s after the destination took the
+/// last block, each wait twice the one before) until it passes, and no more than
+/// `fin_probes` times; the paper leaves its loss to the source's 60 s timer.
+#[test]
+fn the_last_hop_asks_the_destination_again_for_the_back_that_finishes_the_flow() {
+    let times = [0, 1, 2, 3, 5, 7, 11, 15, 31, 60];
+    assert_eq!(
+        fin_probes_at(small_cfg(), None, &times),
+        vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 0]
+    );
+    // The BACK passes after the first probe: no more.
+    assert_eq!(
+        fin_probes_at(small_cfg(), Some(2), &times),
+        vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+    );
+    let paper = HopConfig {
+        fin_probes: 0,
+        ..small_cfg()
+    };
+    assert_eq!(fin_probes_at(paper, None, &times), vec![0; 10]);
+}
+
+/// A destination answers the probe as any BSYN of a delivered block: with its BACK and the
+/// end-to-end BACK that finishes the flow.
+#[test]
+fn a_destination_answers_a_probe_with_the_back_that_finished_the_flow() {
+    let mut h = Harness::new(3, &[(1, 1)], HopTransport::new(small_cfg()));
+    feed_block_flags(&mut h, 0, FLAG_FIN, &[6u8; 250]);
+    h.drain();
+    h.recv(1, &bsyn_msg(hdr(0, FLAG_FIN), 250));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 0)]);
+    assert_eq!(e2e_cums(&out), vec![1]);
+}
