@@ -66,6 +66,40 @@ def test_the_medium_reports_link_status_to_the_hopds_of_dtn_hop_runs():
     assert getattr(DRIVERS["dtn-hop"](), "finished", None) is None  # done when its receiver is
 
 
+def test_the_run_ends_once_each_source_knows_the_outcome_of_its_bundles(tmp_path, monkeypatch):
+    """A source learns a bundle arrived after its receiver has it (the last end-to-end BACK):
+    collecting waits for the source bridge's outcomes, up to SOURCE_OUTCOME_WAIT_S."""
+    import json
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    lab_ = SimpleNamespace(work=tmp_path, spec=spec.from_dict({
+        "topology": {"kind": "chain", "nodes": 3},
+        "flow": [{"driver": "dtn-hop", "src": 0, "dst": 2, "size": 1000}]}))
+    collected = []
+    monkeypatch.setattr(dtnhop, "COUNTERS_PERIOD_S", 0.0)
+    monkeypatch.setattr(HopDriver, "collect", lambda self, lab: collected.append(time.time()))
+    counters = dtnhop.state_dir(lab_, 0) / "counters.json"
+    counters.parent.mkdir()
+    write = lambda done: counters.write_text(json.dumps({"to_hop": 3, "hop_complete": done, "hop_failed": 0}))
+    write(2)
+    assert not dtnhop.outcomes_known(dtnhop.state_dir(lab_, 0))
+    later = threading.Timer(0.6, write, args=(3,))
+    later.start()
+    t0 = time.time()
+    dtnhop.DtnHopDriver().collect(lab_)
+    later.join()
+    assert dtnhop.outcomes_known(dtnhop.state_dir(lab_, 0))
+    assert 0.6 <= collected[0] - t0 < 5
+    # A source that never learns gives up waiting.
+    write(2)
+    monkeypatch.setattr(dtnhop, "SOURCE_OUTCOME_WAIT_S", 0.5)
+    t0 = time.time()
+    dtnhop.DtnHopDriver().collect(lab_)
+    assert 0.5 <= collected[1] - t0 < 3
+
+
 def test_experiments_compare_dtn_over_hop_with_dtn_and_hop_and_are_opt_in():
     reg = registry()
     for eid, hop_name in (("dtn-hop-5.2", "hop"), ("dtn-hop-5.7", "hop-h100"), ("dtn-hop-lossy", "hop")):

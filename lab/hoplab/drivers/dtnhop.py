@@ -42,6 +42,12 @@ for its peer timeout (20 s); a bundle routed to a forgotten peer waits for the j
 which is off by default."""
 COUNTERS_PERIOD_S = 1.0
 """hop-dtn rewrites counters.json at most this often."""
+SOURCE_OUTCOME_WAIT_S = 20.0
+"""How long the end of a run waits for each source's hop-dtn to learn the outcome of every
+bundle it handed to Hop. The run ends when the receivers have the bundles; a source learns
+that its flow arrived from the last end-to-end BACK, and when that one is lost the
+destination's last hop asks for it again 1, 2, 4 and 8 s later (docs/design/hop.md, the last
+end-to-end BACK)."""
 START_WAIT_S = 30.0
 """How long dtnd's API, and then the bridge's registration with dtnd, may take to appear."""
 
@@ -150,8 +156,14 @@ class DtnHopDriver(DtnDriver):
             time.sleep(0.2)
 
     def collect(self, lab) -> None:
-        """hopd's statuses as the `hop` driver collects them, once the bridges have written
-        their last counters (a change shows in counters.json within COUNTERS_PERIOD_S)."""
+        """hopd's statuses as the `hop` driver collects them, once every source's bridge knows
+        the outcome of each bundle it handed to Hop (at most SOURCE_OUTCOME_WAIT_S) and the
+        bridges have written their last counters (a change shows in counters.json within
+        COUNTERS_PERIOD_S)."""
+        sources = sorted({f.src for f in lab.spec.flows if f.driver == "dtn-hop"})
+        deadline = time.time() + SOURCE_OUTCOME_WAIT_S
+        while time.time() < deadline and not all(outcomes_known(state_dir(lab, n)) for n in sources):
+            time.sleep(0.2)
         time.sleep(COUNTERS_PERIOD_S + 0.2)
         HopDriver().collect(lab)
 
@@ -159,6 +171,13 @@ class DtnHopDriver(DtnDriver):
         out = super().result(lab, flow, idx)
         out["bridge"] = {str(n): read_json(state_dir(lab, n) / "counters.json") for n in (flow.src, flow.dst)}
         return out
+
+
+def outcomes_known(state: Path) -> bool:
+    """Whether the bridge with state directory `state` has an outcome (arrived, or failed) for
+    every bundle it handed to Hop, by its counters.json."""
+    c = read_json(state / "counters.json")
+    return c.get("to_hop", 0) <= c.get("hop_complete", 0) + c.get("hop_failed", 0)
 
 
 def registered(lab, node: int, peers: set[int]) -> bool:
