@@ -240,7 +240,7 @@ pub struct Config {
     /// the acknowledgement (custody.rs).
     pub custody_write_delay: std::time::Duration,
     /// A destination writes and fsyncs its deliveries on a thread of its own, off the event
-    /// loop (`[storage] spool_thread`, off by default; custody/spool_writer.rs).
+    /// loop (`[storage] spool_thread`, on by default; custody/spool_writer.rs).
     pub spool_thread: bool,
     /// The key every node seals with (none with `sessions`).
     pub mesh_key: Option<[u8; 32]>,
@@ -779,7 +779,7 @@ impl Config {
             max_disk_bytes: raw.storage.max_disk_bytes.unwrap_or(DEFAULT_MAX_DISK_BYTES),
             max_incoming_flows,
             custody_write_delay,
-            spool_thread: raw.storage.spool_thread.unwrap_or(false),
+            spool_thread: raw.storage.spool_thread.unwrap_or(true),
             mesh_key,
             sessions,
             max_peers: raw.security.max_peers.unwrap_or(DEFAULT_MAX_PEERS),

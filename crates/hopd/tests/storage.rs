@@ -15,19 +15,22 @@ const MIB: usize = 1024 * 1024;
 
 /// Start a node of a loopback chain, with `[storage] max_disk_bytes = limit` if given.
 fn start_limited(spec: NodeSpec, dir: std::path::PathBuf, limit: Option<usize>) -> Hopd {
+    let storage = limit.map_or(String::new(), |l| format!("max_disk_bytes = {l}\n"));
+    start_with_storage(spec, dir, &storage)
+}
+
+/// Start a node of a loopback chain with `storage` added to its `[storage]` table.
+fn start_with_storage(spec: NodeSpec, dir: std::path::PathBuf, storage: &str) -> Hopd {
     std::fs::create_dir_all(&dir).unwrap();
     let metrics: SocketAddr = format!("{}:{}", spec.listen.ip(), free_tcp_port())
         .parse()
         .unwrap();
     Hopd::write_config(&spec, &dir, metrics);
-    if let Some(limit) = limit {
+    if !storage.is_empty() {
         let path = dir.join("hopd.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("[storage]\n"));
-        let text = text.replace(
-            "[storage]\n",
-            &format!("[storage]\nmax_disk_bytes = {limit}\n"),
-        );
+        let text = text.replace("[storage]\n", &format!("[storage]\n{storage}"));
         std::fs::write(&path, text).unwrap();
     }
     let mut h = Hopd {
@@ -67,8 +70,10 @@ impl Drop for Tmpfs {
 enum Room {
     /// `max_disk_bytes` of this many bytes.
     Budget(usize),
-    /// A file system of this many bytes (writes fail with ENOSPC); default budget.
-    FileSystem(usize),
+    /// A file system of this many bytes (writes fail with ENOSPC); default budget. The
+    /// destination writes on its spool thread (the default), or, with `false`, on its
+    /// event loop.
+    FileSystem(usize, bool),
 }
 
 /// Source 1 → relay 2 → destination 3, where only the destination is short of room: a first
@@ -81,7 +86,7 @@ fn stall_and_drain(room: Room) {
     std::fs::write(&fa, &a).unwrap();
     std::fs::write(&fb, &b).unwrap();
     let _tmpfs = match room {
-        Room::FileSystem(bytes) => Some(Tmpfs::mount(&work.path().join("n3/store"), bytes)),
+        Room::FileSystem(bytes, _) => Some(Tmpfs::mount(&work.path().join("n3/store"), bytes)),
         Room::Budget(_) => None,
     };
     let port = free_port();
@@ -92,6 +97,9 @@ fn stall_and_drain(room: Room) {
             let dir = work.path().join(format!("n{i}"));
             match (i, room) {
                 (3, Room::Budget(limit)) => start_limited(spec, dir, Some(limit)),
+                (3, Room::FileSystem(_, false)) => {
+                    start_with_storage(spec, dir, "spool_thread = false\n")
+                }
                 _ => start_limited(spec, dir, None),
             }
         })
@@ -133,7 +141,7 @@ fn stall_and_drain(room: Room) {
     assert!(metric(&m, "hopd_spool_full_total") >= 1, "{m}");
     let expect_log = match room {
         Room::Budget(_) => "spool full",
-        Room::FileSystem(_) => "spool write failed",
+        Room::FileSystem(..) => "spool write failed",
     };
     assert!(dst.log().contains(expect_log), "{}", dst.log());
     // The application drains the inbox; the stalled transfer then completes intact.
@@ -169,7 +177,13 @@ fn stall_and_drain(room: Room) {
     assert_eq!(st["spool"]["full"], false, "{st}");
     assert_eq!(st["counters"]["files_received"], 2, "{st}");
     assert_eq!(st["counters"]["integrity_failures"], 0, "{st}");
-    assert!(dst.log().contains("spool has room again"), "{}", dst.log());
+    // The spool thread retried the failed writes; otherwise the loop retried refused
+    // deliveries.
+    let resumed = match room {
+        Room::FileSystem(_, true) => "spool writes succeed again",
+        _ => "spool has room again",
+    };
+    assert!(dst.log().contains(resumed), "{}", dst.log());
 }
 
 #[test]
@@ -177,7 +191,8 @@ fn full_disk_budget_stalls_without_loss_and_resumes_when_drained() {
     stall_and_drain(Room::Budget(5 * MIB));
 }
 
-/// The same with a file system that runs out (ENOSPC) before the budget does. Needs root
+/// The same with a file system that runs out (ENOSPC) before the budget does, the
+/// destination writing on its spool thread and then on its event loop. Needs root
 /// (mount); not skipped as root.
 #[test]
 fn full_file_system_stalls_without_loss_and_resumes_when_drained() {
@@ -185,7 +200,8 @@ fn full_file_system_stalls_without_loss_and_resumes_when_drained() {
         eprintln!("skipped: needs root to mount a tmpfs");
         return;
     }
-    stall_and_drain(Room::FileSystem(5 * MIB));
+    stall_and_drain(Room::FileSystem(5 * MIB, true));
+    stall_and_drain(Room::FileSystem(5 * MIB, false));
 }
 
 /// A file whose sender goes away mid-transfer must not keep its share of the destination's

@@ -353,12 +353,12 @@ fn the_cipher_defaults_to_auto_and_an_unknown_one_is_located() {
 }
 
 #[test]
-fn deliveries_are_written_on_the_event_loop_unless_the_spool_thread_is_asked_for() {
+fn deliveries_are_written_on_the_spool_thread_unless_it_is_turned_off() {
     let c = Config::parse("t.toml", &good(), Path::new("/")).unwrap();
-    assert!(!c.spool_thread);
-    let text = good().replace("[storage]\n", "[storage]\nspool_thread = true\n");
-    let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
     assert!(c.spool_thread);
+    let text = good().replace("[storage]\n", "[storage]\nspool_thread = false\n");
+    let c = Config::parse("t.toml", &text, Path::new("/")).unwrap();
+    assert!(!c.spool_thread);
 }
 
 #[test]
