@@ -25,17 +25,7 @@ fn custody_is_persisted_before_the_completing_back_and_released_downstream() {
 
 /// Node 3's BACK holding the whole 250-byte block 0.
 fn whole_block_back() -> HopMessage<'static> {
-    HopMessage {
-        header: hdr(0, FLAG_COMPLETE),
-        body: HopBody::Back {
-            ctl: ControlSeq::default(),
-            duplicates: 0,
-            block_hint_kib: 0,
-            block_len: 250,
-            packets: 3,
-            bitmap: &[0x07],
-        },
-    }
+    whole_back(hdr(0, FLAG_COMPLETE))
 }
 
 /// Relay 2 with a store that writes later, having received block 0 whole from node 1.

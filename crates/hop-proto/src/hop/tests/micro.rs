@@ -123,21 +123,11 @@ fn micro_blocks_to_one_next_hop_take_turns_two_at_a_time() {
         if !rounds {
             continue;
         }
-        let back = HopMessage {
-            header: HopHeader {
-                src: 1,
-                flow_id: 1,
-                ..hdr(0, FLAG_COMPLETE)
-            },
-            body: HopBody::Back {
-                ctl: ControlSeq::default(),
-                duplicates: 0,
-                block_hint_kib: 0,
-                block_len: 250,
-                packets: 3,
-                bitmap: &[0x07],
-            },
-        };
+        let back = whole_back(HopHeader {
+            src: 1,
+            flow_id: 1,
+            ..hdr(0, FLAG_COMPLETE)
+        });
         h.recv(2, &back);
         assert_eq!(bsyn_flows(&h.drain()), [3].into_iter().collect());
     }

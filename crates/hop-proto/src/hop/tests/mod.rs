@@ -170,6 +170,21 @@ fn feed_block_flags(h: &mut Harness, block: u32, flags: u8, data: &[u8]) {
     }
 }
 
+/// A BACK with `header` holding the whole 250-byte block (3 packets of 100).
+fn whole_back(header: HopHeader) -> HopMessage<'static> {
+    HopMessage {
+        header,
+        body: HopBody::Back {
+            ctl: ControlSeq::default(),
+            duplicates: 0,
+            block_hint_kib: 0,
+            block_len: 250,
+            packets: 3,
+            bitmap: &[0x07],
+        },
+    }
+}
+
 /// BACKs to `to` (flags, packets).
 fn backs_to(out: &[Outgoing], to: NodeId) -> Vec<(u8, u16)> {
     out.iter()

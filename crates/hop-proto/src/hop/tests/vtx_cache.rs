@@ -39,20 +39,12 @@ fn source_keeps_blocks_until_end_to_end_back_within_its_cache() {
         .unwrap();
     assert_eq!(n, 500);
     assert_eq!(bsyn_blocks(&h.drain()), vec![0]);
-    let back = |block| HopMessage {
-        header: HopHeader {
+    let back = |block| {
+        whole_back(HopHeader {
             src: 1,
             dst: 3,
             ..hdr(block, FLAG_COMPLETE)
-        },
-        body: HopBody::Back {
-            ctl: ControlSeq::default(),
-            duplicates: 0,
-            block_hint_kib: 0,
-            block_len: 250,
-            packets: 3,
-            bitmap: &[0x07],
-        },
+        })
     };
     h.recv(2, &back(0));
     // Block 0 moved to node 2 but is not acknowledged end to end: the source keeps it, and
@@ -82,20 +74,7 @@ fn virtual_retransmission_ttl_decrements_and_expires() {
         feed_block(&mut h, 0, &data);
         h.drain();
         // Node 3 took the block: node 2 keeps it only as cache.
-        h.recv(
-            3,
-            &HopMessage {
-                header: hdr(0, FLAG_COMPLETE),
-                body: HopBody::Back {
-                    ctl: ControlSeq::default(),
-                    duplicates: 0,
-                    block_hint_kib: 0,
-                    block_len: 250,
-                    packets: 3,
-                    bitmap: &[0x07],
-                },
-            },
-        );
+        h.recv(3, &whole_back(hdr(0, FLAG_COMPLETE)));
         h.drain();
         let vtx = HopMessage {
             header: HopHeader {
@@ -207,18 +186,7 @@ fn fin_probes_at(cfg: HopConfig, e2e_at: Option<u64>, times: &[u64]) -> Vec<usiz
     let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
     feed_block_flags(&mut h, 0, FLAG_FIN, &[6u8; 250]);
     h.drain();
-    let back = HopMessage {
-        header: hdr(0, FLAG_COMPLETE | FLAG_FIN),
-        body: HopBody::Back {
-            ctl: ControlSeq::default(),
-            duplicates: 0,
-            block_hint_kib: 0,
-            block_len: 250,
-            packets: 3,
-            bitmap: &[0x07],
-        },
-    };
-    h.recv(3, &back);
+    h.recv(3, &whole_back(hdr(0, FLAG_COMPLETE | FLAG_FIN)));
     h.drain();
     let mut sent = Vec::new();
     for &s in times {
