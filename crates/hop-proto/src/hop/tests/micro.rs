@@ -84,15 +84,7 @@ fn a_micro_block_repeated_without_an_answer_sends_one_packet_then_only_what_is_m
 
 /// The flows whose BSYNs are in `out`.
 fn bsyn_flows(out: &[Outgoing]) -> BTreeSet<u32> {
-    out.iter()
-        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
-            HopMessage {
-                header,
-                body: HopBody::Bsyn { .. },
-            } => Some(header.flow_id),
-            _ => None,
-        })
-        .collect()
+    bsyn_headers(out).map(|h| h.flow_id).collect()
 }
 
 /// Source 1 with three one-micro-block flows to 3 through next hop 2: two are in progress

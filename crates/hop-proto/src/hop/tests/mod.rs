@@ -250,16 +250,20 @@ fn bsyn_msg(header: HopHeader, block_len: u32) -> HopMessage<'static> {
     }
 }
 
-fn bsyn_blocks(out: &[Outgoing]) -> Vec<u32> {
+/// The headers of the BSYNs in `out`.
+fn bsyn_headers(out: &[Outgoing]) -> impl Iterator<Item = HopHeader> + '_ {
     out.iter()
         .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
             HopMessage {
                 header,
                 body: HopBody::Bsyn { .. },
-            } => Some(header.block_num),
+            } => Some(header),
             _ => None,
         })
-        .collect()
+}
+
+fn bsyn_blocks(out: &[Outgoing]) -> Vec<u32> {
+    bsyn_headers(out).map(|h| h.block_num).collect()
 }
 
 /// A BSYN from `src`'s flow `flow` (block 0, 250 bytes in 100-byte packets) to node 2.
