@@ -10,6 +10,12 @@
 //! as sending flows end, the longest waiting first among the destinations with room (a
 //! destination that is slow or gone holds up only its own flows). An open is refused only
 //! when `max_waiting_flows` flows already wait, with that limit named.
+//!
+//! Within those limits a destination's small flows start one at a time (`flow_start_hold`):
+//! after a flow of less than a block's worth of bytes, the next flow to that destination
+//! waits until it ends, or for the hold at most, unless a long flow of this node's is
+//! sending to that destination. Flows started together share the path and contend at every
+//! hop, where hidden nodes collide: a burst of small flows moves faster one after the other.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -74,6 +80,13 @@ pub(super) struct OpenQueue {
     /// This node's own flows that are sending (not waiting), in all and per destination.
     sending: usize,
     sending_to: HashMap<NodeId, usize>,
+    /// Per destination, the flow started to it last and when, while it sends
+    /// (`flow_start_hold`).
+    last_start: HashMap<NodeId, (FlowKey, Instant)>,
+    /// Long flows (a block's worth of bytes or more) sending, per destination.
+    long_to: HashMap<NodeId, usize>,
+    /// The earliest moment a hold on a destination with waiting flows ends.
+    pub(super) hold_until: Option<Instant>,
     next_seq: u64,
     /// A flow may start: one ended or was opened since the queue was last looked at.
     pub(super) recheck: bool,
@@ -92,8 +105,19 @@ impl OpenQueue {
         self.flows.contains_key(key)
     }
 
-    /// One of this node's own flows to `dst` stopped sending.
-    pub(super) fn ended(&mut self, dst: NodeId) {
+    /// One of this node's own flows, `key` to `dst`, stopped sending (`long`: it was long).
+    pub(super) fn ended(&mut self, dst: NodeId, key: FlowKey, long: bool) {
+        if long {
+            if let Some(n) = self.long_to.get_mut(&dst) {
+                *n -= 1;
+                if *n == 0 {
+                    self.long_to.remove(&dst);
+                }
+            }
+        }
+        if self.last_start.get(&dst).is_some_and(|(k, _)| *k == key) {
+            self.last_start.remove(&dst);
+        }
         self.sending = self.sending.saturating_sub(1);
         if let Some(n) = self.sending_to.get_mut(&dst) {
             *n -= 1;
@@ -104,28 +128,81 @@ impl OpenQueue {
         self.recheck = true;
     }
 
+    /// A sending flow `s` to `dst` took bytes: once it holds a block's worth (`block`) it is
+    /// long, and the flows waiting for `dst` are looked at again.
+    pub(super) fn note_size(&mut self, dst: NodeId, s: &mut SourceState, block: u64) {
+        if !s.long && s.next_offset + s.pending_bytes as u64 >= block {
+            s.long = true;
+            *self.long_to.entry(dst).or_default() += 1;
+            self.recheck |= self.by_dst.contains_key(&dst);
+        }
+    }
+
     fn sending_to(&self, dst: NodeId) -> usize {
         self.sending_to.get(&dst).copied().unwrap_or(0)
     }
 
-    /// The destination with room whose waiting head was opened first.
-    fn next_to_start(&self, per_dst: usize) -> Option<NodeId> {
-        self.by_dst
+    /// The end of the hold on `dst`'s next flow, if one is on at `now`: the flow started
+    /// to `dst` last is younger than the hold and short (less than a block's worth of bytes
+    /// so far), and no long flow of this node's is sending to `dst`. A long flow holds
+    /// nothing back, since it would hold the next for the whole hold; and beside one, small
+    /// flows start as before, since each would wait its turn behind the long flow's rounds
+    /// at this node (one after the other, a burst of them would take as many turns).
+    fn held_until(
+        &self,
+        flows: &BTreeMap<FlowKey, Flow>,
+        dst: NodeId,
+        now: Instant,
+        hold: Duration,
+    ) -> Option<Instant> {
+        if hold.is_zero() || self.long_to.contains_key(&dst) {
+            return None;
+        }
+        let (key, at) = self.last_start.get(&dst)?;
+        let s = flows.get(key)?.source()?;
+        Some(*at + hold).filter(|end| !s.long && *end > now)
+    }
+
+    /// The destination with room whose waiting head was opened first; notes in
+    /// `hold_until` when the first hold that keeps a waiting destination back ends.
+    fn next_to_start(
+        &mut self,
+        flows: &BTreeMap<FlowKey, Flow>,
+        per_dst: usize,
+        now: Instant,
+        hold: Duration,
+    ) -> Option<NodeId> {
+        let mut hold_until: Option<Instant> = None;
+        let next = self
+            .by_dst
             .iter()
             .filter(|(d, _)| self.sending_to(**d) < per_dst)
+            .filter(|(d, _)| match self.held_until(flows, **d, now, hold) {
+                Some(end) => {
+                    hold_until = Some(hold_until.map_or(end, |t| t.min(end)));
+                    false
+                }
+                None => true,
+            })
             .filter_map(|(d, q)| Some((self.flows.get(q.front()?)?.seq, *d)))
             .min()
-            .map(|(_, d)| d)
+            .map(|(_, d)| d);
+        self.hold_until = hold_until;
+        next
     }
 }
 
 impl HopTransport {
     /// May a new flow of this node's own start sending now (`dst`: to that destination)?
-    fn may_start(&self, dst: Option<NodeId>) -> bool {
+    fn may_start(&self, dst: Option<NodeId>, now: Instant) -> bool {
         self.waiting.sending < self.cfg.max_sending_flows
             && self.flows.len() < self.cfg.max_flows
             && dst.is_none_or(|d| {
                 self.waiting.sending_to(d) < self.cfg.max_sending_flows_per_destination
+                    && self
+                        .waiting
+                        .held_until(&self.flows, d, now, self.cfg.flow_start_hold)
+                        .is_none()
             })
     }
 
@@ -139,7 +216,7 @@ impl HopTransport {
         let seq = self.waiting.next_seq;
         self.waiting.next_seq += 1;
         let queued_to_dst = self.waiting.by_dst.get(&dst).is_some_and(|q| !q.is_empty());
-        if !queued_to_dst && self.may_start(Some(dst)) {
+        if !queued_to_dst && self.may_start(Some(dst), ctx.now) {
             self.start_flow(ctx, key, WaitingFlow::new(dst, seq));
             return Ok(());
         }
@@ -148,6 +225,8 @@ impl HopTransport {
             return Err(AppError::TooManyWaitingFlows(self.cfg.max_waiting_flows));
         }
         self.extra("flows_waited");
+        // Looked at again: a hold may be all that keeps it back.
+        self.waiting.recheck = true;
         self.waiting.by_dst.entry(dst).or_default().push_back(key);
         self.waiting.flows.insert(key, WaitingFlow::new(dst, seq));
         Ok(())
@@ -179,6 +258,11 @@ impl HopTransport {
         self.flows.insert(key, f);
         self.waiting.sending += 1;
         *self.waiting.sending_to.entry(dst).or_default() += 1;
+        self.waiting.last_start.insert(dst, (key, ctx.now));
+        if let Some(s) = self.flows.get_mut(&key).and_then(|f| f.source_mut()) {
+            self.waiting
+                .note_size(dst, s, self.cfg.block_bytes() as u64);
+        }
         self.stats.flows = self.flows.len() as u64;
         if (pending_bytes > 0 || finish) && !self.to_form.contains(&key) {
             self.to_form.push(key);
@@ -191,14 +275,22 @@ impl HopTransport {
     }
 
     /// Start the waiting flows there is room for, the longest waiting first among the
-    /// destinations with room.
-    pub(super) fn start_waiting(&mut self, ctx: &mut Ctx<'_>) {
-        if !std::mem::take(&mut self.waiting.recheck) {
-            return;
+    /// destinations with room. True if it looked (the transport's deadline may have moved).
+    pub(super) fn start_waiting(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let hold_over = self.waiting.hold_until.is_some_and(|t| t <= ctx.now);
+        if !std::mem::take(&mut self.waiting.recheck) && !hold_over {
+            return false;
         }
-        let per_dst = self.cfg.max_sending_flows_per_destination;
-        while self.may_start(None) {
-            let Some(dst) = self.waiting.next_to_start(per_dst) else {
+        self.waiting.hold_until = None;
+        let (per_dst, hold) = (
+            self.cfg.max_sending_flows_per_destination,
+            self.cfg.flow_start_hold,
+        );
+        while self.may_start(None, ctx.now) {
+            let Some(dst) = self
+                .waiting
+                .next_to_start(&self.flows, per_dst, ctx.now, hold)
+            else {
                 break;
             };
             let Some(q) = self.waiting.by_dst.get_mut(&dst) else {
@@ -213,6 +305,7 @@ impl HopTransport {
             };
             self.start_flow(ctx, key.expect("popped"), w);
         }
+        true
     }
 
     /// Bytes for a waiting flow: kept while the flow holds less than a sending flow would

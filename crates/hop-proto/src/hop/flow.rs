@@ -119,6 +119,10 @@ pub(super) struct SourceState {
     pub(super) block_limit: usize,
     /// With `block_time`: when the first hop last took a whole block of this flow.
     pub(super) hop_done_at: Option<Instant>,
+    /// The application has handed the flow a block's worth of bytes or more: it holds no
+    /// flow back, and keeps the next small ones to its destination from holding each other
+    /// back (admission.rs).
+    pub(super) long: bool,
 }
 
 #[derive(Debug, Default)]
@@ -352,7 +356,7 @@ impl HopTransport {
             self.waiting.recheck = true;
             match f.role {
                 Role::Source(s) => {
-                    self.waiting.ended(f.dst);
+                    self.waiting.ended(f.dst, key, s.long);
                     self.cache_bytes = self.cache_bytes.saturating_sub(s.pending_bytes as u64);
                     self.app_bytes = self.app_bytes.saturating_sub(s.pending_bytes as u64);
                     self.note_cache();

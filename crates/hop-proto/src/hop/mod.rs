@@ -285,6 +285,7 @@ impl Transport for HopTransport {
             .flows
             .get_mut(&flow)
             .ok_or(AppError::UnknownFlow(flow))?;
+        let dst = f.dst;
         let s = f.source_mut().ok_or(AppError::UnknownFlow(flow))?;
         if s.finish {
             return Err(AppError::FlowFinished(flow));
@@ -297,6 +298,11 @@ impl Transport for HopTransport {
             room,
             data,
         );
+        if take > 0 {
+            // A flow that outgrows one block holds nothing back (admission.rs).
+            self.waiting
+                .note_size(dst, s, self.cfg.block_bytes() as u64);
+        }
         self.count_app_bytes(take);
         if take > 0 {
             // Blocks are cut when the link asks for data (poll_transmit), so bytes and a
@@ -558,11 +564,13 @@ impl Transport for HopTransport {
 
     fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Outgoing> {
         self.tick(ctx.now);
-        self.start_waiting(ctx);
+        let looked = self.start_waiting(ctx);
         if !self.to_form.is_empty() {
             for key in std::mem::take(&mut self.to_form) {
                 self.pump_flow(ctx, key);
             }
+            self.refresh_timer(ctx.now);
+        } else if looked {
             self.refresh_timer(ctx.now);
         }
         if let Some(out) = self.control.pop_front() {

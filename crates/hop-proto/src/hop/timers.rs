@@ -113,6 +113,10 @@ impl HopTransport {
         if let Some(a) = self.aborts.next_deadline() {
             t = Some(t.map_or(a, |x| x.min(a)));
         }
+        // A waiting flow's destination whose start hold ends (admission.rs).
+        if let Some(h) = self.waiting.hold_until {
+            t = Some(t.map_or(h, |x| x.min(h)));
+        }
         if self.flows.is_empty()
             && self.withholding.waiting.is_empty()
             && self.withholding.admitted.is_empty()

@@ -7,6 +7,8 @@ fn source(max_sending: usize, per_dst: usize, max_waiting: usize) -> Harness {
         max_sending_flows: max_sending,
         max_sending_flows_per_destination: per_dst,
         max_waiting_flows: max_waiting,
+        // The limits alone (the hold has tests of its own below).
+        flow_start_hold: Duration::ZERO,
         ..small_cfg()
     };
     // Node 1; destinations 3 and 4, both through node 2.
@@ -141,4 +143,94 @@ fn an_open_beyond_the_waiting_limit_is_refused_with_the_limit_named() {
         "{msg}"
     );
     assert_eq!(h.t.stats().extra["flows_refused_at_open"], 1);
+}
+
+/// Node 1 with the default start hold; destinations 3 and 4 through node 2.
+fn holding_source(max_block_bytes: usize) -> Harness {
+    let cfg = HopConfig {
+        max_block_bytes,
+        ..small_cfg()
+    };
+    assert_eq!(cfg.flow_start_hold, Duration::from_secs(1));
+    Harness::new(1, &[(3, 2), (4, 2), (2, 2)], HopTransport::new(cfg))
+}
+
+/// Open flow `id` to `dst` with `len` bytes, all it will send.
+fn open_sized(h: &mut Harness, id: u32, dst: NodeId, len: usize) {
+    open(h, id, dst).unwrap();
+    send(h, id, &vec![id as u8; len]);
+    h.with(|t, ctx| t.finish(ctx, key(id))).unwrap();
+}
+
+fn open_small(h: &mut Harness, id: u32, dst: NodeId) {
+    open_sized(h, id, dst, 250);
+}
+
+#[test]
+fn small_flows_to_one_destination_start_one_after_the_other() {
+    let mut h = holding_source(1 << 20);
+    open_small(&mut h, 0, 3);
+    open_small(&mut h, 1, 3);
+    open_small(&mut h, 2, 4);
+    assert_eq!(
+        flows_sending(&h.drain()),
+        vec![0, 2],
+        "1 waits for 0; 4's flow does not"
+    );
+    assert!(h
+        .t
+        .poll_timeout()
+        .is_some_and(|t| t <= h.now + Duration::from_secs(1)));
+    h.with(|t, ctx| t.abort(ctx, key(0))).unwrap();
+    assert_eq!(
+        flows_sending(&h.drain()),
+        vec![1],
+        "the next starts as 0 ends"
+    );
+}
+
+#[test]
+fn a_small_flow_holds_the_next_one_back_for_the_hold_at_most() {
+    let mut h = holding_source(1 << 20);
+    open_small(&mut h, 0, 3);
+    open_small(&mut h, 1, 3);
+    assert_eq!(flows_sending(&h.drain()), vec![0]);
+    h.now += Duration::from_millis(999);
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    assert!(!flows_sending(&h.drain()).contains(&1));
+    h.now += Duration::from_millis(1);
+    h.with(|t, ctx| t.handle_timeout(ctx));
+    assert!(
+        flows_sending(&h.drain()).contains(&1),
+        "0 has not ended, but its hold has"
+    );
+}
+
+#[test]
+fn a_flow_of_more_than_one_block_holds_nothing_back() {
+    // Blocks of 200 bytes: flow 0's 250 bytes are two blocks.
+    let mut h = holding_source(200);
+    open_small(&mut h, 0, 3);
+    open_small(&mut h, 1, 3);
+    assert_eq!(flows_sending(&h.drain()), vec![0, 1]);
+}
+
+#[test]
+fn beside_a_long_flow_small_flows_to_its_destination_start_at_once() {
+    // Blocks of 200 bytes: flow 0 is long, 1 and 2 are small and would hold each other
+    // back, but each would wait for its turn behind 0's rounds here.
+    let mut h = holding_source(200);
+    open_sized(&mut h, 0, 3, 250);
+    open_sized(&mut h, 1, 3, 50);
+    open_sized(&mut h, 2, 3, 50);
+    assert_eq!(flows_sending(&h.drain()), vec![0, 1, 2]);
+    h.with(|t, ctx| t.abort(ctx, key(0))).unwrap();
+    open_sized(&mut h, 3, 3, 50);
+    open_sized(&mut h, 4, 3, 50);
+    assert!(
+        flows_sending(&h.drain()).is_empty(),
+        "without 0, 3 waits for 2, the last started"
+    );
+    h.with(|t, ctx| t.abort(ctx, key(2))).unwrap();
+    assert_eq!(flows_sending(&h.drain()), vec![3], "and 4 for 3");
 }

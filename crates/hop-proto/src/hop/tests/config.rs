@@ -37,6 +37,11 @@ fn the_paper_preset_is_the_paper_without_this_implementations_extensions() {
     assert!(!p.adaptive_bsyn_timeout && !p.queue_aware && !p.duplicate_feedback);
     assert!(!p.round_per_next_hop);
     assert_eq!(p.link_window_packets, 0);
+    assert_eq!(
+        p.flow_start_hold,
+        Duration::ZERO,
+        "every open flow starts at once"
+    );
 }
 
 #[test]
