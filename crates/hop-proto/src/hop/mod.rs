@@ -516,6 +516,9 @@ impl Transport for HopTransport {
         if self.aborts.next_deadline().is_some_and(|t| t <= now) {
             self.abort_notices(ctx);
         }
+        // A waiting flow whose destination's start hold ended (admission.rs): started here,
+        // so that the deadline passed does not stay the transport's next one.
+        self.start_waiting(ctx);
         // BSYN retransmissions (§3.1): an unanswered BSYN is sent again with backoff. Only the
         // BSYN is repeated: the data it followed is not judged lost for want of an answer
         // (the BSYN or its BACK may be what was lost); the next BACK's bitmap says what is

@@ -201,6 +201,10 @@ fn a_small_flow_holds_the_next_one_back_for_the_hold_at_most() {
     h.now += Duration::from_millis(1);
     h.with(|t, ctx| t.handle_timeout(ctx));
     assert!(
+        h.t.poll_timeout().is_none_or(|t| t > h.now),
+        "the hold's end is not left as a deadline passed"
+    );
+    assert!(
         flows_sending(&h.drain()).contains(&1),
         "0 has not ended, but its hold has"
     );
