@@ -4,7 +4,6 @@ mod hop_harness;
 
 use hop_harness::{secs, LinkSpec, Net};
 use hop_proto::hop::HopConfig;
-use std::time::Duration;
 
 /// 1 - 2 - 3 with a slow second link: node 2 is where blocks pile up.
 fn slow_downstream(cfg: HopConfig, seed: u64) -> Net {
@@ -167,12 +166,9 @@ fn twelve_flows_through_one_relay(round_per_next_hop: bool, loss: f64, seed: u64
     // Without ack withholding the relay takes every flow's block at once, which is where
     // the scheduler decides how many packets a round carries; with it (one block at a time)
     // the source's blocks to the relay go one after another anyway.
-    // The twelve flows of 300 KB would start one after the other (`flow_start_hold`); here
-    // they all start at once, to measure how the scheduler interleaves them.
     let cfg = HopConfig {
         round_per_next_hop,
         ack_withholding: false,
-        flow_start_hold: Duration::ZERO,
         ..HopConfig::default()
     };
     let spec = LinkSpec {

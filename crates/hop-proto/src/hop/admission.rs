@@ -11,11 +11,13 @@
 //! destination that is slow or gone holds up only its own flows). An open is refused only
 //! when `max_waiting_flows` flows already wait, with that limit named.
 //!
-//! Within those limits a destination's small flows start one at a time (`flow_start_hold`):
-//! after a flow of less than a block's worth of bytes, the next flow to that destination
-//! waits until it ends, or for the hold at most, unless a long flow of this node's is
-//! sending to that destination. Flows started together share the path and contend at every
-//! hop, where hidden nodes collide: a burst of small flows moves faster one after the other.
+//! With `flow_start_hold` (off by default) a destination's small flows start one at a time
+//! within those limits: after a flow of less than a block's worth of bytes, the next flow to
+//! that destination waits until it ends, or for the hold at most, unless a long flow of this
+//! node's is sending to that destination. Flows started together share the path and contend
+//! at every hop, where hidden nodes collide: over an idle path a burst of small flows moves
+//! faster one after the other; beside other traffic, where each flow mostly waits for turns,
+//! fewer of them finish.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -7,8 +7,6 @@ fn source(max_sending: usize, per_dst: usize, max_waiting: usize) -> Harness {
         max_sending_flows: max_sending,
         max_sending_flows_per_destination: per_dst,
         max_waiting_flows: max_waiting,
-        // The limits alone (the hold has tests of its own below).
-        flow_start_hold: Duration::ZERO,
         ..small_cfg()
     };
     // Node 1; destinations 3 and 4, both through node 2.
@@ -145,13 +143,13 @@ fn an_open_beyond_the_waiting_limit_is_refused_with_the_limit_named() {
     assert_eq!(h.t.stats().extra["flows_refused_at_open"], 1);
 }
 
-/// Node 1 with the default start hold; destinations 3 and 4 through node 2.
+/// Node 1 with a start hold of 1 s; destinations 3 and 4 through node 2.
 fn holding_source(max_block_bytes: usize) -> Harness {
     let cfg = HopConfig {
         max_block_bytes,
+        flow_start_hold: Duration::from_secs(1),
         ..small_cfg()
     };
-    assert_eq!(cfg.flow_start_hold, Duration::from_secs(1));
     Harness::new(1, &[(3, 2), (4, 2), (2, 2)], HopTransport::new(cfg))
 }
 
