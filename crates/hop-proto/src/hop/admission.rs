@@ -277,7 +277,7 @@ impl HopTransport {
     }
 
     /// Start the waiting flows there is room for, the longest waiting first among the
-    /// destinations with room. True if it looked (the transport's deadline may have moved).
+    /// destinations with room. True if it looked (a start hold's end may be a new deadline).
     pub(super) fn start_waiting(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let hold_over = self.waiting.hold_until.is_some_and(|t| t <= ctx.now);
         if !std::mem::take(&mut self.waiting.recheck) && !hold_over {

@@ -573,7 +573,8 @@ impl Transport for HopTransport {
                 self.pump_flow(ctx, key);
             }
             self.refresh_timer(ctx.now);
-        } else if looked {
+        } else if looked && self.waiting.hold_until.is_some() {
+            // A start hold's end became a deadline.
             self.refresh_timer(ctx.now);
         }
         if let Some(out) = self.control.pop_front() {
