@@ -8,8 +8,16 @@ use std::time::Duration;
 use hop_proto::atp::AtpVariant;
 use hop_proto::{Transport, TransportId};
 
-/// Builds one transport instance from the scenario's `[transports.NAME]` table.
-pub type Factory = Box<dyn Fn(&toml::Table) -> Result<Box<dyn Transport>, String>>;
+/// Builds one transport instance from the scenario's `[transports.NAME]` table, for a node on
+/// the scenario's medium.
+pub type Factory = Box<dyn Fn(&toml::Table, &Link) -> Result<Box<dyn Transport>, String>>;
+
+/// What a node's runtime knows of its link, as hopd knows it of its interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// The link retries control frames (`medium.retry_limit` > 0), as an 802.11 MAC does.
+    pub control_retries: bool,
+}
 
 struct Entry {
     id: TransportId,
@@ -31,27 +39,28 @@ impl Registry {
     /// Every transport the project ships.
     pub fn builtin() -> Self {
         let mut r = Self::empty();
-        r.register("hop", TransportId::Hop, |o| {
-            Ok(Box::new(hop_proto::hop::HopTransport::new(hop_config(o)?)))
+        r.register("hop", TransportId::Hop, |o, link| {
+            let cfg = hop_config(o)?.for_link(link.control_retries);
+            Ok(Box::new(hop_proto::hop::HopTransport::new(cfg)))
         });
-        r.register("hxh", TransportId::Hxh, |o| {
+        r.register("hxh", TransportId::Hxh, |o, _| {
             Ok(Box::new(hop_proto::hxh::HxhTransport::new(hxh_config(o)?)))
         });
-        r.register("atp", TransportId::Atp, |o| {
+        r.register("atp", TransportId::Atp, |o, _| {
             Ok(Box::new(hop_proto::atp::AtpTransport::new(atp_config(
                 AtpVariant::Default,
                 o,
             )?)))
         });
-        r.register("atp-aggressive", TransportId::Atp, |o| {
+        r.register("atp-aggressive", TransportId::Atp, |o, _| {
             let cfg = atp_config(AtpVariant::Aggressive, o)?;
             Ok(Box::new(hop_proto::atp::AtpTransport::new(cfg)))
         });
-        r.register("atp-adaptive", TransportId::Atp, |o| {
+        r.register("atp-adaptive", TransportId::Atp, |o, _| {
             let cfg = atp_config(AtpVariant::Adaptive, o)?;
             Ok(Box::new(hop_proto::atp::AtpTransport::new(cfg)))
         });
-        r.register("tcp", TransportId::Tcp, |o| {
+        r.register("tcp", TransportId::Tcp, |o, _| {
             Ok(Box::new(hop_proto::tcp::TcpTransport::new(tcp_config(o)?)))
         });
         r
@@ -62,7 +71,7 @@ impl Registry {
         &mut self,
         name: &str,
         id: TransportId,
-        f: impl Fn(&toml::Table) -> Result<Box<dyn Transport>, String> + 'static,
+        f: impl Fn(&toml::Table, &Link) -> Result<Box<dyn Transport>, String> + 'static,
     ) {
         self.entries.insert(
             name.to_string(),
@@ -81,13 +90,18 @@ impl Registry {
         self.entries.get(name).map(|e| e.id)
     }
 
-    /// Build an instance of `name` with `overrides` applied.
-    pub fn build(&self, name: &str, overrides: &toml::Table) -> Result<Box<dyn Transport>, String> {
+    /// Build an instance of `name` with `overrides` applied, for a node on `link`.
+    pub fn build(
+        &self,
+        name: &str,
+        overrides: &toml::Table,
+        link: &Link,
+    ) -> Result<Box<dyn Transport>, String> {
         let e = self
             .entries
             .get(name)
             .ok_or_else(|| format!("unknown transport; known: {}", self.names().join(", ")))?;
-        (e.factory)(overrides)
+        (e.factory)(overrides, link)
     }
 }
 

@@ -138,12 +138,21 @@ fn control_copies_keep_a_link_losing_thirty_percent_moving() {
     // Every block moves in BSYN/BACK rounds (§3.1) and a lost BSYN or BACK costs the sender a
     // timer's wait; at 30 % loss on a link without retries about half the rounds fail. With
     // `control_copies` each goes twice (three times at this loss) where the next hop reports
-    // our control datagrams lost (control_copies.rs).
-    let off = run(&fast_lossy_hop(0.3));
+    // our control datagrams lost (control_copies.rs). By default (`auto`) they go where the
+    // link does not retry control frames, as here (`retry_limit = 0`).
+    let off = run(&format!(
+        "{}[transports.hop]\ncontrol_copies = false\n",
+        fast_lossy_hop(0.3)
+    ));
     let on = run(&format!(
         "{}[transports.hop]\ncontrol_copies = true\n",
         fast_lossy_hop(0.3)
     ));
+    let auto = run(&fast_lossy_hop(0.3));
+    assert_eq!(
+        auto.flows[0].goodput_bps, on.flows[0].goodput_bps,
+        "`auto` on a link without retries is `true`"
+    );
     assert_complete(&off);
     assert_complete(&on);
     let (g0, g1) = (off.flows[0].goodput_bps, on.flows[0].goodput_bps);
@@ -161,6 +170,43 @@ fn control_copies_keep_a_link_losing_thirty_percent_moving() {
     };
     assert_eq!(copies(&off), 0);
     assert!(copies(&on) > 0);
+}
+
+#[test]
+fn no_control_copies_by_default_where_the_link_retries_control_frames() {
+    // An 802.11 MAC retries BSYNs and BACKs (§4.1): there `auto` sends no copies, however
+    // lossy the link (what the MAC still loses on a mesh is collisions, where copies add
+    // load). Without link retries the same hop gets them.
+    let hop = |retries: u32| {
+        format!(
+            r#"
+name = "auto-copies"
+duration = 300.0
+[medium]
+retry_limit = {retries}
+[topology]
+nodes = 2
+generator = "chain"
+loss = 0.3
+[[flows]]
+src = 0
+dst = 1
+size = "1MB"
+"#
+        )
+    };
+    let sent = |r: &SimResult| -> u64 {
+        r.nodes
+            .iter()
+            .map(|n| n.extra.get("control_copies_sent").copied().unwrap_or(0))
+            .sum()
+    };
+    let with = run(&hop(7));
+    let without = run(&hop(0));
+    assert_complete(&with);
+    assert_complete(&without);
+    assert_eq!(sent(&with), 0);
+    assert!(sent(&without) > 0);
 }
 
 #[test]

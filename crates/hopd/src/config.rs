@@ -119,6 +119,7 @@ struct RawConfig {
     batman_interface: Option<String>,
     #[serde(default)]
     overhear: bool,
+    link_retries: Option<bool>,
     link_status_socket: Option<PathBuf>,
     link_queue_frames: Option<Spanned<u32>>,
     link_control_when_full: Option<Spanned<bool>>,
@@ -221,6 +222,9 @@ pub struct Config {
     /// Read the unicast datagrams neighbours send each other from a packet socket
     /// (CAP_NET_RAW): HxH then uses passive feedback (HxH §3.2) and Hop caches what it hears.
     pub overhear: bool,
+    /// Whether the link retries control frames (an 802.11 MAC does); unset: found from the
+    /// interface at start (linkkind.rs). Decides `[hop] control_copies = "auto"`.
+    pub link_retries: Option<bool>,
     /// A Unix datagram socket on which the link reports its transmit backlog
     /// ([`crate::linkstatus`]); hopd then keeps at most `link_queue_frames` frames queued there.
     pub link_status_socket: Option<PathBuf>,
@@ -770,6 +774,7 @@ impl Config {
             kernel_routes: raw.kernel_routes,
             batman_interface: raw.batman_interface.clone(),
             overhear: raw.overhear,
+            link_retries: raw.link_retries,
             link_status_socket: raw.link_status_socket,
             link_queue_frames,
             link_control_when_full,

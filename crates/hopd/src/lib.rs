@@ -17,6 +17,7 @@ pub mod http;
 pub mod identity;
 pub mod ifaddr;
 pub mod io;
+pub mod linkkind;
 pub mod linkstatus;
 pub mod metrics;
 pub mod mtu;

@@ -19,16 +19,24 @@ pub struct Built {
     pub custody_done: Option<Arc<CustodyDone>>,
 }
 
-/// The Hop parameters of `cfg` (the `[hop]` section as the configuration resolved it).
+/// The Hop parameters of `cfg` (the `[hop]` section as the configuration resolved it), for
+/// this host's link: `control_copies = "auto"` follows whether it retries control frames
+/// ([`link_retries`]).
 pub fn hop_config(cfg: &Config) -> HopConfig {
-    cfg.hop.clone()
+    cfg.hop.clone().for_link(link_retries(cfg).retries)
+}
+
+/// Whether the node's link retries control frames: `link_retries` if the configuration
+/// sets it, else what the interface is (linkkind.rs).
+pub fn link_retries(cfg: &Config) -> crate::linkkind::LinkRetries {
+    crate::linkkind::for_host(cfg.link_retries, cfg.interface.as_deref(), cfg.listen)
 }
 
 /// File bytes the API server gathers before its first hand-over to Hop: a block's worth
 /// (`max_block_bytes`) unless `[hop] first_block_bytes` says otherwise; 0 hands each data
 /// frame over as it arrives. Never more than Hop's largest block.
 pub fn first_block_bytes(cfg: &Config) -> usize {
-    let block = hop_config(cfg).block_bytes();
+    let block = cfg.hop.block_bytes();
     cfg.first_block_bytes.map_or(block, |v| v.min(block))
 }
 
@@ -85,6 +93,13 @@ pub fn build(cfg: &Config) -> std::io::Result<Built> {
                 custody.clone(),
             )?;
             let hc = hop_config(cfg);
+            let link = link_retries(cfg);
+            info!(
+                control_copies = ?hc.control_copies,
+                link_retries = link.retries,
+                "{}",
+                link.reason
+            );
             let (store, progress) = store.with_spool(
                 &cfg.storage_dir.join("incoming"),
                 hc.unfinished_flow_idle_timeout(),
@@ -131,6 +146,36 @@ mod tests {
             "ab".repeat(32)
         );
         Config::parse("t.toml", &text, Path::new("/")).unwrap()
+    }
+
+    #[test]
+    fn control_copies_follow_the_link_unless_the_hop_section_says() {
+        use hop_proto::hop::ControlCopies;
+        let copies = |top: &str, hop: &str| {
+            let text = format!(
+                "node_id = 1\nlisten = \"127.0.0.1:7000\"\n{top}\n[storage]\ndir = \"s\"\n[security]\nmesh_key = \"{}\"\n{hop}",
+                "ab".repeat(32)
+            );
+            hop_config(&Config::parse("t.toml", &text, Path::new("/")).unwrap()).control_copies
+        };
+        assert_eq!(copies("link_retries = true", ""), ControlCopies::Off);
+        assert_eq!(copies("link_retries = false", ""), ControlCopies::On);
+        // Loopback sends every datagram once.
+        assert_eq!(copies("", ""), ControlCopies::On);
+        for top in ["link_retries = true", "link_retries = false", ""] {
+            assert_eq!(
+                copies(top, "[hop]\ncontrol_copies = false\n"),
+                ControlCopies::Off
+            );
+            assert_eq!(
+                copies(top, "[hop]\ncontrol_copies = true\n"),
+                ControlCopies::On
+            );
+            assert_eq!(
+                copies(top, "[hop]\npreset = \"paper\"\n"),
+                ControlCopies::Off
+            );
+        }
     }
 
     #[test]

@@ -84,6 +84,10 @@ class HopDriver(Driver):
             for d, nh in sorted(lab.table[node].items()):
                 lines += ["[[routes]]", f"destination = {self.nid(lab, d)}",
                           f"next_hop = {self.nid(lab, nh)}", ""]
+        # The tap is an 802.11 interface to hopd only through the medium behind it: say whether
+        # that MAC retries BSYNs and BACKs (hopd's control copies follow it, docs/hopd.md).
+        retries = lab.spec.medium.retry_limit > 0
+        lines.insert(4, f"link_retries = {'true' if retries else 'false'}")
         if lab.spec.reports_link_status():
             # Send only while the MAC holds few frames, as a real interface's socket would.
             lines.insert(4, f'link_status_socket = "{lab.link_status_socket(node)}"')

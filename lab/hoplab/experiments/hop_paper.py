@@ -539,11 +539,16 @@ def experiments() -> list[Experiment]:
                    "medium's max-ARQ, as TCP gets, to show what the link retries cost or give."]),
         Experiment(
             "hop-5.1.2", "Goodput vs imposed loss on one hop", "hop", "Hop §5.1.2, Fig. 8(b)",
-            [medium_512(hop()), medium_512(tcp())], build_512, point_name="loss",
+            [medium_512(hop()), medium_512(tcp()),
+             diagnostic(medium_512(hop("hop-nocopies", "Hop without control copies", control_copies=False)))],
+            build_512, point_name="loss",
             full=Scale(reps=1, points=[0.0, 0.2, 0.4, 0.6, 0.8, 0.9], params={"size": "1MB", "cutoff": 30.0}),
             run_seconds=lambda p, x: 30.0 if x >= 0.2 else 12.0,
             notes=["Loss is imposed as frame loss with 802.11 retries off (the paper dropped packets in the "
-                   "driver, after the MAC, so its transport saw the loss rate directly)."]),
+                   "driver, after the MAC, so its transport saw the loss rate directly).",
+                   "With no link retries hopd sends its BSYNs and BACKs twice or three times where the "
+                   "neighbour reports them lost (`control_copies = \"auto\"`, not in the paper); "
+                   "`hop-nocopies` is Hop as the paper ran it, without them."]),
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
             [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), nodup(), ctlfull(), win(),

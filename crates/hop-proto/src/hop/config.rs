@@ -216,18 +216,21 @@ pub struct HopConfig {
     /// whole blocks after it. Off by default. Not in the paper
     /// (docs/design/hop.md#blocks-sized-to-shared-turns).
     pub shared_turn_blocks: bool,
-    /// Control copies, for links without link-layer retries (Ethernet, tunnels): where the
-    /// neighbour it sends to reports 5 % or more of this node's BSYNs and BACKs lost, each
-    /// goes twice, back to back (three times from 17 %; a micro-block's BSYNs, which carry
-    /// its packets, once). A block moves in BSYN/BACK rounds (§3.1) and each lost BSYN or
-    /// BACK costs the sender a timer's wait with nothing sent: over a link that loses a
-    /// share p of its datagrams about 2p of the rounds wait, with two copies about 2p².
-    /// Off by default: the paper's 802.11 MAC retries control frames (§4.1), so what a mesh
-    /// still loses of them is collisions and dead neighbours, where copies add load (the
-    /// simulator's 802.11 meshes moved 20-35 % less with them). The numbers, the loss
-    /// reports and the `echo` that tells a round's BACK from a late one are always on. Not
-    /// in the paper (docs/design/hop.md#control-copies).
-    pub control_copies: bool,
+    /// Control copies, for links without link-layer retries (Ethernet, tunnels, a driver
+    /// that drops after the MAC): where the neighbour it sends to reports 5 % or more of this
+    /// node's BSYNs and BACKs lost, each goes twice, back to back (three times from 17 %; a
+    /// micro-block's BSYNs, which carry its packets, once). A block moves in BSYN/BACK rounds
+    /// (§3.1) and each lost BSYN or BACK costs the sender a timer's wait with nothing sent:
+    /// over a link that loses a share p of its datagrams about 2p of the rounds wait, with
+    /// two copies about 2p². The paper's 802.11 MAC retries control frames (§4.1), so what a
+    /// mesh still loses of them is collisions and dead neighbours, where copies add load (the
+    /// simulator's 802.11 meshes moved 20-35 % less with them). `Auto`, the default, sends
+    /// them where the link does not retry control frames, which the runtime knows and gives
+    /// with [`HopConfig::for_link`] (hopd from its interface, the simulator from its medium);
+    /// unresolved, `Auto` sends none, the paper's assumption. The numbers, the loss reports
+    /// and the `echo` that tells a round's BACK from a late one are always on. Not in the
+    /// paper (docs/design/hop.md#control-copies).
+    pub control_copies: ControlCopies,
     /// Rounds behind their data: a sender that has learnt from its next hop's BACKs that its
     /// BSYNs reach it behind the data sent before them (16 rounds in a row, none overtaken
     /// in 30 s) marks them `BEHIND`; the next hop answers at once instead of waiting for the
@@ -392,7 +395,7 @@ impl Default for HopConfig {
             overlap_block_tails: false,
             block_time: Duration::ZERO,
             shared_turn_blocks: false,
-            control_copies: false,
+            control_copies: ControlCopies::Auto,
             rounds_behind: true,
             backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
             backpressure: true,
@@ -457,6 +460,7 @@ impl HopConfig {
             max_sending_flows: DEFAULT_MAX_FLOWS,
             max_sending_flows_per_destination: DEFAULT_MAX_FLOWS,
             flow_start_hold: Duration::ZERO,
+            control_copies: ControlCopies::Off,
             ..HopConfig::default()
         }
     }
@@ -520,6 +524,82 @@ impl HopConfig {
     pub(crate) fn txop_packets(&self) -> u32 {
         let n = self.txop_bytes.div_ceil(usize::from(self.packet_size()));
         n.clamp(1, u32::MAX as usize) as u32
+    }
+}
+
+impl HopConfig {
+    /// This configuration on a node whose links do (`link_retries`) or do not retry control
+    /// frames at the link layer: [`ControlCopies::Auto`] becomes `On` where they do not
+    /// (copies repair what the link does not) and `Off` where they do (an 802.11 MAC, §4.1).
+    /// An explicit `On` or `Off` stays.
+    pub fn for_link(mut self, link_retries: bool) -> Self {
+        if self.control_copies == ControlCopies::Auto {
+            self.control_copies = if link_retries {
+                ControlCopies::Off
+            } else {
+                ControlCopies::On
+            };
+        }
+        self
+    }
+}
+
+/// Whether BSYNs and BACKs go more than once ([`HopConfig::control_copies`]). In a
+/// configuration file: `true`, `false` or `"auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ControlCopies {
+    /// Never (the paper).
+    Off,
+    /// Where the neighbour reports this node's control datagrams lost.
+    On,
+    /// `On` over links without link-layer retries of control frames, `Off` over links with
+    /// them, as the runtime says ([`HopConfig::for_link`]); `Off` until it says.
+    #[default]
+    Auto,
+}
+
+impl ControlCopies {
+    /// Whether copies are sent (an unresolved `Auto` sends none).
+    pub fn on(self) -> bool {
+        self == ControlCopies::On
+    }
+}
+
+impl Serialize for ControlCopies {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ControlCopies::Off => s.serialize_bool(false),
+            ControlCopies::On => s.serialize_bool(true),
+            ControlCopies::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ControlCopies {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ControlCopies;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ControlCopies, E> {
+                Ok(if v {
+                    ControlCopies::On
+                } else {
+                    ControlCopies::Off
+                })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ControlCopies, E> {
+                match v {
+                    "auto" => Ok(ControlCopies::Auto),
+                    "true" | "on" => Ok(ControlCopies::On),
+                    "false" | "off" => Ok(ControlCopies::Off),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

@@ -85,7 +85,7 @@ impl ControlLink {
     pub(super) fn copies(&self, cfg: &HopConfig, to: NodeId) -> usize {
         let loss = self.peers.get(&to).map_or(0, |p| p.reported_loss);
         match loss {
-            _ if !cfg.control_copies => 1,
+            _ if !cfg.control_copies.on() => 1,
             l if l >= THREE_COPY_LOSS => 3,
             l if l >= COPY_LOSS => 2,
             _ => 1,
@@ -263,7 +263,7 @@ mod tests {
     fn copies_follow_the_neighbours_report_and_the_switch() {
         let mut c = ControlLink::default();
         let cfg = HopConfig {
-            control_copies: true,
+            control_copies: ControlCopies::On,
             ..HopConfig::default()
         };
         assert_eq!(c.copies(&cfg, 4), 1);
@@ -285,6 +285,14 @@ mod tests {
             assert_eq!(c.copies(&cfg, 4), copies, "reported loss {loss}");
         }
         assert_eq!(c.copies(&HopConfig::paper(), 4), 1);
-        assert_eq!(c.copies(&HopConfig::default(), 4), 1, "off by default");
+        assert_eq!(
+            c.copies(&HopConfig::default(), 4),
+            1,
+            "`auto` sends none until the runtime names its link"
+        );
+        assert_eq!(c.copies(&HopConfig::default().for_link(true), 4), 1);
+        assert_eq!(c.copies(&HopConfig::default().for_link(false), 4), 3);
+        assert_eq!(c.copies(&HopConfig::paper().for_link(false), 4), 1);
+        assert_eq!(c.copies(&cfg.clone().for_link(true), 4), 3, "`true` stays");
     }
 }

@@ -157,6 +157,13 @@ pub struct Simulation {
 
 /// The transports every node hosts: each name a flow uses, checked against the registry
 /// (with its overrides) and for wire ids used twice.
+/// What every node knows of its link: whether the medium retries control frames.
+pub(crate) fn link_of(sc: &Scenario) -> crate::transports::Link {
+    crate::transports::Link {
+        control_retries: sc.medium.retry_limit > 0,
+    }
+}
+
 fn hosted_transports(sc: &Scenario, registry: &Registry) -> Result<Vec<String>, ScenarioError> {
     // Transports: every name used by a flow, each instantiable with its overrides.
     let mut hosted: Vec<String> = Vec::new();
@@ -195,7 +202,7 @@ fn hosted_transports(sc: &Scenario, registry: &Registry) -> Result<Vec<String>, 
         }
         let o = sc.transports.get(name).unwrap_or(&empty);
         registry
-            .build(name, o)
+            .build(name, o, &link_of(sc))
             .map_err(|reason| ScenarioError::Transport {
                 name: name.clone(),
                 reason,

@@ -98,7 +98,7 @@ impl Simulation {
             let o = self.sc.transports.get(name).unwrap_or(&empty);
             let t = self
                 .registry
-                .build(name, o)
+                .build(name, o, &super::link_of(&self.sc))
                 .map_err(|reason| ScenarioError::Transport {
                     name: name.clone(),
                     reason,

@@ -58,7 +58,7 @@ impl Probe {
 /// Registry with the probe under "probe" (`control = true` sends chunks as Class::Control).
 pub fn registry() -> Registry {
     let mut r = Registry::empty();
-    r.register("probe", TransportId::Hop, |o| {
+    r.register("probe", TransportId::Hop, |o, _| {
         let mut ov = Overrides::new(o);
         let mut control = false;
         ov.bool("control", &mut control)?;

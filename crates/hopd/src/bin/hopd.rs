@@ -87,7 +87,7 @@ fn main() -> ExitCode {
 fn tune_allocator(cfg: &Config) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        let block = hopd::transport::hop_config(cfg).max_block_bytes;
+        let block = cfg.hop.max_block_bytes;
         let mmap = (2 * block).max(4 << 20).min(i32::MAX as usize) as libc::c_int;
         let trim = cfg.max_memory_bytes.min(i32::MAX as u64) as libc::c_int;
         // SAFETY: mallopt only sets allocator parameters; called before any other thread.

@@ -104,8 +104,7 @@ impl Daemon {
                         // answers late retransmissions with the end-to-end BACK, and a flow
                         // resuming this one is known for a duplicate, resume.rs) as long as a
                         // source may still be trying.
-                        let idle =
-                            crate::transport::hop_config(&self.cfg).unfinished_flow_idle_timeout();
+                        let idle = self.cfg.hop.unfinished_flow_idle_timeout();
                         self.spool.prune_finished(idle);
                     }
                     self.offer(entry);

@@ -298,8 +298,7 @@ impl Daemon {
             let resume = earlier
                 .filter(|_| self.transport_id == TransportId::Hop)
                 .map(|old| {
-                    let give_up =
-                        crate::transport::hop_config(&self.cfg).unfinished_flow_idle_timeout();
+                    let give_up = self.cfg.hop.unfinished_flow_idle_timeout();
                     let stale = unix_now().saturating_sub(rec.progress_unix) > give_up.as_secs();
                     let h = rec.header_len();
                     let at = if stale {

@@ -92,6 +92,7 @@ impl Daemon {
         differs("listen", &old.listen, &new.listen, n);
         differs("interface", &old.interface, &new.interface, n);
         differs("link_mode", &old.link_mode, &new.link_mode, n);
+        differs("link_retries", &old.link_retries, &new.link_retries, n);
         differs("transport", &old.transport, &new.transport, n);
         differs(
             "broadcast_address",

@@ -89,3 +89,35 @@ fn a_table_with_an_unknown_key_a_bad_duration_or_preset_is_refused() {
         Err(HopConfigError::Preset(_))
     ));
 }
+
+#[test]
+fn control_copies_read_true_false_or_auto_and_auto_follows_the_link() {
+    let read = |text: &str| HopConfig::from_toml(&toml::from_str(text).unwrap());
+    assert_eq!(HopConfig::default().control_copies, ControlCopies::Auto);
+    assert_eq!(HopConfig::paper().control_copies, ControlCopies::Off);
+    for (text, want) in [
+        ("control_copies = true", ControlCopies::On),
+        ("control_copies = false", ControlCopies::Off),
+        ("control_copies = \"auto\"", ControlCopies::Auto),
+    ] {
+        assert_eq!(read(text).unwrap().control_copies, want, "{text}");
+    }
+    assert!(matches!(
+        read("control_copies = \"twice\""),
+        Err(HopConfigError::Value { key, .. }) if key == "control_copies"
+    ));
+    // `auto` is resolved by what the runtime knows of its link; the paper's preset stays off.
+    let without = HopConfig::default().for_link(false);
+    assert_eq!(without.control_copies, ControlCopies::On);
+    assert_eq!(
+        HopConfig::default().for_link(true).control_copies,
+        ControlCopies::Off
+    );
+    assert_eq!(
+        HopConfig::paper().for_link(false).control_copies,
+        ControlCopies::Off
+    );
+    // A resolved configuration reads back as it was written.
+    let written = toml::Table::try_from(without.clone()).unwrap();
+    assert_eq!(HopConfig::from_toml(&written).unwrap(), without);
+}

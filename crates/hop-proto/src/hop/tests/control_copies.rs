@@ -5,7 +5,7 @@ use super::*;
 
 fn copies_cfg() -> HopConfig {
     HopConfig {
-        control_copies: true,
+        control_copies: ControlCopies::On,
         ..small_cfg()
     }
 }
