@@ -79,7 +79,7 @@ pub fn decide(
         if w {
             "802.11"
         } else {
-            "without 802.11 below it"
+            "not 802.11"
         }
     };
     if let Some(retries) = given {

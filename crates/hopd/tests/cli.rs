@@ -211,3 +211,24 @@ fn the_packaged_template_configuration_checks_out() {
         "{out}"
     );
 }
+
+/// `hop status` says whether hopd takes its link to retry control frames, why, and whether
+/// Hop's BSYNs and BACKs therefore go more than once where they are lost (`control_copies =
+/// "auto"`): over loopback, which sends every datagram once, they do; a configuration that
+/// says the link retries (an 802.11 radio behind an Ethernet bridge) turns them off.
+#[test]
+fn status_says_whether_the_link_retries_control_frames() {
+    let work = tempfile::tempdir().unwrap();
+    let lo = loopback_chain(1, &work.path().join("lo"), "");
+    let st = lo[0].status();
+    assert_eq!(st["link"]["retries"], false, "{st}");
+    assert_eq!(st["link"]["control_copies"], true, "{st}");
+    assert!(
+        st["link"]["reason"].as_str().unwrap_or("").contains("lo"),
+        "{st}"
+    );
+    let radio = loopback_chain(1, &work.path().join("radio"), "link_retries = true");
+    let st = radio[0].status();
+    assert_eq!(st["link"]["retries"], true, "{st}");
+    assert_eq!(st["link"]["control_copies"], false, "{st}");
+}

@@ -117,6 +117,9 @@ pub struct Daemon {
     /// batman-adv's originator table as last read, and the next hops it gives (batman.rs).
     batman_raw: Vec<crate::batman::Originator>,
     batman_routes: BTreeMap<NodeId, NodeId>,
+    /// Whether the link retries control frames, and why hopd thinks so (linkkind.rs): what
+    /// Hop's `control_copies = "auto"` followed. Hop only.
+    link_retries: Option<crate::linkkind::LinkRetries>,
     last_heard: HashMap<NodeId, std::time::Instant>,
     /// Receive buffers; taken out while their datagrams are handled.
     rx: Option<Box<crate::io::RxBatch>>,
@@ -312,6 +315,8 @@ impl Daemon {
             kernel_raw: Vec::new(),
             batman_raw: Vec::new(),
             batman_routes: BTreeMap::new(),
+            link_retries: (cfg.transport == crate::config::TransportKind::Hop)
+                .then(|| crate::transport::link_retries(&cfg)),
             last_heard: HashMap::new(),
             rx: Some(Box::new(crate::io::RxBatch::new())),
             txq: crate::io::TxQueue::new(true),

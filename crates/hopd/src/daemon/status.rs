@@ -117,6 +117,13 @@ impl Daemon {
             "spool": self.spool_json(),
             "counters": self.counters,
             "link_status": self.link.as_ref().map(|l| l.backlog.counters),
+            // Hop: whether the link retries control frames, why hopd thinks so, and whether
+            // BSYNs and BACKs go more than once where they are lost (`control_copies`).
+            "link": self.link_retries.as_ref().map(|l| serde_json::json!({
+                "retries": l.retries,
+                "reason": l.reason,
+                "control_copies": self.cfg.hop.clone().for_link(l.retries).control_copies.on(),
+            })),
             "node": stats,
         })
     }
