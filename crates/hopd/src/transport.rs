@@ -92,8 +92,8 @@ pub fn build(cfg: &Config) -> std::io::Result<Built> {
                 cfg.max_disk_bytes,
                 custody.clone(),
             )?;
-            let hc = hop_config(cfg);
             let link = link_retries(cfg);
+            let hc = cfg.hop.clone().for_link(link.retries);
             info!(
                 control_copies = ?hc.control_copies,
                 link_retries = link.retries,

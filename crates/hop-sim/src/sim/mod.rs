@@ -155,8 +155,6 @@ pub struct Simulation {
     max_delay: u64,
 }
 
-/// The transports every node hosts: each name a flow uses, checked against the registry
-/// (with its overrides) and for wire ids used twice.
 /// What every node knows of its link: whether the medium retries control frames.
 pub(crate) fn link_of(sc: &Scenario) -> crate::transports::Link {
     crate::transports::Link {
@@ -164,6 +162,8 @@ pub(crate) fn link_of(sc: &Scenario) -> crate::transports::Link {
     }
 }
 
+/// The transports every node hosts: each name a flow uses, checked against the registry
+/// (with its overrides) and for wire ids used twice.
 fn hosted_transports(sc: &Scenario, registry: &Registry) -> Result<Vec<String>, ScenarioError> {
     // Transports: every name used by a flow, each instantiable with its overrides.
     let mut hosted: Vec<String> = Vec::new();
