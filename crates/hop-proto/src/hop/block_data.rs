@@ -19,8 +19,10 @@ pub(super) enum BlockData {
     /// Nothing stored yet (a block known from its BSYN alone): no memory.
     #[default]
     Empty,
-    /// One buffer of the block's length: a source's block, a restored one, or packets
-    /// copied in as they came.
+    /// One buffer: a source's block, a restored one, or packets copied in as they came. A
+    /// buffer being filled is only as long as the furthest packet stored so far (bytes
+    /// before it that were not received read as zeros); [`BlockData::whole`] brings it to
+    /// the block's length.
     Whole(Vec<u8>),
     /// Each packet held as a slice of the shared datagram it arrived in.
     Packets(Vec<Option<Bytes>>),
@@ -49,11 +51,23 @@ impl BlockData {
         if matches!(self, BlockData::Empty) {
             *self = match shared {
                 Some(_) => BlockData::Packets(vec![None; geom.packets() as usize]),
-                None => BlockData::Whole(vec![0; geom.block_len as usize]),
+                None => BlockData::Whole(Vec::with_capacity(geom.block_len as usize)),
             };
         }
         match self {
-            BlockData::Whole(v) => v[range].copy_from_slice(payload),
+            // Packets mostly come in order: each one extends the buffer, and only a gap
+            // left by a lost packet is filled with zeros, so a received block's bytes are
+            // written once rather than zeroed first (a relay's CPU per packet).
+            BlockData::Whole(v) => {
+                if v.len() < range.end {
+                    v.resize(range.start.max(v.len()), 0);
+                    let overlap = v.len() - range.start;
+                    v[range.start..].copy_from_slice(&payload[..overlap]);
+                    v.extend_from_slice(&payload[overlap..]);
+                } else {
+                    v[range].copy_from_slice(payload)
+                }
+            }
             BlockData::Packets(p) => {
                 let bytes = match shared {
                     Some(d) => d.slice_ref(payload),
@@ -94,7 +108,8 @@ impl BlockData {
                 *self = BlockData::Whole(v);
             }
             BlockData::Empty => *self = BlockData::Whole(vec![0; geom.block_len as usize]),
-            BlockData::Whole(_) | BlockData::Shared(_) => {}
+            BlockData::Whole(v) => v.resize((geom.block_len as usize).max(v.len()), 0),
+            BlockData::Shared(_) => {}
         }
         match self {
             BlockData::Whole(v) => v,
@@ -176,6 +191,25 @@ mod tests {
         d.store(&g, 0, 0..4, b"abcd", None);
         d.store(&g, 2, 8..10, b"ij", None);
         assert_eq!(d.whole(&g), b"abcdefghij");
+    }
+
+    #[test]
+    fn a_copied_block_grows_with_its_packets_and_a_gap_reads_as_zeros() {
+        let g = geom();
+        let mut d = BlockData::default();
+        d.store(&g, 2, 8..10, b"ij", None);
+        // Packets 0 and 1 are not held: nothing to read for them yet.
+        assert_eq!(d.packet(2, 8..10), b"ij");
+        assert_eq!(d.packet(0, 0..4), b"\0\0\0\0");
+        d.store(&g, 0, 0..4, b"abcd", None);
+        assert_eq!(d.whole(&g), b"abcd\0\0\0\0ij");
+        d.store(&g, 1, 4..8, b"efgh", None);
+        assert_eq!(d.whole(&g), b"abcdefghij");
+        // Only the first packet held: the whole block still has the block's length.
+        let mut e = BlockData::default();
+        e.store(&g, 0, 0..4, b"abcd", None);
+        assert_eq!(e.packet(1, 4..8), b"");
+        assert_eq!(e.whole(&g), b"abcd\0\0\0\0\0\0");
     }
 
     #[test]

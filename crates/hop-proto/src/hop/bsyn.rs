@@ -134,12 +134,16 @@ impl HopTransport {
         // next round's packets are still on the link.
         let half_round = sending && rounds && self.round_half_done(key, n);
         // Of this transfer's packets, those still queued here (what its BACK would take
-        // out of a full window).
-        let in_flight = self
-            .flows
-            .get(&key)
-            .and_then(|f| f.outs.get(&n))
-            .map_or(0, |x| self.queued(x));
+        // out of a full window); counted only when the window is full, the one case that
+        // asks, since the count walks the round (a cost per packet handed over).
+        let in_flight = if window_full {
+            self.flows
+                .get(&key)
+                .and_then(|f| f.outs.get(&n))
+                .map_or(0, |x| self.queued(x))
+        } else {
+            0
+        };
         let loss_age = tail_age(
             self.link_queue.delivery_delay,
             self.link_queue.tail_ext,
