@@ -239,8 +239,15 @@ pub async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> std::io::Result<O
             format!("frame of {len} bytes exceeds {MAX_FRAME}"),
         ));
     }
-    let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf).await?;
+    // Read into spare capacity: a data frame (up to MAX_FRAME) is not zeroed first.
+    let mut buf = Vec::with_capacity(len);
+    (&mut *r).take(len as u64).read_to_end(&mut buf).await?;
+    if buf.len() < len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("frame ended after {} of {len} bytes", buf.len()),
+        ));
+    }
     Ok(Some(buf))
 }
 

@@ -163,11 +163,15 @@ impl Daemon {
                         );
                     }
                 }
-                self.last_heard.insert(src, std::time::Instant::now());
+                // One clock read per datagram serves both.
+                let wall = std::time::Instant::now();
+                self.last_heard.insert(src, wall);
                 let e = self.rx_by_peer.entry(src).or_default();
                 e.0 += 1;
                 e.1 += n as u64;
-                let now = Instant::from_nanos(self.clock.elapsed().as_nanos() as u64);
+                let now = Instant::from_nanos(
+                    wall.saturating_duration_since(self.clock).as_nanos() as u64,
+                );
                 if let Err(e) = self.node.handle_datagram(now, dg) {
                     self.counters.rx_rejected += 1;
                     if let hop_proto::RecvError::Wire(hop_wire::Error::UnsupportedVersion(v)) = e {
