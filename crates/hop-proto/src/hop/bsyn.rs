@@ -53,8 +53,7 @@ impl HopTransport {
             // A round's first BSYN: what it names and whether it goes behind its data
             // (rounds_behind.rs); the repeats say the same.
             x.round_end = if x.micro { None } else { round_end_of(x) };
-            x.round_behind =
-                x.round_end.is_some() && self.round_order.behind(&self.cfg, next_hop, now);
+            x.round_behind = x.round_end.is_some() && self.round_order.behind(&self.cfg, next_hop);
             x.round_handed = self.link_queue.handed;
             x.round_queued = queued > 0;
             if x.round_behind {

@@ -232,12 +232,12 @@ pub struct HopConfig {
     /// paper (docs/design/hop.md#control-copies).
     pub control_copies: ControlCopies,
     /// Rounds behind their data: a sender that has learnt from its next hop's BACKs that its
-    /// BSYNs reach it behind the data sent before them (16 rounds in a row, none overtaken
-    /// in 30 s) marks them `BEHIND`; the next hop answers at once instead of waiting for the
-    /// data to pause (`back_quiet`), and the sender takes what the BACK lacks of the round
-    /// as lost instead of waiting a loss age. On 802.11, where the BSYN travels in the voice
-    /// queue and overtakes the data (§3.6), the BSYNs are never so marked. Not in the paper
-    /// (docs/design/hop.md#rounds-behind-their-data).
+    /// BSYNs reach it behind the data sent before them (16 rounds, each overtaken round
+    /// owing 16 more) marks them `BEHIND`; the next hop answers at once instead of waiting
+    /// for the data to pause (`back_quiet`), and the sender takes what the BACK lacks of the
+    /// round as lost instead of waiting a loss age. On 802.11, where the BSYN travels in the
+    /// voice queue and overtakes the data (§3.6), the BSYNs are seldom so marked. Not in the
+    /// paper (docs/design/hop.md#rounds-behind-their-data).
     pub rounds_behind: bool,
     /// H: complete blocks per flow held and not yet moved downstream (§3.3).
     pub backpressure_limit: usize,

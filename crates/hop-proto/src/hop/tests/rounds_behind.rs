@@ -79,7 +79,7 @@ fn bsyn_behind(out: &[Outgoing]) -> Vec<bool> {
 fn learnt_source_round(cfg: HopConfig) -> (Harness, Vec<Outgoing>) {
     source_round_with(cfg, |t| {
         for _ in 0..BEHIND_STREAK {
-            t.round_order.learn(2, Instant::ZERO, true, false);
+            t.round_order.learn(2, true, false);
         }
     })
 }
@@ -108,7 +108,7 @@ fn a_sender_that_has_learnt_its_order_marks_its_bsyns_and_takes_the_missing_tail
     }
     h.recv(2, &back);
     h.drain();
-    assert!(!h.t.round_order.behind(&h.t.cfg, 2, h.now));
+    assert!(!h.t.round_order.behind(&h.t.cfg, 2));
 }
 
 #[test]
