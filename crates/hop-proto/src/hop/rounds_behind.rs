@@ -89,15 +89,20 @@ pub(super) fn round_end_of(x: &Transfer) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// `rounds` rounds to next hop 2 that came behind their end.
+    fn in_order(o: &mut RoundOrder, rounds: u32) {
+        for _ in 0..rounds {
+            o.learn(2, true, false);
+        }
+    }
+
     #[test]
     fn a_link_is_trusted_after_a_streak_and_a_rare_overtaking_costs_a_streak() {
         let cfg = HopConfig::default();
         let mut o = RoundOrder::default();
-        for _ in 0..BEHIND_STREAK - 1 {
-            o.learn(2, true, false);
-        }
+        in_order(&mut o, BEHIND_STREAK - 1);
         assert!(!o.behind(&cfg, 2));
-        o.learn(2, true, false);
+        in_order(&mut o, 1);
         assert!(o.behind(&cfg, 2));
         assert!(!o.behind(&cfg, 3), "per next hop");
         // A round without news (the end was lost) changes nothing.
@@ -140,11 +145,9 @@ mod tests {
         for _ in 0..1000 {
             o.learn(2, false, true);
         }
-        for _ in 0..MAX_DEBT - 1 {
-            o.learn(2, true, false);
-        }
+        in_order(&mut o, MAX_DEBT - 1);
         assert!(!o.behind(&cfg, 2));
-        o.learn(2, true, false);
+        in_order(&mut o, 1);
         assert!(o.behind(&cfg, 2));
     }
 }
