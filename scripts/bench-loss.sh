@@ -17,8 +17,10 @@
 #
 # Environment: HOPD_BIN_DIR=dir uses prebuilt hopd and hop from dir (no build);
 # HOP_PARAMS='key = value' adds lines to every node's [hop] section; REPEATS=n runs each
-# cell n times (default 1); SKIP_TCP=1 runs hopd alone (to compare hopd settings). Needs root, iproute2, nftables, iperf3, python3, bc. Every
-# namespace is deleted on exit.
+# cell n times (default 1); SKIP_TCP=1 runs hopd alone (to compare hopd settings);
+# COUNTERS="name ..." prints those Hop counters of every node after each hopd run (the names
+# of `hop --json status`, e.g. "bsyn_behind rounds_overtaken bsyn_repeat time_round_ms").
+# Needs root, iproute2, nftables, iperf3, python3, bc. Every namespace is deleted on exit.
 set -euo pipefail
 
 SIZE_MB=${1:-100}
@@ -94,6 +96,16 @@ hopd_run() { # hopd_run N -> "Mbit/s" or "> T s (x MiB)"
         out=$(echo "$SIZE_MB * 8 * 1.048576 / ($s1 - $s0)" | bc -l | xargs printf '%.1f')
     else
         out="> ${TIMEOUT_S} s"
+    fi
+    if [ -n "${COUNTERS:-}" ]; then
+        for ((i = 1; i <= n; i++)); do
+            "$HOP" --socket "$WORK/c$n/n$i/hopd.sock" --json status 2>/dev/null |
+                python3 -c 'import json, sys
+v = json.load(sys.stdin)
+for name, st in v["node"]["transports"]:
+    e = st.get("extra", {})
+    print("  node %s %s: %s" % (sys.argv[1], name, " ".join("%s=%s" % (k, e.get(k, 0)) for k in sys.argv[2].split())))' "$i" "$COUNTERS" >&2 || true
+        done
     fi
     for p in "${hp[@]}"; do kill "$p" 2>/dev/null || true; done
     sleep 0.3
