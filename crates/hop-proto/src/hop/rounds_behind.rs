@@ -20,9 +20,9 @@
 //! no debt it marks its BSYNs `BEHIND`. So a link whose BSYNs overtake their data in more
 //! than one round in 17 (802.11's voice queue, §3.6, does in most rounds with a backlog) is
 //! never trusted, while one that reorders a rare round (a wired link, a tunnel or a veth on
-//! a busy host) costs 16 rounds unmarked each time, not the rest of the transfer: at 30 % loss an unmarked round whose end was lost waits for the
-//! data to pause and then a loss age, a marked one that overtakes costs the packets queued
-//! behind it, sent again.
+//! a busy host) costs 16 rounds unmarked each time, not the rest of the transfer: at 30 %
+//! loss an unmarked round whose end was lost waits for the data to pause and then a loss
+//! age, a marked one that overtakes costs the packets queued behind it, sent again.
 
 use super::*;
 
