@@ -272,7 +272,8 @@ pub struct HopConfig {
     /// finishes the flow does not pass within `fin_probe_after`, then after twice as long
     /// each time, up to this many times (see [`DEFAULT_FIN_PROBES`]). That BACK is the one
     /// end-to-end BACK no later one covers; lost, it costs the source its virtual
-    /// retransmission timeout (60 s for a one-block flow). 0: not asked (the paper).
+    /// retransmission timeout (60 s for a one-block flow); where control copies are on, each
+    /// node also sends it as often as a BSYN. 0: not asked (the paper).
     pub fin_probes: u8,
     /// See [`DEFAULT_FIN_PROBE_AFTER`].
     #[serde(with = "humantime_serde")]
@@ -284,8 +285,10 @@ pub struct HopConfig {
     #[serde(with = "humantime_serde")]
     pub bsyn_max_backoff: Duration,
     /// The BSYN timer follows the measured BSYN-to-BACK round trip of each next hop (smoothed
-    /// as TCP's RTO, RFC 6298 §2, sampled only from BSYNs answered at the first try, Karn's
-    /// rule; `bsyn_timeout` until the first sample, never below `bsyn_min_timeout`), and
+    /// as TCP's RTO, RFC 6298 §2, sampled from BSYNs answered at the first try and from
+    /// repeats whose BACK echoes their number; `bsyn_timeout` until the first sample, the
+    /// floor when none of this node's data is queued on the link, never below
+    /// `bsyn_min_timeout`), and
     /// grows linearly per unanswered BSYN up to `bsyn_max_backoff`. A lost BSYN or BACK then
     /// costs about one round trip, which keeps Hop working on links that lose a large share
     /// of all frames, control included (§5.1.2: "operational until the loss rate is about

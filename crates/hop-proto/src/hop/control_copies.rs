@@ -154,12 +154,29 @@ impl HopTransport {
             Some(Ok(MsgType::Bsyn | MsgType::Back))
         );
         if !numbered {
-            self.control.push_back(Outgoing {
-                next_hop,
-                class: Class::Control,
-                body,
-                head: 0,
-            });
+            // The end-to-end BACK that finishes a flow goes as often as a BSYN would: no later
+            // one covers its loss (fin_probe.rs), and each relay passes it on once. A copy that
+            // is passed on is not copied again.
+            let flags = body.get(1).copied().unwrap_or(0);
+            let copies = match body.first().map(|t| MsgType::from_u8(*t)) {
+                Some(Ok(MsgType::E2eBack)) if flags & (FLAG_FIN | FLAG_COPY) == FLAG_FIN => {
+                    self.control_link.copies(&self.cfg, next_hop)
+                }
+                _ => 1,
+            };
+            for i in 0..copies {
+                let mut b = body.clone();
+                if i > 0 {
+                    b[1] |= FLAG_COPY;
+                    bump(&mut self.stats.extra, "control_copies_sent");
+                }
+                self.control.push_back(Outgoing {
+                    next_hop,
+                    class: Class::Control,
+                    body: b,
+                    head: 0,
+                });
+            }
             return 0;
         }
         let ctl = self.control_link.stamp(next_hop);

@@ -93,6 +93,10 @@ impl HopTransport {
             }
             return;
         };
+        if fin && h.flags & FLAG_COPY != 0 && f.e2e_fin {
+            // A copy of the end-to-end BACK this relay already passed on (control_copies.rs).
+            return;
+        }
         f.last_activity = now;
         // Round-trip time of the block (§3.2: the most recent block RTT is the timeout).
         if let Role::Source(s) = &mut f.role {
@@ -158,7 +162,10 @@ impl HopTransport {
                 self.finished_flows.push_back(key);
             }
             f.e2e_cum = f.e2e_cum.max(cum);
-            self.forward_e2e(ctx, h, cum);
+            // Passed on as this relay's own, copied where its next hop loses control.
+            let mut own = *h;
+            own.flags &= !FLAG_COPY;
+            self.forward_e2e(ctx, &own, cum);
             self.service_waiting(ctx);
             self.pump_flow(ctx, key);
         }

@@ -126,3 +126,62 @@ fn a_receiver_answers_once_per_bsyn_and_reports_the_numbers_it_missed() {
     assert!((0.39..=0.63).contains(&loss.from), "{loss:?}");
     assert_eq!(loss.to, 0.0);
 }
+
+/// The flags of the end-to-end BACKs to `to` in `out`.
+fn e2e_flags_to(out: &[Outgoing], to: NodeId) -> Vec<u8> {
+    out.iter()
+        .filter(|o| o.next_hop == to)
+        .filter_map(|o| match HopMessage::parse(o.message()).ok()? {
+            HopMessage {
+                header,
+                body: HopBody::E2eBack { .. },
+            } => Some(header.flags),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_end_to_end_back_that_finishes_a_flow_goes_as_often_as_a_bsyn_and_is_passed_on_once() {
+    for (loss, copies) in [(0, 1), (60, 3)] {
+        // Relay 2 between source 1 and destination 3 holds the flow's last block; node 1
+        // reports `loss` of node 2's control datagrams lost.
+        let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(copies_cfg()));
+        feed_block_flags(&mut h, 0, FLAG_FIN, &[7u8; 250]);
+        h.recv(1, &with_ctl(bsyn_msg(hdr(0, FLAG_FIN), 250), 1, 0, loss));
+        h.drain();
+        let fin_back = |flags| HopMessage {
+            header: hdr(0, flags),
+            body: HopBody::E2eBack { cum_blocks: 1 },
+        };
+        // The destination's end-to-end BACK: passed on `copies` times, the copies marked.
+        h.recv(3, &fin_back(FLAG_FIN));
+        let sent = e2e_flags_to(&h.drain(), 1);
+        assert_eq!(sent.len(), copies, "reported loss {loss}: {sent:?}");
+        for (i, f) in sent.iter().enumerate() {
+            assert_eq!(f & FLAG_COPY != 0, i > 0, "only the copies say so");
+            assert_ne!(f & FLAG_FIN, 0);
+        }
+        // Its copies from the destination are not passed on again.
+        h.recv(3, &fin_back(FLAG_FIN | FLAG_COPY));
+        assert!(e2e_flags_to(&h.drain(), 1).is_empty());
+        // The destination sending it again (asked by a probe) is passed on again.
+        h.recv(3, &fin_back(FLAG_FIN));
+        assert_eq!(e2e_flags_to(&h.drain(), 1).len(), copies);
+    }
+    // A copy that arrives where the original was lost stands for it, copied again.
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(copies_cfg()));
+    feed_block_flags(&mut h, 0, FLAG_FIN, &[7u8; 250]);
+    h.recv(1, &with_ctl(bsyn_msg(hdr(0, FLAG_FIN), 250), 1, 0, 60));
+    h.drain();
+    h.recv(
+        3,
+        &HopMessage {
+            header: hdr(0, FLAG_FIN | FLAG_COPY),
+            body: HopBody::E2eBack { cum_blocks: 1 },
+        },
+    );
+    let sent = e2e_flags_to(&h.drain(), 1);
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(sent[0] & FLAG_COPY, 0, "passed on as the relay's own");
+}
