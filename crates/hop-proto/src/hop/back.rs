@@ -75,17 +75,11 @@ impl HopTransport {
                 s.last_progress = now;
             }
         }
-        // Only the answer to a BSYN sent once gives a delivery-delay sample (Karn's rule):
-        // the answer to a repeat came a timer's wait after the first BSYN, and the packets it
-        // reports had arrived long before it.
+        // Only the answer to a BSYN sent once gives samples (Karn's rule): the answer to a
+        // repeat came a timer's wait after the first BSYN, and the packets it reports had
+        // arrived long before it.
         let sample = x.attempts == 1 && answer;
-        // A round trip needs no Karn's rule where the BACK names what it follows, as TCP's
-        // timestamps do (RFC 7323 §4): a BACK echoing the latest BSYN's number (or a later
-        // one) left the next hop after that BSYN arrived, and a repeat asks for an answer at
-        // once. Without it a link that loses most rounds' first BSYN or BACK would never be
-        // sampled and every round would wait `bsyn_timeout`.
-        let echoed = echo != 0 && x.bsyn_seq != 0 && seq_at_or_after(echo, x.bsyn_seq);
-        if answer && (sample || echoed) {
+        if sample {
             // A round-trip sample.
             let r = now.saturating_duration_since(x.bsyn_at);
             let e = RttEstimate::update(self.bsyn_rtt.get(&from).copied(), r);

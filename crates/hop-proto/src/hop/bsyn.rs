@@ -110,9 +110,8 @@ impl HopTransport {
                 first_seq = seq;
             }
         }
-        if let Some(x) = self.flows.get_mut(&key).and_then(|f| f.outs.get_mut(&n)) {
-            x.bsyn_seq = first_seq;
-            if !repeat {
+        if !repeat {
+            if let Some(x) = self.flows.get_mut(&key).and_then(|f| f.outs.get_mut(&n)) {
                 x.round_seq = first_seq;
             }
         }

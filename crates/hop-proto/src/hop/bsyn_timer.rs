@@ -73,7 +73,8 @@ pub(super) fn bsyn_wait(
         // the floor covers the BACK: a micro-block's packets ride on its BSYNs, in the control
         // class, and the next hop answers the last one at once (no BACK deferral); a block's
         // first BSYN on an idle link asks for an answer at once too. Without samples (a next
-        // hop this node has not sent to, or whose answers all went lost) a wait of
+        // hop this node has not sent to, or whose first tries all went unanswered, Karn's
+        // rule) a wait of
         // `bsyn_timeout` per round would dominate a small file's delay next to a hidden
         // sender (docs/design/hop.md#36-micro-blocks) and the start of a flow over a lossy
         // link.

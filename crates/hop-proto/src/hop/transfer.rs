@@ -58,9 +58,6 @@ pub(super) struct Transfer {
     /// Number of the first BSYN of the current round (control_copies.rs): a BACK that
     /// heard none of the round's BSYNs (`echo` before it) answers an earlier round.
     pub(super) round_seq: u16,
-    /// Number of the latest BSYN sent (its first copy; a repeat's too): a BACK that echoes
-    /// it or a later number left the next hop after that BSYN arrived (back.rs).
-    pub(super) bsyn_seq: u16,
     /// The round's BSYN (rounds_behind.rs): the round end it named, whether it was marked
     /// `BEHIND`, and this node's data handed to the link by then.
     pub(super) round_end: Option<u32>,
@@ -101,7 +98,6 @@ impl HopTransport {
             attempts: 0,
             cursor: 0,
             round_seq: 0,
-            bsyn_seq: 0,
             round_end: None,
             round_behind: false,
             round_handed: 0,

@@ -48,39 +48,3 @@ fn a_blocks_first_bsyn_on_an_idle_link_waits_the_floor_not_the_initial_timeout()
     // With data of the node queued ahead, the first BSYN before any sample waits
     // `bsyn_timeout`, which covers that data's drain (tests/micro.rs: `bsyn_wait`).
 }
-
-#[test]
-fn a_repeat_whose_back_echoes_it_gives_a_round_trip_sample() {
-    let ms = Duration::from_millis;
-    for (echo_repeat, sampled) in [(true, true), (false, false)] {
-        let (mut h, out) = source_round(small_cfg());
-        let first = bsyns(&out)[0].0;
-        // The round's BSYN (or its BACK) is lost: the timer sends a repeat.
-        h.now = h.t.poll_timeout().unwrap();
-        h.with(|t, ctx| t.handle_timeout(ctx));
-        let repeat = bsyns(&h.drain());
-        assert_eq!(repeat.len(), 1);
-        assert_eq!(repeat[0].1, 0, "a repeat asks for an answer at once");
-        h.now += ms(3);
-        // Its answer names the repeat (or, not sampled, only the round's first BSYN: that
-        // BACK may have waited a timer's length at the next hop or on the way).
-        let echo = if echo_repeat { repeat[0].0 } else { first };
-        let mut back = source_back(&[0xff, 0x03]);
-        if let HopBody::Back { ctl, .. } = &mut back.body {
-            *ctl = ControlSeq {
-                seq: 1,
-                echo,
-                loss: 0,
-            };
-        }
-        // The block's first BSYN, answered at once, gave the first sample (0).
-        let before = h.t.bsyn_rtt.get(&2).map(|e| e.srtt);
-        assert_eq!(before, Some(Duration::ZERO));
-        h.recv(2, &back);
-        let after = h.t.bsyn_rtt.get(&2).map(|e| e.srtt);
-        let want = if sampled { ms(3) / 8 } else { Duration::ZERO };
-        assert_eq!(after, Some(want), "echo {echo}");
-        // The delivery delay keeps Karn's rule: the packets reported arrived long before.
-        assert_eq!(h.t.link_queue.delivery_delay, None);
-    }
-}
