@@ -33,9 +33,6 @@ impl HopTransport {
             .and_then(|f| f.outs.get(&n))
             .filter(|x| x.attempts == 0)
             .map_or(0, |x| self.queued(x));
-        // No data of this node queued on the link (counted only while the next hop has no
-        // round-trip sample, the one case the BSYN timer reads it).
-        let idle_link = !self.bsyn_rtt.contains_key(&next_hop) && self.in_flight_total() == 0;
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
@@ -71,7 +68,7 @@ impl HopTransport {
             self.bsyn_rtt.get(&next_hop),
             self.link_queue.delivery_delay,
             x.attempts,
-            x.micro || idle_link,
+            x.micro,
         );
         // Up to 25 % jitter so senders withheld by the same receiver, or hidden from each
         // other, do not retry in lockstep.

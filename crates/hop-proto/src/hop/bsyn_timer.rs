@@ -52,15 +52,14 @@ pub(super) fn bsyn_floor(cfg: &HopConfig, delivery_delay: Option<Duration>) -> D
 /// Lowest floor of the adaptive BSYN timer: a few timer ticks of a user-space daemon.
 pub(super) const MIN_BSYN_FLOOR: Duration = Duration::from_millis(2);
 
-/// How long to wait for the BACK of a BSYN sent after `attempts` unanswered ones
-/// (`nothing_ahead`: none of this node's data is queued on the link ahead of the BSYN, as for
+/// How long to wait for the BACK of a BSYN sent after `attempts` unanswered ones (`micro`:
 /// the BSYNs of a micro-block, which carry its packets).
 pub(super) fn bsyn_wait(
     cfg: &HopConfig,
     rtt: Option<&RttEstimate>,
     delivery_delay: Option<Duration>,
     attempts: u32,
-    nothing_ahead: bool,
+    micro: bool,
 ) -> Duration {
     if !cfg.adaptive_bsyn_timeout {
         return backoff(cfg.bsyn_timeout, cfg.bsyn_max_backoff, attempts);
@@ -69,16 +68,13 @@ pub(super) fn bsyn_wait(
     let first = match rtt {
         Some(e) => (e.srtt + e.rttvar * 4).max(floor),
         // Before the first sample, `bsyn_timeout` covers the drain of the data this node
-        // handed to its link before the BSYN. With none queued there is nothing to drain and
-        // the floor covers the BACK: a micro-block's packets ride on its BSYNs, in the control
-        // class, and the next hop answers the last one at once (no BACK deferral); a block's
-        // first BSYN on an idle link asks for an answer at once too. Without samples (a next
-        // hop this node has not sent to, or whose first tries all went unanswered, Karn's
-        // rule) a wait of
-        // `bsyn_timeout` per round would dominate a small file's delay next to a hidden
-        // sender (docs/design/hop.md#36-micro-blocks) and the start of a flow over a lossy
-        // link.
-        None if nothing_ahead => floor,
+        // handed to its link before the BSYN. A micro-block's packets ride on its BSYNs, in
+        // the control class, and the next hop answers the last one at once (no BACK
+        // deferral), so nothing of the block is queued behind them: the floor covers their
+        // BACK. Without samples (a next hop this node has not sent to, or whose first tries
+        // all went unanswered, Karn's rule) a wait of `bsyn_timeout` per round would dominate
+        // a small file's delay next to a hidden sender (docs/design/hop.md#36-micro-blocks).
+        None if micro => floor,
         None => cfg.bsyn_timeout,
     };
     if attempts == 0 {

@@ -285,10 +285,8 @@ pub struct HopConfig {
     #[serde(with = "humantime_serde")]
     pub bsyn_max_backoff: Duration,
     /// The BSYN timer follows the measured BSYN-to-BACK round trip of each next hop (smoothed
-    /// as TCP's RTO, RFC 6298 §2, sampled from BSYNs answered at the first try and from
-    /// repeats whose BACK echoes their number; `bsyn_timeout` until the first sample, the
-    /// floor when none of this node's data is queued on the link, never below
-    /// `bsyn_min_timeout`), and
+    /// as TCP's RTO, RFC 6298 §2, sampled only from BSYNs answered at the first try, Karn's
+    /// rule; `bsyn_timeout` until the first sample, never below `bsyn_min_timeout`), and
     /// grows linearly per unanswered BSYN up to `bsyn_max_backoff`. A lost BSYN or BACK then
     /// costs about one round trip, which keeps Hop working on links that lose a large share
     /// of all frames, control included (§5.1.2: "operational until the loss rate is about

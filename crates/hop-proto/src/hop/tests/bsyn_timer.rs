@@ -23,28 +23,3 @@ fn bsyn_floor_falls_only_on_links_that_drain_fast() {
     assert_eq!(bsyn_wait(&cfg, Some(&e), Some(ms(65)), 2, false), ms(100));
     assert_eq!(bsyn_wait(&cfg, Some(&e), None, 2, false), ms(100));
 }
-
-/// The BSYNs in `out`: (seq, expect).
-fn bsyns(out: &[Outgoing]) -> Vec<(u16, u16)> {
-    bodies(out, |b| match b {
-        HopBody::Bsyn { ctl, expect, .. } => Some((ctl.seq, expect)),
-        _ => None,
-    })
-}
-
-#[test]
-fn a_blocks_first_bsyn_on_an_idle_link_waits_the_floor_not_the_initial_timeout() {
-    // Nothing of the node's data is queued ahead of it: there is no drain to cover, and the
-    // next hop answers at once (expect 0). 50 ms, up to 25 % jitter.
-    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(small_cfg()));
-    let key = FlowKey { src: 1, id: 4 };
-    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
-    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
-        .unwrap();
-    assert_eq!(bsyns(&h.drain()).len(), 1);
-    let due = h.t.poll_timeout().expect("the BSYN timer");
-    let ms = Duration::from_millis;
-    assert!(due >= h.now + ms(50) && due <= h.now + ms(63), "{due:?}");
-    // With data of the node queued ahead, the first BSYN before any sample waits
-    // `bsyn_timeout`, which covers that data's drain (tests/micro.rs: `bsyn_wait`).
-}
