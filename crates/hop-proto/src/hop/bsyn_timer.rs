@@ -75,6 +75,18 @@ pub(super) fn bsyn_wait(
         // all went unanswered, Karn's rule) a wait of `bsyn_timeout` per round would dominate
         // a small file's delay next to a hidden sender (docs/design/hop.md#36-micro-blocks).
         None if micro => floor,
+        // A link that does not retry control frames (a wire, a tunnel, a veth): no MAC
+        // retries or contention stretch the drain, and a window of data (32 packets of
+        // 1,400 bytes) leaves it within the floor down to about 7 Mbit/s. There a first
+        // round over a lossy link, whose first BSYNs are lost as often as its data and whose
+        // answered repeats give no sample, would wait `bsyn_timeout` per round (a 1 MiB
+        // block over a link losing 30 % took up to a second: docs/notebook/
+        // 2026-12-03-first-block-on-a-lossy-link.md). A repeat that comes too early costs one
+        // control datagram: the next hop answers with what it holds, and the packets handed
+        // to the link after the newest one reported are not judged lost (loss.rs). On 802.11
+        // (retries, or not said) the 200 ms stay: on a busy medium a first BSYN's answer can
+        // take longer than the floor (the lossy-hub mesh moved 9 % less with it).
+        None if cfg.link_retries == Some(false) => floor,
         None => cfg.bsyn_timeout,
     };
     if attempts == 0 {

@@ -286,7 +286,8 @@ pub struct HopConfig {
     pub bsyn_max_backoff: Duration,
     /// The BSYN timer follows the measured BSYN-to-BACK round trip of each next hop (smoothed
     /// as TCP's RTO, RFC 6298 §2, sampled only from BSYNs answered at the first try, Karn's
-    /// rule; `bsyn_timeout` until the first sample, never below `bsyn_min_timeout`), and
+    /// rule; until the first sample `bsyn_timeout` where the link retries control frames and
+    /// `bsyn_min_timeout` where it does not; never below `bsyn_min_timeout`), and
     /// grows linearly per unanswered BSYN up to `bsyn_max_backoff`. A lost BSYN or BACK then
     /// costs about one round trip, which keeps Hop working on links that lose a large share
     /// of all frames, control included (§5.1.2: "operational until the loss rate is about
@@ -383,6 +384,12 @@ pub struct HopConfig {
     pub give_up_after: Duration,
     /// Application bytes a source buffers beyond its blocks (at least one block's worth).
     pub source_buffer_bytes: usize,
+    /// Whether this node's links retry control frames at the link layer, as the runtime says
+    /// with [`HopConfig::for_link`] (hopd from its interface, the simulator from its medium);
+    /// `None` until it says, which the paper's 802.11 assumption covers. Not a setting of its
+    /// own: `link_retries` in hopd's configuration and the simulator's medium give it.
+    #[serde(skip)]
+    pub link_retries: Option<bool>,
 }
 
 impl Default for HopConfig {
@@ -434,6 +441,7 @@ impl Default for HopConfig {
             custody_expiry: DEFAULT_CUSTODY_EXPIRY,
             give_up_after: DEFAULT_GIVE_UP_AFTER,
             source_buffer_bytes: DEFAULT_MAX_BLOCK_BYTES,
+            link_retries: None,
         }
     }
 }
@@ -532,8 +540,10 @@ impl HopConfig {
     /// This configuration on a node whose links do (`link_retries`) or do not retry control
     /// frames at the link layer: [`ControlCopies::Auto`] becomes `On` where they do not
     /// (copies repair what the link does not) and `Off` where they do (an 802.11 MAC, §4.1).
-    /// An explicit `On` or `Off` stays.
+    /// An explicit `On` or `Off` stays. The BSYN timer's first wait before any round trip is
+    /// measured follows the link too (`bsyn_timeout` where it retries, the floor where not).
     pub fn for_link(mut self, link_retries: bool) -> Self {
+        self.link_retries = Some(link_retries);
         if self.control_copies == ControlCopies::Auto {
             self.control_copies = if link_retries {
                 ControlCopies::Off
