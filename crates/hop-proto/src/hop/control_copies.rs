@@ -154,13 +154,22 @@ impl HopTransport {
             Some(Ok(MsgType::Bsyn | MsgType::Back))
         );
         if !numbered {
-            // The end-to-end BACK that finishes a flow goes as often as a BSYN would: no later
-            // one covers its loss (fin_probe.rs), and each relay passes it on once. A copy that
-            // is passed on is not copied again.
+            // The end-to-end BACK that finishes a flow goes as often as a BSYN would, and at
+            // least twice where copies are on: no later one covers its loss (fin_probe.rs),
+            // and a short flow may end before its next hop's loss report has grown to 5 %
+            // (one lost datagram raises it by 3 %); its end then waited the source's 60 s
+            // timer (docs/notebook/2026-12-03-first-block-on-a-lossy-link.md). A second copy
+            // costs one small datagram per flow and hop. Each relay passes it on once; a copy that is passed
+            // on is not copied again.
             let flags = body.get(1).copied().unwrap_or(0);
             let copies = match body.first().map(|t| MsgType::from_u8(*t)) {
                 Some(Ok(MsgType::E2eBack)) if flags & (FLAG_FIN | FLAG_COPY) == FLAG_FIN => {
-                    self.control_link.copies(&self.cfg, next_hop)
+                    let by_loss = self.control_link.copies(&self.cfg, next_hop);
+                    if self.cfg.control_copies.on() {
+                        by_loss.max(2)
+                    } else {
+                        by_loss
+                    }
                 }
                 _ => 1,
             };
