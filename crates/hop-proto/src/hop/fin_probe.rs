@@ -18,6 +18,14 @@
 //! hop BACK and may spend many link-layer retries behind a hidden sender's frames, and a
 //! probe sent while it is still on its way brings two more frames from the destination into
 //! the same collisions.
+//!
+//! Where control copies are on (links that do not retry control frames), every node that
+//! handed the flow's last block whole to its next hop asks that next hop the same way, the
+//! source included: the end-to-end BACK may be lost on any hop, and there each hop loses it
+//! on its own. A relay that has passed it on answers a BSYN of the block with it again
+//! (receiver.rs, `answer_for_destination`); one that has not has its own probe pending
+//! toward its next hop. On 802.11 the MAC retries it on every hop and only the last hop
+//! asks, as before.
 
 use super::*;
 
@@ -25,6 +33,8 @@ use super::*;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FinProbe {
     block: u32,
+    /// The next hop that took the block whole, which is asked.
+    to: NodeId,
     offset: u64,
     geom: BlockGeom,
     /// When to ask (unless the end-to-end BACK passes first).
@@ -41,16 +51,18 @@ impl FinProbe {
 
 impl HopTransport {
     /// Next hop `to` took block `n` of flow `key` whole: if it is the flow's last block and
-    /// `to` its destination, the end-to-end BACK with FIN is due from it.
+    /// `to` its destination (or any next hop, where control copies are on), the end-to-end
+    /// BACK with FIN is due from it.
     pub(super) fn expect_fin_back(&mut self, now: Instant, key: FlowKey, n: u32, to: NodeId) {
         if self.cfg.fin_probes == 0 {
             return;
         }
         let wait = self.fin_probe_wait(0);
+        let every_hop = self.cfg.control_copies.on();
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };
-        if f.dst != to || f.e2e_fin || f.dest().is_some() {
+        if (f.dst != to && !every_hop) || f.e2e_fin || f.dest().is_some() {
             return;
         }
         let Some(b) = f.blocks.get(&n).filter(|b| b.fin) else {
@@ -58,6 +70,7 @@ impl HopTransport {
         };
         f.fin_probe = Some(FinProbe {
             block: n,
+            to,
             offset: b.offset,
             geom: b.geom,
             at: now + wait,
@@ -72,8 +85,8 @@ impl HopTransport {
         backoff(first, first.saturating_mul(1 << 6), u32::from(sent))
     }
 
-    /// Ask the destination of flow `key` for its end-to-end BACK with FIN if it is due and
-    /// has not passed.
+    /// Ask the next hop that took flow `key`'s last block for the end-to-end BACK with FIN if
+    /// it is due and has not passed.
     pub(super) fn probe_fin_back(&mut self, ctx: &mut Ctx<'_>, key: FlowKey) {
         let now = ctx.now;
         let Some(f) = self.flows.get_mut(&key) else {
@@ -83,9 +96,9 @@ impl HopTransport {
             return;
         };
         let dst = f.dst;
-        // The route moved away from the destination: its new last hop never took the block,
-        // and the source's timer covers the flow.
-        if f.e2e_fin || ctx.routing.next_hop(dst) != Some(dst) {
+        // The route moved away from the node that took the block: the new next hop never
+        // took it, and the source's timer covers the flow.
+        if f.e2e_fin || ctx.routing.next_hop(dst) != Some(p.to) {
             f.fin_probe = None;
             return;
         }
@@ -113,6 +126,6 @@ impl HopTransport {
             },
         };
         self.extra("fin_probes");
-        self.push_ctrl(dst, &msg);
+        self.push_ctrl(p.to, &msg);
     }
 }

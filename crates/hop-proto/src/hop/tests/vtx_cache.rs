@@ -239,3 +239,94 @@ fn a_destination_answers_a_probe_with_the_back_that_finished_the_flow() {
     assert_eq!(backs_to(&out, 1), vec![(FLAG_COMPLETE, 0)]);
     assert_eq!(e2e_cums(&out), vec![1]);
 }
+
+/// Relay 2, two hops from destination 3 (next hop 5), has passed `FLOW`'s last block to 5,
+/// which took it whole. The BSYNs it sends 5 at each of `times` (seconds after), the
+/// end-to-end BACK with FIN arriving from 5 at `e2e_at` if given.
+fn upstream_fin_probes_at(cfg: HopConfig, e2e_at: Option<u64>, times: &[u64]) -> Vec<usize> {
+    let mut h = Harness::new(2, &[(3, 5), (5, 5), (1, 1)], HopTransport::new(cfg));
+    feed_block_flags(&mut h, 0, FLAG_FIN, &[6u8; 250]);
+    h.drain();
+    h.recv(5, &whole_back(hdr(0, FLAG_COMPLETE | FLAG_FIN)));
+    h.drain();
+    let mut sent = Vec::new();
+    for &s in times {
+        h.now = Instant::ZERO + Duration::from_millis(s * 1000);
+        if e2e_at == Some(s) {
+            let e2e = HopMessage {
+                header: hdr(0, FLAG_FIN),
+                body: HopBody::E2eBack { cum_blocks: 1 },
+            };
+            h.recv(5, &e2e);
+        }
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        let out = h.drain();
+        sent.push(
+            out.iter()
+                .filter(|o| o.next_hop == 5)
+                .filter(|o| {
+                    matches!(
+                        HopMessage::parse(o.message()),
+                        Ok(HopMessage {
+                            body: HopBody::Bsyn { .. },
+                            ..
+                        })
+                    )
+                })
+                .count(),
+        );
+    }
+    sent
+}
+
+/// Where control copies are on (links that do not retry control frames), each hop loses the
+/// end-to-end BACK that finishes a flow on its own: every node that handed the last block
+/// whole asks its next hop again, not only the destination's last hop. On 802.11 (copies
+/// off) only the last hop asks.
+#[test]
+fn where_control_copies_are_on_every_hop_asks_for_the_back_that_finishes_the_flow() {
+    let times = [0, 1, 2, 3, 5, 7, 11, 15, 31, 60];
+    let copies = HopConfig {
+        control_copies: ControlCopies::On,
+        ..small_cfg()
+    };
+    assert_eq!(
+        upstream_fin_probes_at(copies.clone(), None, &times),
+        vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 0]
+    );
+    assert_eq!(
+        upstream_fin_probes_at(copies, Some(2), &times),
+        vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+    );
+    assert_eq!(
+        upstream_fin_probes_at(small_cfg(), None, &times),
+        vec![0; 10]
+    );
+}
+
+/// A relay that has passed on the end-to-end BACK that finishes a flow answers a probe from
+/// upstream with it again.
+#[test]
+fn a_relay_answers_a_probe_with_the_back_that_finished_the_flow() {
+    let cfg = HopConfig {
+        control_copies: ControlCopies::On,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    feed_block_flags(&mut h, 0, FLAG_FIN, &[6u8; 250]);
+    h.drain();
+    h.recv(3, &whole_back(hdr(0, FLAG_COMPLETE | FLAG_FIN)));
+    h.recv(
+        3,
+        &HopMessage {
+            header: hdr(0, FLAG_FIN),
+            body: HopBody::E2eBack { cum_blocks: 1 },
+        },
+    );
+    h.drain();
+    h.recv(1, &bsyn_msg(hdr(0, FLAG_FIN), 250));
+    let out = h.drain();
+    assert_eq!(backs_to(&out, 1).len(), 1);
+    // Twice, as every end-to-end BACK with FIN where copies are on.
+    assert_eq!(e2e_cums(&out), vec![1, 1]);
+}
