@@ -272,8 +272,10 @@ pub struct HopConfig {
     /// finishes the flow does not pass within `fin_probe_after`, then after twice as long
     /// each time, up to this many times (see [`DEFAULT_FIN_PROBES`]). That BACK is the one
     /// end-to-end BACK no later one covers; lost, it costs the source its virtual
-    /// retransmission timeout (60 s for a one-block flow); where control copies are on, each
-    /// node also sends it as often as a BSYN. 0: not asked (the paper).
+    /// retransmission timeout (60 s for a one-block flow). Where control copies are on, every
+    /// node that handed the last block whole asks its next hop the same way (each hop loses
+    /// it on its own there), and each node sends it at least twice. 0: not asked (the
+    /// paper).
     pub fin_probes: u8,
     /// See [`DEFAULT_FIN_PROBE_AFTER`].
     #[serde(with = "humantime_serde")]
