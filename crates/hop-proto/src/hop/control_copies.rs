@@ -159,8 +159,8 @@ impl HopTransport {
             // and a short flow may end before its next hop's loss report has grown to 5 %
             // (one lost datagram raises it by 3 %); its end then waited the source's 60 s
             // timer (docs/notebook/2026-12-03-first-block-on-a-lossy-link.md). A second copy
-            // costs one small datagram per flow and hop. Each relay passes it on once; a copy that is passed
-            // on is not copied again.
+            // costs one small datagram per flow and hop. Each relay passes it on once; a copy
+            // that is passed on is not copied again.
             let flags = body.get(1).copied().unwrap_or(0);
             let copies = match body.first().map(|t| MsgType::from_u8(*t)) {
                 Some(Ok(MsgType::E2eBack)) if flags & (FLAG_FIN | FLAG_COPY) == FLAG_FIN => {

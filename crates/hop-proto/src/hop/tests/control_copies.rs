@@ -141,21 +141,30 @@ fn e2e_flags_to(out: &[Outgoing], to: NodeId) -> Vec<u8> {
         .collect()
 }
 
+/// The end-to-end BACK with `flags` for `FLOW`'s block 0, all of it delivered.
+fn fin_back(flags: u8) -> HopMessage<'static> {
+    HopMessage {
+        header: hdr(0, flags),
+        body: HopBody::E2eBack { cum_blocks: 1 },
+    }
+}
+
+/// Relay 2 between source 1 and destination 3, holding the flow's last block; node 1
+/// reports `loss` of node 2's control datagrams lost.
+fn relay_with_last_block(cfg: HopConfig, loss: u8) -> Harness {
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(cfg));
+    feed_block_flags(&mut h, 0, FLAG_FIN, &[7u8; 250]);
+    h.recv(1, &with_ctl(bsyn_msg(hdr(0, FLAG_FIN), 250), 1, 0, loss));
+    h.drain();
+    h
+}
+
 #[test]
 fn the_end_to_end_back_that_finishes_a_flow_goes_as_often_as_a_bsyn_and_is_passed_on_once() {
     // At least twice where copies are on, even with no loss reported yet (a short flow ends
     // before a report can grow); as often as a BSYN where more is reported.
     for (loss, copies) in [(0, 2), (8, 2), (60, 3)] {
-        // Relay 2 between source 1 and destination 3 holds the flow's last block; node 1
-        // reports `loss` of node 2's control datagrams lost.
-        let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(copies_cfg()));
-        feed_block_flags(&mut h, 0, FLAG_FIN, &[7u8; 250]);
-        h.recv(1, &with_ctl(bsyn_msg(hdr(0, FLAG_FIN), 250), 1, 0, loss));
-        h.drain();
-        let fin_back = |flags| HopMessage {
-            header: hdr(0, flags),
-            body: HopBody::E2eBack { cum_blocks: 1 },
-        };
+        let mut h = relay_with_last_block(copies_cfg(), loss);
         // The destination's end-to-end BACK: passed on `copies` times, the copies marked.
         h.recv(3, &fin_back(FLAG_FIN));
         let sent = e2e_flags_to(&h.drain(), 1);
@@ -172,31 +181,13 @@ fn the_end_to_end_back_that_finishes_a_flow_goes_as_often_as_a_bsyn_and_is_passe
         assert_eq!(e2e_flags_to(&h.drain(), 1).len(), copies);
     }
     // A copy that arrives where the original was lost stands for it, copied again.
-    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(copies_cfg()));
-    feed_block_flags(&mut h, 0, FLAG_FIN, &[7u8; 250]);
-    h.recv(1, &with_ctl(bsyn_msg(hdr(0, FLAG_FIN), 250), 1, 0, 60));
-    h.drain();
-    h.recv(
-        3,
-        &HopMessage {
-            header: hdr(0, FLAG_FIN | FLAG_COPY),
-            body: HopBody::E2eBack { cum_blocks: 1 },
-        },
-    );
+    let mut h = relay_with_last_block(copies_cfg(), 60);
+    h.recv(3, &fin_back(FLAG_FIN | FLAG_COPY));
     let sent = e2e_flags_to(&h.drain(), 1);
     assert_eq!(sent.len(), 3, "{sent:?}");
     assert_eq!(sent[0] & FLAG_COPY, 0, "passed on as the relay's own");
     // Where copies are off (802.11's retried control, §4.1) it goes once.
-    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
-    feed_block_flags(&mut h, 0, FLAG_FIN, &[7u8; 250]);
-    h.recv(1, &with_ctl(bsyn_msg(hdr(0, FLAG_FIN), 250), 1, 0, 60));
-    h.drain();
-    h.recv(
-        3,
-        &HopMessage {
-            header: hdr(0, FLAG_FIN),
-            body: HopBody::E2eBack { cum_blocks: 1 },
-        },
-    );
+    let mut h = relay_with_last_block(small_cfg(), 60);
+    h.recv(3, &fin_back(FLAG_FIN));
     assert_eq!(e2e_flags_to(&h.drain(), 1).len(), 1);
 }

@@ -163,10 +163,10 @@ fn a_packet_from_a_shared_datagram_is_cached_by_reference() {
     assert_eq!(h.t.stats().cache_bytes, 250);
 }
 
-/// BSYNs from relay 2 to destination 3 for block `n` in `out`.
-fn bsyns_to_destination(out: &[Outgoing]) -> usize {
+/// BSYNs to `to` in `out`.
+fn bsyns_to(out: &[Outgoing], to: NodeId) -> usize {
     out.iter()
-        .filter(|o| o.next_hop == 3)
+        .filter(|o| o.next_hop == to)
         .filter(|o| {
             matches!(
                 HopMessage::parse(o.message()),
@@ -179,14 +179,21 @@ fn bsyns_to_destination(out: &[Outgoing]) -> usize {
         .count()
 }
 
-/// Relay 2 has passed `FLOW`'s last block to destination 3, which took it whole. The
-/// BSYNs it sends the destination at each of `times` (seconds after), the end-to-end BACK
-/// with FIN passing at `e2e_at` (seconds) if given.
-fn fin_probes_at(cfg: HopConfig, e2e_at: Option<u64>, times: &[u64]) -> Vec<usize> {
-    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+/// Relay 2, whose next hop toward destination 3 is `next_hop` (3 itself, or 5 two hops from
+/// it), has passed `FLOW`'s last block to it, which took it whole. The BSYNs it sends
+/// `next_hop` at each of `times` (seconds after), the end-to-end BACK with FIN arriving
+/// from `next_hop` at `e2e_at` (seconds) if given.
+fn fin_probes_at(
+    cfg: HopConfig,
+    next_hop: NodeId,
+    e2e_at: Option<u64>,
+    times: &[u64],
+) -> Vec<usize> {
+    let routes = [(3, next_hop), (next_hop, next_hop), (1, 1)];
+    let mut h = Harness::new(2, &routes, HopTransport::new(cfg));
     feed_block_flags(&mut h, 0, FLAG_FIN, &[6u8; 250]);
     h.drain();
-    h.recv(3, &whole_back(hdr(0, FLAG_COMPLETE | FLAG_FIN)));
+    h.recv(next_hop, &whole_back(hdr(0, FLAG_COMPLETE | FLAG_FIN)));
     h.drain();
     let mut sent = Vec::new();
     for &s in times {
@@ -196,10 +203,10 @@ fn fin_probes_at(cfg: HopConfig, e2e_at: Option<u64>, times: &[u64]) -> Vec<usiz
                 header: hdr(0, FLAG_FIN),
                 body: HopBody::E2eBack { cum_blocks: 1 },
             };
-            h.recv(3, &e2e);
+            h.recv(next_hop, &e2e);
         }
         h.with(|t, ctx| t.handle_timeout(ctx));
-        sent.push(bsyns_to_destination(&h.drain()));
+        sent.push(bsyns_to(&h.drain(), next_hop));
     }
     sent
 }
@@ -212,19 +219,19 @@ fn fin_probes_at(cfg: HopConfig, e2e_at: Option<u64>, times: &[u64]) -> Vec<usiz
 fn the_last_hop_asks_the_destination_again_for_the_back_that_finishes_the_flow() {
     let times = [0, 1, 2, 3, 5, 7, 11, 15, 31, 60];
     assert_eq!(
-        fin_probes_at(small_cfg(), None, &times),
+        fin_probes_at(small_cfg(), 3, None, &times),
         vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 0]
     );
     // The BACK passes after the first probe: no more.
     assert_eq!(
-        fin_probes_at(small_cfg(), Some(2), &times),
+        fin_probes_at(small_cfg(), 3, Some(2), &times),
         vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
     );
     let paper = HopConfig {
         fin_probes: 0,
         ..small_cfg()
     };
-    assert_eq!(fin_probes_at(paper, None, &times), vec![0; 10]);
+    assert_eq!(fin_probes_at(paper, 3, None, &times), vec![0; 10]);
 }
 
 /// A destination answers the probe as any BSYN of a delivered block: with its BACK and the
@@ -240,45 +247,6 @@ fn a_destination_answers_a_probe_with_the_back_that_finished_the_flow() {
     assert_eq!(e2e_cums(&out), vec![1]);
 }
 
-/// Relay 2, two hops from destination 3 (next hop 5), has passed `FLOW`'s last block to 5,
-/// which took it whole. The BSYNs it sends 5 at each of `times` (seconds after), the
-/// end-to-end BACK with FIN arriving from 5 at `e2e_at` if given.
-fn upstream_fin_probes_at(cfg: HopConfig, e2e_at: Option<u64>, times: &[u64]) -> Vec<usize> {
-    let mut h = Harness::new(2, &[(3, 5), (5, 5), (1, 1)], HopTransport::new(cfg));
-    feed_block_flags(&mut h, 0, FLAG_FIN, &[6u8; 250]);
-    h.drain();
-    h.recv(5, &whole_back(hdr(0, FLAG_COMPLETE | FLAG_FIN)));
-    h.drain();
-    let mut sent = Vec::new();
-    for &s in times {
-        h.now = Instant::ZERO + Duration::from_millis(s * 1000);
-        if e2e_at == Some(s) {
-            let e2e = HopMessage {
-                header: hdr(0, FLAG_FIN),
-                body: HopBody::E2eBack { cum_blocks: 1 },
-            };
-            h.recv(5, &e2e);
-        }
-        h.with(|t, ctx| t.handle_timeout(ctx));
-        let out = h.drain();
-        sent.push(
-            out.iter()
-                .filter(|o| o.next_hop == 5)
-                .filter(|o| {
-                    matches!(
-                        HopMessage::parse(o.message()),
-                        Ok(HopMessage {
-                            body: HopBody::Bsyn { .. },
-                            ..
-                        })
-                    )
-                })
-                .count(),
-        );
-    }
-    sent
-}
-
 /// Where control copies are on (links that do not retry control frames), each hop loses the
 /// end-to-end BACK that finishes a flow on its own: every node that handed the last block
 /// whole asks its next hop again, not only the destination's last hop. On 802.11 (copies
@@ -291,17 +259,14 @@ fn where_control_copies_are_on_every_hop_asks_for_the_back_that_finishes_the_flo
         ..small_cfg()
     };
     assert_eq!(
-        upstream_fin_probes_at(copies.clone(), None, &times),
+        fin_probes_at(copies.clone(), 5, None, &times),
         vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 0]
     );
     assert_eq!(
-        upstream_fin_probes_at(copies, Some(2), &times),
+        fin_probes_at(copies, 5, Some(2), &times),
         vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
     );
-    assert_eq!(
-        upstream_fin_probes_at(small_cfg(), None, &times),
-        vec![0; 10]
-    );
+    assert_eq!(fin_probes_at(small_cfg(), 5, None, &times), vec![0; 10]);
 }
 
 /// A relay that has passed on the end-to-end BACK that finishes a flow answers a probe from
