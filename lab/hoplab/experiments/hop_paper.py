@@ -435,6 +435,21 @@ def ramp() -> Variant:
                           initial_block_bytes=65536))
 
 
+# The ramp gated on shared turns (not the paper's, §4.2): run beside Hop on the busy meshes,
+# where it should start flows sooner, and on the lone multi-hop flows of §5.2, which it should
+# leave as they are.
+RAMP_SHARED_NOTE = ("`hop-ramp-shared` is hopd with `[hop] initial_block_bytes = 32768` and `ramp_while_shared = "
+                    "true`: a flow's first block holds at most 32 KiB; the next ones double up to 1 MiB while a "
+                    "node on its path reports turns (§3.5) shared with other flows, and are whole once the path "
+                    "reports none; a flow whose rest fits one block is cut whole "
+                    "(docs/design/hop.md#block-ramp). Not in the paper.")
+
+
+def ramp_shared() -> Variant:
+    return diagnostic(hop("hop-ramp-shared", "Hop, blocks ramping from 32 KiB while turns are shared",
+                          initial_block_bytes=32768, ramp_while_shared=True))
+
+
 # Hop whose blocks are paced by each flow's rate (not the paper's, §4.2): run beside Hop where
 # many flows take turns at shared relays.
 PACED_NOTE = ("`hop-paced` is hopd with `[hop] block_time = \"10s\"`, `initial_block_bytes = 65536` and "
@@ -552,7 +567,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
             [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp()],
+             firstframe(), ramp(), ramp_shared()],
             build_52,
             point_name="hops",
             full=Scale(reps=2, points=[2, 4, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
@@ -563,14 +578,14 @@ def experiments() -> list[Experiment]:
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
                    "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "
                    "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, NODUP_NOTE, CTLFULL_NOTE,
-                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE]),
+                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, RAMP_SHARED_NOTE]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
             [hop(), diagnostic(hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             tcp(), HBHTCP, turns()], build_53, point_name="flows",
+             tcp(), HBHTCP, turns(), ramp_shared()], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
@@ -580,12 +595,12 @@ def experiments() -> list[Experiment]:
                    "`hop-txop` is hopd with `[hop] round_per_next_hop = false`: flows sharing a next hop "
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
-                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE]),
+                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, RAMP_SHARED_NOTE]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), paced(), turns(), hop_arq_rts()],
+             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), ramp_shared()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -596,7 +611,7 @@ def experiments() -> list[Experiment]:
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
                    CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE,
-                   TURNS_NOTE, ARQ_RTS_NOTE]),
+                   TURNS_NOTE, ARQ_RTS_NOTE, RAMP_SHARED_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",

@@ -191,6 +191,13 @@ pub struct HopConfig {
     /// to `max_block_bytes` (docs/design/hop.md#block-ramp); 0: every block as large as the
     /// data ready allows (the paper, §4.2). Not in the paper.
     pub initial_block_bytes: usize,
+    /// With `initial_block_bytes`, blocks after a flow's first double only while its path
+    /// reports turns shared with other flows (a BACK's `block_hint_kib`, shared_turns.rs);
+    /// a flow alone on its path cuts whole blocks after its first. The ramp shortens the
+    /// turns of a busy relay (§3.5) while a flow starts; a flow alone has no turns to
+    /// shorten and pays a round and a tail for every extra block. Not in the paper
+    /// (docs/design/hop.md#block-ramp).
+    pub ramp_while_shared: bool,
     /// A source cuts its flow's next block once every packet of the block in transfer has
     /// been sent once, so that the new block's packets use the air while the previous
     /// block's losses are repaired (at most two blocks of a flow in transfer at the source).
@@ -402,6 +409,7 @@ impl Default for HopConfig {
             txop_bytes: DEFAULT_TXOP_BYTES,
             micro_block_threshold: DEFAULT_MICRO_BLOCK_THRESHOLD,
             initial_block_bytes: 0,
+            ramp_while_shared: false,
             overlap_block_tails: false,
             block_time: Duration::ZERO,
             shared_turn_blocks: false,

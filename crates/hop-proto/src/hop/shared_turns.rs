@@ -53,10 +53,9 @@ impl SharedTurns {
     /// divided among the flows sharing its turns (a turn then lasts about what one whole
     /// block's would with the flow alone), no smaller than a sixteenth of it; `None` while
     /// at most one flow uses the node.
+    /// Sent whatever this node's own switches: each source decides what to do with it
+    /// (`shared_turn_blocks`, `ramp_while_shared`).
     pub(super) fn own_hint(&mut self, cfg: &HopConfig, now: Instant) -> Option<usize> {
-        if !cfg.shared_turn_blocks {
-            return None;
-        }
         let window = cfg.bsyn_max_backoff.max(Duration::from_secs(1)) * SHARE_WINDOW_BACKOFFS;
         let k = self.sharing(now, window);
         if k <= 1 {
@@ -134,14 +133,17 @@ mod tests {
         assert_eq!(s.own_hint(&cfg, later), None);
     }
 
+    /// The ask is information for the sources, sent whatever this node's own switches: a
+    /// source with the ramp on learns of shared turns from relays that do not ramp.
     #[test]
-    fn off_asks_for_nothing() {
+    fn a_node_asks_with_its_own_switches_off() {
         let cfg = HopConfig::default();
+        assert!(!cfg.shared_turn_blocks && !cfg.ramp_while_shared);
         let mut s = SharedTurns::default();
         for i in 1..=8 {
             s.note(key(i), Instant::ZERO);
         }
-        assert_eq!(s.own_hint(&cfg, Instant::ZERO), None);
+        assert_eq!(s.own_hint(&cfg, Instant::ZERO), Some(cfg.block_bytes() / 8));
     }
 
     #[test]

@@ -32,7 +32,15 @@ impl HopTransport {
             return;
         }
         let limit = if self.cfg.block_time.is_zero() {
-            ramped_block_bytes(&self.cfg, limit, s.next_block)
+            // The ramp's purpose is a short turn for a flow that has more to come: a flow
+            // whose rest fits one block ends in this turn, so it is cut whole.
+            let ends_here = s.finish && s.pending_bytes <= limit;
+            let shared = f.block_hint.is_some() || !self.cfg.ramp_while_shared;
+            if ends_here || (s.next_block > 0 && !shared) {
+                limit
+            } else {
+                ramped_block_bytes(&self.cfg, limit, s.next_block)
+            }
         } else if s.block_limit > 0 {
             s.block_limit.min(limit)
         } else if self.cfg.initial_block_bytes > 0 {
@@ -44,7 +52,8 @@ impl HopTransport {
         // block, cut before any ask can have come, no larger than the smallest ask, so that a
         // flow starting among others gets a short first turn at each hop.
         let limit = match f.block_hint {
-            Some(h) => h.clamp(1, limit.max(1)),
+            Some(h) if self.cfg.shared_turn_blocks => h.clamp(1, limit.max(1)),
+            Some(_) => limit,
             None if self.cfg.shared_turn_blocks && s.next_block == 0 => {
                 limit.min(smallest_ask(&self.cfg))
             }

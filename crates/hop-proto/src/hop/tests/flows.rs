@@ -164,6 +164,115 @@ fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
     assert_eq!(&sizes[..4], &[1000, 2000, 4000, 5000], "{sizes:?}");
 }
 
+/// The sizes of the blocks a source at node 1 cuts for one flow to node 3 (next hop 2) of
+/// `bytes`, finished or not: each block is taken whole at once by a BACK carrying `hint_kib`.
+fn block_sizes(cfg: HopConfig, bytes: usize, finish: bool, hint_kib: u16) -> Vec<u32> {
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 9 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; bytes])))
+        .unwrap();
+    if finish {
+        h.with(|t, ctx| t.finish(ctx, key)).unwrap();
+    }
+    let mut sizes = Vec::new();
+    for _ in 0..8 {
+        let bsyn = h
+            .drain()
+            .into_iter()
+            .find_map(|o| match HopMessage::parse(o.message()) {
+                Ok(HopMessage {
+                    header,
+                    body: HopBody::Bsyn { geom, .. },
+                }) => Some((header, geom)),
+                _ => None,
+            });
+        let Some((header, geom)) = bsyn else {
+            break;
+        };
+        sizes.push(geom.block_len);
+        let back = HopMessage {
+            header: HopHeader {
+                flags: FLAG_COMPLETE,
+                ..header
+            },
+            body: HopBody::Back {
+                ctl: ControlSeq::default(),
+                block_len: geom.block_len,
+                packets: 0,
+                duplicates: 0,
+                block_hint_kib: hint_kib,
+                bitmap: &[],
+            },
+        };
+        h.recv(2, &back);
+    }
+    sizes
+}
+
+fn ramp_cfg(while_shared: bool) -> HopConfig {
+    HopConfig {
+        initial_block_bytes: 1000,
+        ramp_while_shared: while_shared,
+        max_block_bytes: 8000,
+        // No virtual retransmission while the test runs.
+        vtx_initial_timeout: Duration::from_secs(3600),
+        ..small_cfg()
+    }
+}
+
+/// With `ramp_while_shared` the blocks after a flow's first double only while its next hop
+/// reports turns shared with other flows; a flow whose path reports none cuts whole blocks
+/// after its first, since a flow alone has no turns to shorten.
+#[test]
+fn the_ramp_while_shared_doubles_only_while_the_path_reports_shared_turns() {
+    assert_eq!(
+        block_sizes(ramp_cfg(true), 20_000, false, 0),
+        vec![1000, 8000, 8000, 3000],
+        "alone"
+    );
+    assert_eq!(
+        block_sizes(ramp_cfg(true), 20_000, false, 1),
+        vec![1000, 2000, 4000, 8000, 5000],
+        "shared"
+    );
+    // Without the switch the ramp doubles whatever the path reports, and a hint does not
+    // cut blocks unless `shared_turn_blocks` is on.
+    assert_eq!(
+        block_sizes(ramp_cfg(false), 20_000, false, 0),
+        vec![1000, 2000, 4000, 8000, 5000],
+        "ramp, alone"
+    );
+    let plain = HopConfig {
+        max_block_bytes: 8000,
+        vtx_initial_timeout: Duration::from_secs(3600),
+        ..small_cfg()
+    };
+    assert_eq!(
+        block_sizes(plain, 20_000, false, 1),
+        vec![8000, 8000, 4000],
+        "no ramp"
+    );
+}
+
+/// Under the ramp a finished flow whose rest fits one block is cut whole: it ends within
+/// that turn, and smaller blocks would only add rounds and tails (§3.1).
+#[test]
+fn under_the_ramp_a_flow_that_ends_within_a_block_is_cut_whole() {
+    for while_shared in [false, true] {
+        assert_eq!(
+            block_sizes(ramp_cfg(while_shared), 5000, true, 1),
+            vec![5000],
+            "{while_shared}"
+        );
+    }
+    // A longer finished flow ramps until its rest fits one block.
+    assert_eq!(
+        block_sizes(ramp_cfg(false), 12_000, true, 1),
+        vec![1000, 2000, 4000, 5000]
+    );
+}
+
 /// With `block_time` a source sizes each next block to what its flow moved over the first
 /// hop in that time at the last block's rate, between `initial_block_bytes` and the block
 /// size: a block taken quickly lets the next one grow at once, a slow one shrinks it.
