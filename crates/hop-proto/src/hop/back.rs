@@ -16,6 +16,12 @@ impl HopTransport {
         let now = ctx.now;
         let key = flow_key(h);
         let n = h.block_num;
+        if n == 0
+            && h.flags & (FLAG_WAIT | FLAG_COMPLETE) == 0
+            && self.recut_first_block_alone(ctx, key, from, block_hint_kib)
+        {
+            return;
+        }
         let Some(f) = self.flows.get_mut(&key) else {
             return;
         };

@@ -123,6 +123,9 @@ pub(super) struct SourceState {
     /// flow back, and keeps the next small ones to its destination from holding each other
     /// back (admission.rs).
     pub(super) long: bool,
+    /// With `ramp_while_shared`: the first hop answered the first block's BSYN without
+    /// reporting shared turns, so the flow's blocks are cut whole from the first on.
+    pub(super) alone_at_start: bool,
 }
 
 #[derive(Debug, Default)]

@@ -36,7 +36,7 @@ impl HopTransport {
             // whose rest fits one block ends in this turn, so it is cut whole.
             let ends_here = s.finish && s.pending_bytes <= limit;
             let shared = f.block_hint.is_some() || !self.cfg.ramp_while_shared;
-            if ends_here || (s.next_block > 0 && !shared) {
+            if ends_here || s.alone_at_start || (s.next_block > 0 && !shared) {
                 limit
             } else {
                 ramped_block_bytes(&self.cfg, limit, s.next_block)
@@ -146,6 +146,65 @@ impl HopTransport {
             self.events.push_back(Event::Writable { flow: key });
         }
         self.note_buffered(key);
+    }
+}
+
+impl HopTransport {
+    /// With `ramp_while_shared`: the first hop answered the BSYN of flow `key`'s first block,
+    /// a small one cut before any answer could say whether the flow shares turns, without
+    /// reporting shared turns, and no packet of it has left. A flow alone has no turns to
+    /// shorten and would pay a round and a tail for the small block (§3.1), so the block
+    /// goes back to the flow's pending bytes and is cut again as large as they allow; the
+    /// next BSYN names the new geometry and the next hop starts the block afresh
+    /// (receiver.rs). Returns whether it did.
+    pub(super) fn recut_first_block_alone(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: FlowKey,
+        from: NodeId,
+        hint_kib: u16,
+    ) -> bool {
+        if !self.cfg.ramp_while_shared || self.cfg.initial_block_bytes == 0 || hint_kib > 0 {
+            return false;
+        }
+        let whole = self.cfg.block_bytes();
+        let Some(f) = self.flows.get_mut(&key) else {
+            return false;
+        };
+        let untouched = match (f.blocks.get(&0), f.outs.get(&0), f.source()) {
+            (Some(b), Some(x), Some(s)) => {
+                !x.vtx
+                    && x.next_hop == from
+                    && x.ever_sent.count() == 0
+                    && (b.geom.block_len as usize) < whole
+                    && s.pending_bytes > 0
+                    && s.next_block == 1
+                    && !s.alone_at_start
+            }
+            _ => false,
+        };
+        if !untouched {
+            return false;
+        }
+        let (Some(mut b), Role::Source(s)) = (f.blocks.remove(&0), &mut f.role) else {
+            return false;
+        };
+        f.outs.remove(&0);
+        let len = b.geom.block_len as usize;
+        let data = b.data.share(&b.geom);
+        s.pending.push_front(data);
+        s.pending_bytes += len;
+        s.next_block = 0;
+        s.next_offset -= len as u64;
+        s.fin_block = None;
+        s.alone_at_start = true;
+        self.app_bytes += len as u64;
+        bump(&mut self.stats.extra, "first_block_recut");
+        self.form_block(ctx, key);
+        if !self.to_form.contains(&key) {
+            self.to_form.push(key);
+        }
+        true
     }
 }
 

@@ -255,6 +255,89 @@ fn the_ramp_while_shared_doubles_only_while_the_path_reports_shared_turns() {
     );
 }
 
+/// The BSYNs of block 0 a source at node 1 sends for one flow of 20,000 bytes to node 3
+/// (next hop 2), when the next hop answers the first with a BACK holding nothing and
+/// carrying `hint_kib`: the block lengths they name, in order.
+fn first_block_after_first_back(cfg: HopConfig, hint_kib: u16) -> (Vec<u32>, u64) {
+    // Not a micro-block, whose packets ride on its BSYNs (§3.6).
+    let cfg = HopConfig {
+        micro_block_threshold: 0,
+        ..cfg
+    };
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
+    let key = FlowKey { src: 1, id: 9 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 20_000])))
+        .unwrap();
+    let bsyn0 = |out: &[Outgoing]| {
+        out.iter()
+            .filter_map(|o| match HopMessage::parse(o.message()) {
+                Ok(HopMessage {
+                    header,
+                    body: HopBody::Bsyn { geom, .. },
+                }) if header.block_num == 0 => Some((header, geom)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = bsyn0(&h.drain());
+    let (header, geom) = first[0];
+    let mut lens = vec![geom.block_len];
+    let none_held = vec![0u8; geom.packets().div_ceil(8) as usize];
+    let back = HopMessage {
+        header,
+        body: HopBody::Back {
+            ctl: ControlSeq::default(),
+            block_len: geom.block_len,
+            packets: geom.packets() as u16,
+            duplicates: 0,
+            block_hint_kib: hint_kib,
+            bitmap: &none_held,
+        },
+    };
+    h.recv(2, &back);
+    let out = h.drain();
+    lens.extend(bsyn0(&out).iter().map(|(_, g)| g.block_len));
+    let data = out
+        .iter()
+        .filter(|o| {
+            matches!(
+                HopMessage::parse(o.message()),
+                Ok(HopMessage {
+                    body: HopBody::Data { .. },
+                    ..
+                })
+            )
+        })
+        .count() as u64;
+    (lens, data)
+}
+
+/// With `ramp_while_shared` a flow's first block is small, since it is cut before any
+/// answer can say whether the flow shares turns. If the first hop answers its BSYN without
+/// reporting shared turns and nothing of it has been sent, the block is cut again as large
+/// as the bytes ready allow: a flow alone pays one BSYN/BACK round instead of a small
+/// block's tail on every hop (§3.1). Reported shared turns keep the small block.
+#[test]
+fn a_lone_flows_small_first_block_is_cut_again_whole_before_any_packet_leaves() {
+    let (alone, sent) = first_block_after_first_back(ramp_cfg(true), 0);
+    assert_eq!(
+        alone,
+        vec![1000, 8000],
+        "alone: a new BSYN for the whole block"
+    );
+    assert_eq!(sent, 0, "nothing of the small block was sent");
+    let (shared, sent) = first_block_after_first_back(ramp_cfg(true), 1);
+    assert!(
+        shared.iter().all(|&l| l == 1000),
+        "shared: the small block stays: {shared:?}"
+    );
+    assert!(sent > 0, "its packets go");
+    // The plain ramp keeps its small first block whatever the answer.
+    let (plain, _) = first_block_after_first_back(ramp_cfg(false), 0);
+    assert!(plain.iter().all(|&l| l == 1000), "{plain:?}");
+}
+
 /// Under the ramp a finished flow whose rest fits one block is cut whole: it ends within
 /// that turn, and smaller blocks would only add rounds and tails (§3.1).
 #[test]
