@@ -124,7 +124,9 @@ pub(super) struct SourceState {
     /// back (admission.rs).
     pub(super) long: bool,
     /// With `ramp_while_shared`: the first hop answered the first block's BSYN without
-    /// reporting shared turns, so the flow's blocks are cut whole from the first on.
+    /// reporting shared turns, so the first block is cut whole (once: later blocks follow
+    /// what the path reports, so that a flow that came first to a relay others join later
+    /// does not keep whole turns while theirs ramp).
     pub(super) alone_at_start: bool,
 }
 

@@ -36,7 +36,8 @@ impl HopTransport {
             // whose rest fits one block ends in this turn, so it is cut whole.
             let ends_here = s.finish && s.pending_bytes <= limit;
             let shared = f.block_hint.is_some() || !self.cfg.ramp_while_shared;
-            if ends_here || s.alone_at_start || (s.next_block > 0 && !shared) {
+            let recut = s.next_block == 0 && s.alone_at_start;
+            if ends_here || recut || (s.next_block > 0 && !shared) {
                 limit
             } else {
                 ramped_block_bytes(&self.cfg, limit, s.next_block)
