@@ -425,29 +425,29 @@ def hop_arq() -> Variant:
 
 # Hop whose flows start with small blocks (not the paper's, §4.2): run beside Hop where many
 # flows take turns at shared relays, and on one lossy hop, where every extra block costs a tail.
-RAMP_NOTE = ("`hop-ramp` is hopd with `[hop] initial_block_bytes = 65536`: a flow's first block holds at most "
-             "64 KiB and each next one twice the one before, up to 1 MiB, so a relay's turns (§3.5) are short "
-             "while a flow starts (docs/design/hop.md#block-ramp). Not in the paper, not the default.")
+RAMP_NOTE = ("`hop-ramp` is hopd with `[hop] initial_block_bytes = 65536` and `ramp_while_shared = false`: a "
+             "flow's first block holds at most 64 KiB and each next one twice the one before, up to 1 MiB, "
+             "whether or not its path is shared, so a relay's turns (§3.5) are short while a flow starts "
+             "(docs/design/hop.md#block-ramp). Not in the paper; the default ramps only while turns are shared.")
 
 
 def ramp() -> Variant:
     return diagnostic(hop("hop-ramp", "Hop, blocks ramping from 64 KiB (initial_block_bytes = 65536)",
-                          initial_block_bytes=65536))
+                          initial_block_bytes=65536, ramp_while_shared=False))
 
 
-# The ramp gated on shared turns (not the paper's, §4.2): run beside Hop on the busy meshes,
-# where it should start flows sooner, and on the lone multi-hop flows of §5.2, which it should
-# leave as they are.
-RAMP_SHARED_NOTE = ("`hop-ramp-shared` is hopd with `[hop] initial_block_bytes = 32768` and `ramp_while_shared = "
-                    "true`: a flow's first block holds at most 32 KiB; the next ones double up to 1 MiB while a "
-                    "node on its path reports turns (§3.5) shared with other flows, and are whole once the path "
-                    "reports none; a flow whose rest fits one block is cut whole "
-                    "(docs/design/hop.md#block-ramp). Not in the paper.")
+# Hop without the block ramp (the paper's blocks, §4.2): run beside Hop where many flows take
+# turns at shared relays, and on the lone multi-hop flows of §5.2.
+NORAMP_NOTE = ("`hop-noramp` is hopd with `[hop] initial_block_bytes = 0`: every block as large as the data "
+               "ready allows (1 MiB), as in the paper (§4.2). Hop's default starts a flow with a 32 KiB block "
+               "and doubles its blocks while a node on its path reports turns (§3.5) shared with other flows; "
+               "a flow whose first hop reports none has its first block cut again whole before any of it "
+               "leaves (`ramp_while_shared`; docs/design/hop.md#block-ramp).")
 
 
-def ramp_shared() -> Variant:
-    return diagnostic(hop("hop-ramp-shared", "Hop, blocks ramping from 32 KiB while turns are shared",
-                          initial_block_bytes=32768, ramp_while_shared=True))
+def noramp() -> Variant:
+    return diagnostic(hop("hop-noramp", "Hop without the block ramp (initial_block_bytes = 0)",
+                          initial_block_bytes=0))
 
 
 # Hop whose blocks are paced by each flow's rate (not the paper's, §4.2): run beside Hop where
@@ -461,12 +461,14 @@ PACED_NOTE = ("`hop-paced` is hopd with `[hop] block_time = \"10s\"`, `initial_b
 
 def paced() -> Variant:
     return diagnostic(hop("hop-paced", "Hop, blocks paced by the flow's rate (block_time = 10 s)",
-                          block_time="10s", initial_block_bytes=65536, overlap_block_tails=True))
+                          block_time="10s", initial_block_bytes=65536, overlap_block_tails=True,
+                          ramp_while_shared=False))
 
 
 # Hop whose receivers ask for smaller blocks while flows share their turns (not the paper's,
 # §4.2): run beside Hop where many flows take turns at shared relays.
-TURNS_NOTE = ("`hop-turns` is hopd with `[hop] shared_turn_blocks = true`: a flow's first block holds 64 KiB; "
+TURNS_NOTE = ("`hop-turns` is hopd with `[hop] shared_turn_blocks = true` and `initial_block_bytes = 0` (no block "
+              "ramp): a flow's first block holds 64 KiB; "
               "a node whose turns (§3.5) k flows share asks their sources, in its BACKs, for blocks of 1/k MiB "
               "(at least 64 KiB), and relays pass the smallest ask upstream; a flow asked for nothing cuts whole "
               "blocks (docs/design/hop.md#blocks-sized-to-shared-turns). Not in the paper.")
@@ -474,7 +476,7 @@ TURNS_NOTE = ("`hop-turns` is hopd with `[hop] shared_turn_blocks = true`: a flo
 
 def turns() -> Variant:
     return diagnostic(hop("hop-turns", "Hop, blocks sized to shared turns (shared_turn_blocks)",
-                          shared_turn_blocks=True))
+                          shared_turn_blocks=True, initial_block_bytes=0))
 
 
 # Hop whose tail rule ignores the duplicates next hops report (the behaviour before
@@ -567,7 +569,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
             [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), ramp_shared()],
+             firstframe(), ramp(), noramp()],
             build_52,
             point_name="hops",
             full=Scale(reps=2, points=[2, 4, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
@@ -578,14 +580,14 @@ def experiments() -> list[Experiment]:
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
                    "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "
                    "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, NODUP_NOTE, CTLFULL_NOTE,
-                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, RAMP_SHARED_NOTE]),
+                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, NORAMP_NOTE]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
             [hop(), diagnostic(hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             tcp(), HBHTCP, turns(), ramp_shared()], build_53, point_name="flows",
+             tcp(), HBHTCP, turns(), noramp()], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
@@ -595,12 +597,12 @@ def experiments() -> list[Experiment]:
                    "`hop-txop` is hopd with `[hop] round_per_next_hop = false`: flows sharing a next hop "
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
-                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, RAMP_SHARED_NOTE]),
+                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, NORAMP_NOTE]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), ramp_shared()],
+             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -611,7 +613,7 @@ def experiments() -> list[Experiment]:
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
                    CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE,
-                   TURNS_NOTE, ARQ_RTS_NOTE, RAMP_SHARED_NOTE]),
+                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",
@@ -689,21 +691,21 @@ def experiments() -> list[Experiment]:
                    "2026-11-25 ran §5.4 there)."]),
         Experiment(
             "hop-5.5", "7-to-1 AP with six hidden pairs", "hop", "Hop §5.5, Table 3, Table 1",
-            [hop(), tcp(), tcp_rts], build_55,
+            [hop(), tcp(), tcp_rts, noramp()], build_55,
             full=Scale(reps=2, points=[None], params={"duration": 60.0}),
             quick=Scale(reps=1, points=[None], variants=["hop", "tcp"], params={"duration": 10.0}),
             run_seconds=flows_time,
-            notes=["Goodput over the run (60 s full, 10 s quick; paper: after 30 minutes)."]),
+            notes=["Goodput over the run (60 s full, 10 s quick; paper: after 30 minutes).", NORAMP_NOTE]),
         Experiment(
             "hop-5.6.1", "One small file vs four bulk senders to an AP", "hop", "Hop §5.6.1, Fig. 13, Table 1",
-            [hop(), tcp(), tcp_rts, hop_rts()], build_561, point_name="size",
+            [hop(), tcp(), tcp_rts, hop_rts(), noramp()], build_561, point_name="size",
             full=Scale(reps=5, points=["4KB", "16KB", "128KB"], params={"duration": 25.0, "small_at": (4.0, 8.0)}),
             run_seconds=small_file_time,
             notes=["A run ends when the small file is done (the bulk transfers are cut off; paper: \"each "
                    "experiment runs until the micro-block completes\"), at 25 s at the latest; the small file "
                    "starts 4-8 s in. Delay = completion time of the small file; one not done by 25 s counts as "
                    "the time it had. Five repetitions, as the paper's \"aggregate numbers over five runs\", "
-                   "each with its own sender and start.", RTS_NOTE]),
+                   "each with its own sender and start.", RTS_NOTE, NORAMP_NOTE]),
         Experiment(
             "hop-5.6.2", "Web workload on the mesh (Poisson, 2 flows/s)", "hop", "Hop §5.6.2, Fig. 14",
             [hop(), tcp()], build_562, measure="web",

@@ -32,6 +32,12 @@ pub const DEFAULT_TXOP_BYTES: usize = 8192;
 /// 16KB).
 pub const DEFAULT_MICRO_BLOCK_THRESHOLD: usize = 16 * 1024;
 
+/// A flow's first block under the block ramp (not in the paper): twice the micro-block
+/// threshold, so that it takes a turn like any block (§3.5, §3.6) but crosses a busy relay in
+/// a thirty-second of a whole block's time. Where the first hop reports no shared turns the
+/// block is cut again whole before any of it leaves (`ramp_while_shared`).
+pub const DEFAULT_INITIAL_BLOCK_BYTES: usize = 32 * 1024;
+
 /// Backpressure limit H, complete blocks per flow not yet moved downstream (§3.3, §4.2: 1).
 pub const DEFAULT_BACKPRESSURE_LIMIT: usize = 1;
 
@@ -188,15 +194,17 @@ pub struct HopConfig {
     /// Blocks smaller than this ride on the BSYN (§3.6). 0 disables micro-blocks.
     pub micro_block_threshold: usize,
     /// A flow's first block holds at most this many bytes, each next one twice as many, up
-    /// to `max_block_bytes` (docs/design/hop.md#block-ramp); 0: every block as large as the
-    /// data ready allows (the paper, §4.2). Not in the paper.
+    /// to `max_block_bytes` (docs/design/hop.md#block-ramp); a flow whose rest fits one block
+    /// is cut whole. 0: every block as large as the data ready allows (the paper, §4.2).
+    /// Not in the paper; see [`DEFAULT_INITIAL_BLOCK_BYTES`].
     pub initial_block_bytes: usize,
     /// With `initial_block_bytes`, blocks after a flow's first double only while its path
     /// reports turns shared with other flows (a BACK's `block_hint_kib`, shared_turns.rs);
-    /// a flow alone on its path cuts whole blocks after its first. The ramp shortens the
-    /// turns of a busy relay (§3.5) while a flow starts; a flow alone has no turns to
-    /// shorten and pays a round and a tail for every extra block. Not in the paper
-    /// (docs/design/hop.md#block-ramp).
+    /// a flow alone on its path cuts whole blocks after its first, and a first block whose
+    /// first hop answers its BSYN without reporting shared turns is cut again whole before
+    /// any of it leaves. The ramp shortens the turns of a busy relay (§3.5) while a flow
+    /// starts; a flow alone has no turns to shorten and would pay a round and a tail on
+    /// every hop for every extra block. Not in the paper (docs/design/hop.md#block-ramp).
     pub ramp_while_shared: bool,
     /// A source cuts its flow's next block once every packet of the block in transfer has
     /// been sent once, so that the new block's packets use the air while the previous
@@ -408,8 +416,8 @@ impl Default for HopConfig {
             packet_payload_bytes: DEFAULT_PACKET_PAYLOAD_BYTES,
             txop_bytes: DEFAULT_TXOP_BYTES,
             micro_block_threshold: DEFAULT_MICRO_BLOCK_THRESHOLD,
-            initial_block_bytes: 0,
-            ramp_while_shared: false,
+            initial_block_bytes: DEFAULT_INITIAL_BLOCK_BYTES,
+            ramp_while_shared: true,
             overlap_block_tails: false,
             block_time: Duration::ZERO,
             shared_turn_blocks: false,
@@ -480,6 +488,8 @@ impl HopConfig {
             max_sending_flows_per_destination: DEFAULT_MAX_FLOWS,
             flow_start_hold: Duration::ZERO,
             control_copies: ControlCopies::Off,
+            initial_block_bytes: 0,
+            ramp_while_shared: false,
             ..HopConfig::default()
         }
     }

@@ -137,8 +137,12 @@ mod tests {
     /// source with the ramp on learns of shared turns from relays that do not ramp.
     #[test]
     fn a_node_asks_with_its_own_switches_off() {
-        let cfg = HopConfig::default();
-        assert!(!cfg.shared_turn_blocks && !cfg.ramp_while_shared);
+        let cfg = HopConfig {
+            shared_turn_blocks: false,
+            ramp_while_shared: false,
+            initial_block_bytes: 0,
+            ..HopConfig::default()
+        };
         let mut s = SharedTurns::default();
         for i in 1..=8 {
             s.note(key(i), Instant::ZERO);

@@ -125,6 +125,7 @@ fn a_source_served_only_from_a_relays_cache_gives_up() {
 fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
     let cfg = HopConfig {
         initial_block_bytes: 1000,
+        ramp_while_shared: false,
         max_block_bytes: 5000,
         ..small_cfg()
     };
