@@ -129,39 +129,7 @@ fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
         max_block_bytes: 5000,
         ..small_cfg()
     };
-    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg));
-    let key = FlowKey { src: 1, id: 9 };
-    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
-    let mut sizes = Vec::new();
-    for _ in 0..5 {
-        h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 5000])))
-            .unwrap();
-        for o in h.drain() {
-            if let Ok(HopMessage {
-                header,
-                body: HopBody::Bsyn { geom, .. },
-            }) = HopMessage::parse(o.message())
-            {
-                sizes.push(geom.block_len);
-                // The next hop takes the whole block at once, so the next one is formed.
-                let back = HopMessage {
-                    header: HopHeader {
-                        flags: FLAG_COMPLETE,
-                        ..header
-                    },
-                    body: HopBody::Back {
-                        ctl: ControlSeq::default(),
-                        block_len: geom.block_len,
-                        packets: 0,
-                        duplicates: 0,
-                        block_hint_kib: 0,
-                        bitmap: &[],
-                    },
-                };
-                h.recv(2, &back);
-            }
-        }
-    }
+    let sizes = block_sizes(cfg, 25_000, false, 0);
     assert_eq!(&sizes[..4], &[1000, 2000, 4000, 5000], "{sizes:?}");
 }
 
