@@ -133,6 +133,37 @@ fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
     assert_eq!(&sizes[..4], &[1000, 2000, 4000, 5000], "{sizes:?}");
 }
 
+/// The first BSYN among `out`: its header and the block's geometry.
+fn bsyn_in(out: Vec<Outgoing>) -> Option<(HopHeader, BlockGeom)> {
+    out.into_iter()
+        .find_map(|o| match HopMessage::parse(o.message()) {
+            Ok(HopMessage {
+                header,
+                body: HopBody::Bsyn { geom, .. },
+            }) => Some((header, geom)),
+            _ => None,
+        })
+}
+
+/// The next hop's BACK to a BSYN (`header`, `geom`) holding the whole block, asking for
+/// `hint_kib`.
+fn whole_back(header: HopHeader, geom: BlockGeom, hint_kib: u16) -> HopMessage<'static> {
+    HopMessage {
+        header: HopHeader {
+            flags: FLAG_COMPLETE,
+            ..header
+        },
+        body: HopBody::Back {
+            ctl: ControlSeq::default(),
+            block_len: geom.block_len,
+            packets: 0,
+            duplicates: 0,
+            block_hint_kib: hint_kib,
+            bitmap: &[],
+        },
+    }
+}
+
 /// The sizes of the blocks a source at node 1 cuts for one flow to node 3 (next hop 2) of
 /// `bytes`, finished or not: each block is taken whole at once by a BACK carrying `hint_kib`.
 fn block_sizes(cfg: HopConfig, bytes: usize, finish: bool, hint_kib: u16) -> Vec<u32> {
@@ -146,35 +177,12 @@ fn block_sizes(cfg: HopConfig, bytes: usize, finish: bool, hint_kib: u16) -> Vec
     }
     let mut sizes = Vec::new();
     for _ in 0..8 {
-        let bsyn = h
-            .drain()
-            .into_iter()
-            .find_map(|o| match HopMessage::parse(o.message()) {
-                Ok(HopMessage {
-                    header,
-                    body: HopBody::Bsyn { geom, .. },
-                }) => Some((header, geom)),
-                _ => None,
-            });
+        let bsyn = bsyn_in(h.drain());
         let Some((header, geom)) = bsyn else {
             break;
         };
         sizes.push(geom.block_len);
-        let back = HopMessage {
-            header: HopHeader {
-                flags: FLAG_COMPLETE,
-                ..header
-            },
-            body: HopBody::Back {
-                ctl: ControlSeq::default(),
-                block_len: geom.block_len,
-                packets: 0,
-                duplicates: 0,
-                block_hint_kib: hint_kib,
-                bitmap: &[],
-            },
-        };
-        h.recv(2, &back);
+        h.recv(2, &whole_back(header, geom, hint_kib));
     }
     sizes
 }
@@ -347,34 +355,11 @@ fn blocks_paced_by_rate_follow_how_fast_the_first_hop_takes_them() {
     let takes = [100u64, 1000, 4000, 100_000, 50];
     let mut sizes = Vec::new();
     for ms in takes {
-        let bsyn = h
-            .drain()
-            .into_iter()
-            .find_map(|o| match HopMessage::parse(o.message()) {
-                Ok(HopMessage {
-                    header,
-                    body: HopBody::Bsyn { geom, .. },
-                }) => Some((header, geom)),
-                _ => None,
-            });
+        let bsyn = bsyn_in(h.drain());
         let (header, geom) = bsyn.expect("a block is in transfer");
         sizes.push(geom.block_len);
         h.now += Duration::from_millis(ms);
-        let back = HopMessage {
-            header: HopHeader {
-                flags: FLAG_COMPLETE,
-                ..header
-            },
-            body: HopBody::Back {
-                ctl: ControlSeq::default(),
-                block_len: geom.block_len,
-                packets: 0,
-                duplicates: 0,
-                block_hint_kib: 0,
-                bitmap: &[],
-            },
-        };
-        h.recv(2, &back);
+        h.recv(2, &whole_back(header, geom, 0));
     }
     let next = h
         .drain()
