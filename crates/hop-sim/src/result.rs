@@ -58,6 +58,8 @@ pub struct FlowResult {
     pub start: f64,
     /// Hops of the route from src to dst in the tables the run starts with; null without one.
     pub hops: Option<u32>,
+    /// The nodes of that route, source to destination; null without one.
+    pub route: Option<Vec<u32>>,
     /// Bytes the source transport accepted.
     pub bytes_sent: u64,
     /// Unique in-order bytes delivered at the destination.

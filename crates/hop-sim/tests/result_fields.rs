@@ -231,3 +231,36 @@ size = "2MB"
     let l = &sensed.medium.losses_at_next_hop;
     assert_eq!(of(l, "(hidden)"), 0, "{l:?}");
 }
+
+/// A flow's route is the path of the tables the run starts with, source to destination, and
+/// its `hops` that path's length; a flow with no route has neither.
+#[test]
+fn a_flows_route_names_its_nodes() {
+    let r = run(r#"
+duration = 5.0
+[topology]
+nodes = 5
+generator = "chain"
+[[flows]]
+src = 4
+dst = 1
+size = "2KB"
+"#);
+    let f = &r.flows[0];
+    assert_eq!(f.route.as_deref(), Some(&[4, 3, 2, 1][..]));
+    assert_eq!(f.hops, Some(3));
+    let r = run(r#"
+duration = 5.0
+[topology]
+nodes = 3
+[[topology.links]]
+a = 0
+b = 1
+[[flows]]
+src = 0
+dst = 2
+size = "2KB"
+"#);
+    let f = &r.flows[0];
+    assert_eq!((f.route.as_ref(), f.hops), (None, None));
+}

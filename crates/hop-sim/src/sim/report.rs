@@ -31,6 +31,7 @@ impl Simulation {
                     size,
                     start: f.start as f64 / 1e9,
                     hops: self.route_hops(f.src as u32, f.dst as u32),
+                    route: self.route_path(f.src as u32, f.dst as u32),
                     bytes_sent: f.offered,
                     bytes_delivered: f.delivered,
                     duplicate_bytes: f.duplicate_bytes,

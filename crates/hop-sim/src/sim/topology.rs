@@ -262,15 +262,22 @@ impl Simulation {
     /// Hops of the route from `src` to `dst` in the route tables the run starts with; None
     /// without a route (or on a loop).
     pub(super) fn route_hops(&self, src: u32, dst: u32) -> Option<u32> {
-        let (mut at, mut hops) = (src, 0u32);
+        self.route_path(src, dst).map(|p| (p.len() - 1) as u32)
+    }
+
+    /// The nodes of the route from `src` to `dst` in the tables the run starts with, both ends
+    /// included; None without a route (or with a loop).
+    pub(super) fn route_path(&self, src: u32, dst: u32) -> Option<Vec<u32>> {
+        let mut path = vec![src];
+        let mut at = src;
         while at != dst {
             at = *self.start_tables.get(at as usize)?.get(&dst)?;
-            hops += 1;
-            if hops as usize > self.start_tables.len() {
+            path.push(at);
+            if path.len() > self.start_tables.len() + 1 {
                 return None;
             }
         }
-        Some(hops)
+        Some(path)
     }
 
     pub(super) fn nodes_len(&self) -> usize {
