@@ -17,6 +17,9 @@ fi
 
 command -v cargo >/dev/null 2>&1 || { echo "setup-dtn7: cargo not found" >&2; exit 1; }
 mkdir -p "$ROOT"
-cargo install dtn7 --version "$VERSION" --locked --root "$ROOT"
+# Without the default features: they add the sled and SQLite bundle stores (SQLite compiled
+# from C), and the lab and the tests run dtnd with its in-memory store (`-D mem`). About a
+# third less build time (2 min 44 s against 3 min 59 s on a 2-core VM).
+cargo install dtn7 --version "$VERSION" --locked --no-default-features --root "$ROOT"
 echo "$VERSION" >"$STAMP"
 echo "setup-dtn7: installed dtn7 $VERSION into $ROOT/bin"

@@ -13,5 +13,5 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 # The emulation lab: apt packages, the venv with ns-3 and hoplab.
 bash scripts/setup-lab.sh
 
-# The DTN baseline peer (dtn7, built from crates.io; ~4 min the first time).
+# The DTN baseline peer (dtn7, built from crates.io; ~3 min the first time).
 bash scripts/setup-dtn7.sh
