@@ -49,7 +49,7 @@ fi
 # cargo-zigbuild finds Zig through the venv's python (the ziglang package).
 export PATH="$PWD/$VENV/bin:$PATH"
 
-# Release as Cargo.toml has it, for a router's small flash: no line tables (debug = 1
+# Release as Cargo.toml has it, for a router's small flash: no line tables (line tables only
 # there), symbols stripped at link time, and whole-program optimisation in one codegen unit,
 # which makes the binaries a fifth to a quarter smaller.
 export CARGO_PROFILE_RELEASE_DEBUG=0
