@@ -446,6 +446,18 @@ impl NetnsChain {
             );
             run_ok("ip", &["-n", na, "link", "set", &a, "up"]);
             run_ok("ip", &["-n", nb, "link", "set", &b, "up"]);
+            if loss > 0 {
+                // Loss per datagram, as on a radio: the kernel cuts hopd's UDP GSO batches
+                // into single packets before they leave, so that nftables drops each on its
+                // own rather than a whole batch (a control datagram and its copies, sent back
+                // to back, would be lost together).
+                for (ns, dev) in [(na, &a), (nb, &b)] {
+                    run_ok(
+                        "ip",
+                        &["-n", ns, "link", "set", "dev", dev, "gso_max_segs", "1"],
+                    );
+                }
+            }
         }
         if loss > 0 {
             for n in &chain.names {
