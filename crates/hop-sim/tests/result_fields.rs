@@ -236,31 +236,16 @@ size = "2MB"
 /// its `hops` that path's length; a flow with no route has neither.
 #[test]
 fn a_flows_route_names_its_nodes() {
-    let r = run(r#"
-duration = 5.0
-[topology]
-nodes = 5
-generator = "chain"
-[[flows]]
-src = 4
-dst = 1
-size = "2KB"
-"#);
-    let f = &r.flows[0];
+    let flow = |topology: &str, src: u32, dst: u32| {
+        let text = format!(
+            "duration = 5.0\n[topology]\n{topology}\n[[flows]]\nsrc = {src}\ndst = {dst}\nsize = \"2KB\"\n"
+        );
+        run(&text).flows[0].clone()
+    };
+    let f = flow("nodes = 5\ngenerator = \"chain\"", 4, 1);
     assert_eq!(f.route.as_deref(), Some(&[4, 3, 2, 1][..]));
     assert_eq!(f.hops, Some(3));
-    let r = run(r#"
-duration = 5.0
-[topology]
-nodes = 3
-[[topology.links]]
-a = 0
-b = 1
-[[flows]]
-src = 0
-dst = 2
-size = "2KB"
-"#);
-    let f = &r.flows[0];
+    // Node 2 has no link: no route to it.
+    let f = flow("nodes = 3\n[[topology.links]]\na = 0\nb = 1", 0, 2);
     assert_eq!((f.route.as_ref(), f.hops), (None, None));
 }
