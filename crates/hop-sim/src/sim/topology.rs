@@ -262,22 +262,34 @@ impl Simulation {
     /// Hops of the route from `src` to `dst` in the route tables the run starts with; None
     /// without a route (or on a loop).
     pub(super) fn route_hops(&self, src: u32, dst: u32) -> Option<u32> {
-        self.route_path(src, dst).map(|p| (p.len() - 1) as u32)
+        let mut hops = 0u32;
+        self.walk_route(src, dst, |_| hops += 1).then_some(hops)
     }
 
     /// The nodes of the route from `src` to `dst` in the tables the run starts with, both ends
     /// included; None without a route (or with a loop).
     pub(super) fn route_path(&self, src: u32, dst: u32) -> Option<Vec<u32>> {
         let mut path = vec![src];
-        let mut at = src;
+        self.walk_route(src, dst, |n| path.push(n)).then_some(path)
+    }
+
+    /// Visit each node after `src` on its route to `dst` in the tables the run starts with;
+    /// false without a route (or with a loop). Allocates nothing: flow sets ask it of every
+    /// pair of nodes.
+    fn walk_route(&self, src: u32, dst: u32, mut each: impl FnMut(u32)) -> bool {
+        let (mut at, mut hops) = (src, 0usize);
         while at != dst {
-            at = *self.start_tables.get(at as usize)?.get(&dst)?;
-            path.push(at);
-            if path.len() > self.start_tables.len() + 1 {
-                return None;
+            let Some(&next) = self.start_tables.get(at as usize).and_then(|t| t.get(&dst)) else {
+                return false;
+            };
+            at = next;
+            hops += 1;
+            if hops > self.start_tables.len() {
+                return false;
             }
+            each(at);
         }
-        Some(path)
+        true
     }
 
     pub(super) fn nodes_len(&self) -> usize {
