@@ -450,6 +450,19 @@ def noramp() -> Variant:
                           initial_block_bytes=0))
 
 
+# Hop whose receivers release a turn its block would hold too long (not the paper's §3.5):
+# run beside Hop where a sender behind a very lossy link holds a relay's turn.
+HORIZON_NOTE = ("`hop-horizon` is hopd with `[hop] turn_horizon = \"30s\"`: a receiver releases a turn (§3.5) whose "
+                "block would need more than 30 s at the pace its packets have arrived, while another sender "
+                "waits for it. By default, as in the paper, a turn lasts until its block completes or its "
+                "sender goes silent (docs/design/hop.md#turn-horizon).")
+
+
+def horizon() -> Variant:
+    return diagnostic(hop("hop-horizon", "Hop, slow turns released (turn_horizon = 30 s)",
+                          turn_horizon="30s"))
+
+
 # Hop whose blocks are paced by each flow's rate (not the paper's, §4.2): run beside Hop where
 # many flows take turns at shared relays.
 PACED_NOTE = ("`hop-paced` is hopd with `[hop] block_time = \"10s\"`, `initial_block_bytes = 65536` and "
@@ -587,7 +600,7 @@ def experiments() -> list[Experiment]:
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             tcp(), HBHTCP, turns(), noramp()], build_53, point_name="flows",
+             tcp(), HBHTCP, turns(), noramp(), horizon()], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
@@ -597,12 +610,12 @@ def experiments() -> list[Experiment]:
                    "`hop-txop` is hopd with `[hop] round_per_next_hop = false`: flows sharing a next hop "
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
-                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, NORAMP_NOTE]),
+                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, NORAMP_NOTE, HORIZON_NOTE]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp()],
+             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp(), horizon()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -613,7 +626,7 @@ def experiments() -> list[Experiment]:
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
                    CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE,
-                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE]),
+                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE, HORIZON_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",

@@ -271,6 +271,16 @@ pub struct HopConfig {
     /// Silence after which ack withholding moves on to another sender.
     #[serde(with = "humantime_serde")]
     pub withhold_timeout: Duration,
+    /// A receiver's turn (§3.5) whose block would need longer than this to complete, at the
+    /// rate its packets have arrived since the turn began, goes to the senders waiting for it
+    /// (judged after twice `withhold_timeout`). §3.5 ends a turn only when the block completes
+    /// or its sender goes silent; a sender behind a link that loses most frames is never
+    /// silent (its BSYNs cross with link ARQ) while its data barely moves, and every other
+    /// sender waits. Zero (the default): the paper's turns. 30 s, issue 46's bound on how
+    /// long a flow may go without a byte while its path is up, is the value measured. Not in
+    /// the paper (docs/design/hop.md#turn-horizon).
+    #[serde(with = "humantime_serde")]
+    pub turn_horizon: Duration,
     /// Enable spatial pipelining (§3.1); otherwise a relay forwards only complete blocks.
     pub pipelining: bool,
     /// Cache packets overheard on a shared medium (§3.2).
@@ -428,6 +438,7 @@ impl Default for HopConfig {
             next_hop_backpressure: true,
             ack_withholding: true,
             withhold_timeout: DEFAULT_WITHHOLD_TIMEOUT,
+            turn_horizon: Duration::ZERO,
             pipelining: true,
             cache_overheard: true,
             virtual_retransmission: true,

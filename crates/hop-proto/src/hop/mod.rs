@@ -38,6 +38,7 @@ mod shared_turns;
 mod source;
 mod timers;
 mod transfer;
+mod turn_horizon;
 mod vtx;
 mod withholding;
 

@@ -306,12 +306,17 @@ impl HopTransport {
             }
         }
         let complete = b.complete();
+        let held_at_start = b.have.count();
         if !complete {
             self.withholding
                 .admitted
                 .entry((key, n))
                 .and_modify(|a| a.last_heard = now)
-                .or_insert(Admitted { last_heard: now });
+                .or_insert(Admitted {
+                    last_heard: now,
+                    since: now,
+                    held_at_start,
+                });
         }
         Some((complete, ask))
     }

@@ -1,4 +1,4 @@
-//! Timers: housekeeping (silent senders, stale withheld BSYNs, idle flows, custody expiry,
+//! Timers: housekeeping (silent senders, slow turns, stale withheld BSYNs, idle flows, custody expiry,
 //! sources giving up) and the transport's next deadline.
 
 use super::*;
@@ -15,11 +15,12 @@ impl HopTransport {
         for _ in self.withholding.admitted.len()..before {
             self.extra("released_silent");
         }
+        let released_slow = self.release_slow_turns(now);
         // Withheld BSYNs are refreshed by the sender's retries, at least one per
         // `bsyn_max_backoff`: an entry outlives two of them lost.
         let stale = self.cfg.bsyn_max_backoff * 3;
         self.withholding.waiting.retain(|w| w.at + stale > now);
-        if self.withholding.admitted.len() != before {
+        if self.withholding.admitted.len() != before || released_slow {
             self.service_waiting(ctx);
         }
         self.forget_old_closed_flows(now);

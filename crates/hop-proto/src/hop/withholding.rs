@@ -48,6 +48,9 @@ pub(super) struct Admitted {
     /// When the sender was last heard (a silent sender loses its turn after
     /// `withhold_timeout`).
     pub(super) last_heard: Instant,
+    /// When the turn began, and the packets of the block held then (`turn_horizon`).
+    pub(super) since: Instant,
+    pub(super) held_at_start: u32,
 }
 
 impl HopTransport {

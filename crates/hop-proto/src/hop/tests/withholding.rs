@@ -128,6 +128,7 @@ fn bsyn_expecting(src: NodeId, flow: u32, expect: u16) -> HopMessage<'static> {
 
 #[test]
 fn a_turn_lasts_until_the_block_completes() {
+    // The paper's rule (§3.5), the default: no turn horizon.
     let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
     h.recv(1, &bsyn_from(1, 1));
     h.recv(3, &bsyn_from(3, 1));
@@ -141,6 +142,88 @@ fn a_turn_lasts_until_the_block_completes() {
         assert_eq!(backs_to(&out, 1).len(), 1);
         assert!(backs_to(&out, 3).is_empty());
     }
+}
+
+/// Node 1 holds node 2's turn and node 3 waits. Node 1 repeats its BSYN every 300 ms (it is
+/// never silent; its timers run first at each step) and, when `packet_at` says so, one of its block's packets arrives. Returns
+/// when node 3 got the turn, if it did within `until`.
+/// `small_cfg` with a turn horizon of 30 s.
+fn horizon_cfg() -> HopConfig {
+    HopConfig {
+        turn_horizon: Duration::from_secs(30),
+        ..small_cfg()
+    }
+}
+
+fn turn_passes(h: &mut Harness, packet_at: &[u64], until: Duration) -> Option<Duration> {
+    let start = h.now;
+    h.recv(1, &bsyn_from(1, 1));
+    h.recv(3, &bsyn_from(3, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    let data = [1u8; 100];
+    let mut step = 0u64;
+    while h.now < start + until {
+        h.now += Duration::from_millis(300);
+        step += 1;
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        if packet_at.contains(&step) {
+            let p = packet_at.iter().position(|&s| s == step).unwrap() as u16;
+            let mut m = data_packet(0, 250, p, &data);
+            m.header.src = 1;
+            m.header.flow_id = 1;
+            m.header.dst = 2;
+            h.recv(1, &m);
+        }
+        h.recv(1, &bsyn_expecting(1, 1, 3));
+        h.recv(3, &bsyn_from(3, 1));
+        if !backs_to(&h.drain(), 3).is_empty() {
+            return Some(h.now - start);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_turn_whose_block_barely_moves_goes_to_the_sender_waiting() {
+    // Node 1's packets do not arrive: at that pace its block would never complete, so once
+    // the turn has lasted twice the silence timeout node 3 gets it.
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(horizon_cfg()));
+    let passed = turn_passes(&mut h, &[], Duration::from_secs(10)).expect("node 3 waited");
+    assert!(passed >= DEFAULT_WITHHOLD_TIMEOUT * 2, "{passed:?}");
+    assert!(
+        passed <= DEFAULT_WITHHOLD_TIMEOUT * 2 + Duration::from_millis(600),
+        "{passed:?}"
+    );
+    assert_eq!(h.t.stats().extra["released_slow"], 1);
+    // Node 1's block waits for its next turn, which comes when node 3's block is done.
+    h.recv(1, &bsyn_expecting(1, 1, 3));
+    assert!(backs_to(&h.drain(), 1).is_empty());
+    complete_block_from(&mut h, 3, 1);
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+}
+
+#[test]
+fn a_turn_whose_block_moves_is_kept() {
+    // One of node 1's three packets arrives in the first second: at that pace the other two
+    // take seconds, well within the horizon, so node 3 keeps waiting.
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(horizon_cfg()));
+    assert_eq!(turn_passes(&mut h, &[2], Duration::from_secs(10)), None);
+    assert!(!h.t.stats().extra.contains_key("released_slow"));
+}
+
+#[test]
+fn a_turn_alone_is_kept_however_slow() {
+    // Nobody waits: the slow turn has no one to go to.
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(horizon_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    for _ in 0..20 {
+        h.now += Duration::from_millis(300);
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        h.recv(1, &bsyn_expecting(1, 1, 3));
+        assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    }
+    assert!(!h.t.stats().extra.contains_key("released_slow"));
 }
 
 #[test]
