@@ -1,5 +1,5 @@
-//! Timers: housekeeping (silent senders, slow turns, stale withheld BSYNs, idle flows, custody expiry,
-//! sources giving up) and the transport's next deadline.
+//! Timers: housekeeping (silent senders, slow turns, stale withheld BSYNs, idle flows,
+//! custody expiry, sources giving up) and the transport's next deadline.
 
 use super::*;
 
@@ -124,10 +124,10 @@ impl HopTransport {
         {
             self.housekeeping_at = None;
         } else {
-            let h = match self.housekeeping_at {
-                Some(h) if h > now => h,
-                _ => now + HOUSEKEEPING_INTERVAL,
-            };
+            // A housekeeping deadline that has passed stays until housekeeping runs: moved on
+            // by every datagram handled first, it would never come on a node that receives
+            // without pause.
+            let h = self.housekeeping_at.unwrap_or(now + HOUSEKEEPING_INTERVAL);
             self.housekeeping_at = Some(h);
             t = Some(t.map_or(h, |x| x.min(h)));
         }

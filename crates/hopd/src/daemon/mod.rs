@@ -403,6 +403,14 @@ impl Daemon {
         let discovery_rx = self.discovery_rx.clone();
         let mut session_at = self.sessions.as_ref().map(|_| tokio::time::Instant::now());
         loop {
+            // A deadline that has passed is handled before anything else. The select below
+            // prefers the sockets, and under a steady stream a socket is always readable, so
+            // the timer branch would never win (a relay's BSYN timers and housekeeping would
+            // wait for a pause in its traffic).
+            let now = self.now();
+            if self.node.poll_timeout().is_some_and(|t| t <= now) {
+                self.node.handle_timeout(now);
+            }
             self.flush_tx();
             self.renew_lease()?;
             self.drain_events();

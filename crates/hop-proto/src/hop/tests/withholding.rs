@@ -299,3 +299,30 @@ fn a_waiting_bsyn_for_a_block_cached_under_another_geometry_gets_its_turn() {
     let out = h.drain();
     assert_eq!(backs_to(&out, 4).len(), 1);
 }
+
+#[test]
+fn datagrams_handled_before_the_timer_do_not_postpone_housekeeping() {
+    // Node 1 holds the turn and goes silent. Node 3 asks every 100 ms, and each time its
+    // BSYN is handled before the runtime calls the timer, as a runtime whose socket is
+    // always readable does: the silent sender is still released after `withhold_timeout`.
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
+    h.recv(1, &bsyn_from(1, 1));
+    h.recv(3, &bsyn_from(3, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    let start = h.now;
+    while h.now < start + Duration::from_secs(5) {
+        h.now += Duration::from_millis(100);
+        h.recv(3, &bsyn_from(3, 1));
+        h.with(|t, ctx| t.handle_timeout(ctx));
+        if !backs_to(&h.drain(), 3).is_empty() {
+            let waited = h.now - start;
+            assert!(waited >= DEFAULT_WITHHOLD_TIMEOUT, "{waited:?}");
+            assert!(
+                waited <= DEFAULT_WITHHOLD_TIMEOUT + HOUSEKEEPING_INTERVAL * 2,
+                "{waited:?}"
+            );
+            return;
+        }
+    }
+    panic!("node 3 never got the turn");
+}
