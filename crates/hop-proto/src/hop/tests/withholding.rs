@@ -129,10 +129,7 @@ fn bsyn_expecting(src: NodeId, flow: u32, expect: u16) -> HopMessage<'static> {
 #[test]
 fn a_turn_lasts_until_the_block_completes() {
     // The paper's rule (§3.5), the default: no turn horizon.
-    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
-    h.recv(1, &bsyn_from(1, 1));
-    h.recv(3, &bsyn_from(3, 1));
-    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    let mut h = node_1_holds_the_turn(small_cfg());
     // Node 1 sends its three packets round after round and none arrives.
     for _ in 0..20 {
         h.now += Duration::from_millis(300);
@@ -144,9 +141,16 @@ fn a_turn_lasts_until_the_block_completes() {
     }
 }
 
-/// Node 1 holds node 2's turn and node 3 waits. Node 1 repeats its BSYN every 300 ms (it is
-/// never silent; its timers run first at each step) and, when `packet_at` says so, one of its block's packets arrives. Returns
-/// when node 3 got the turn, if it did within `until`.
+/// Node 2 (a destination, neighbours 1 and 3) gives its turn to node 1's block; node 3's
+/// block waits for it (§3.5).
+fn node_1_holds_the_turn(cfg: HopConfig) -> Harness {
+    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(cfg));
+    h.recv(1, &bsyn_from(1, 1));
+    h.recv(3, &bsyn_from(3, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    h
+}
+
 /// `small_cfg` with a turn horizon of 30 s.
 fn horizon_cfg() -> HopConfig {
     HopConfig {
@@ -155,11 +159,12 @@ fn horizon_cfg() -> HopConfig {
     }
 }
 
+/// Node 1 holds node 2's turn and node 3 waits (`node_1_holds_the_turn`). Node 1 repeats
+/// its BSYN every 300 ms (it is never silent; its timers run first at each step) and, when
+/// `packet_at` says so, one of its block's packets arrives. Returns when node 3 got the turn,
+/// if it did within `until`.
 fn turn_passes(h: &mut Harness, packet_at: &[u64], until: Duration) -> Option<Duration> {
     let start = h.now;
-    h.recv(1, &bsyn_from(1, 1));
-    h.recv(3, &bsyn_from(3, 1));
-    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
     let data = [1u8; 100];
     let mut step = 0u64;
     while h.now < start + until {
@@ -187,7 +192,7 @@ fn turn_passes(h: &mut Harness, packet_at: &[u64], until: Duration) -> Option<Du
 fn a_turn_whose_block_barely_moves_goes_to_the_sender_waiting() {
     // Node 1's packets do not arrive: at that pace its block would never complete, so once
     // the turn has lasted twice the silence timeout node 3 gets it.
-    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(horizon_cfg()));
+    let mut h = node_1_holds_the_turn(horizon_cfg());
     let passed = turn_passes(&mut h, &[], Duration::from_secs(10)).expect("node 3 waited");
     assert!(passed >= DEFAULT_WITHHOLD_TIMEOUT * 2, "{passed:?}");
     assert!(
@@ -206,7 +211,7 @@ fn a_turn_whose_block_barely_moves_goes_to_the_sender_waiting() {
 fn a_turn_whose_block_moves_is_kept() {
     // One of node 1's three packets arrives in the first second: at that pace the other two
     // take seconds, well within the horizon, so node 3 keeps waiting.
-    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(horizon_cfg()));
+    let mut h = node_1_holds_the_turn(horizon_cfg());
     assert_eq!(turn_passes(&mut h, &[2], Duration::from_secs(10)), None);
     assert!(!h.t.stats().extra.contains_key("released_slow"));
 }
@@ -305,10 +310,7 @@ fn datagrams_handled_before_the_timer_do_not_postpone_housekeeping() {
     // Node 1 holds the turn and goes silent. Node 3 asks every 100 ms, and each time its
     // BSYN is handled before the runtime calls the timer, as a runtime whose socket is
     // always readable does: the silent sender is still released after `withhold_timeout`.
-    let mut h = Harness::new(2, &[(1, 1), (3, 3)], HopTransport::new(small_cfg()));
-    h.recv(1, &bsyn_from(1, 1));
-    h.recv(3, &bsyn_from(3, 1));
-    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    let mut h = node_1_holds_the_turn(small_cfg());
     let start = h.now;
     while h.now < start + Duration::from_secs(5) {
         h.now += Duration::from_millis(100);
