@@ -72,6 +72,30 @@ fn retry_limit_drops_control_frames() {
 }
 
 #[test]
+fn without_link_acks_a_frame_is_sent_and_forgotten() {
+    // A wire or a veth (`link_acks = false`): no ACK follows a unicast frame and the sender
+    // does not wait for one, so control frames go back to back as data frames do.
+    let acked = run(&one_hop("p2p", 0.0, true, "200KB", "retry_limit = 0"));
+    let wire = run(&one_hop(
+        "p2p",
+        0.0,
+        true,
+        "200KB",
+        "retry_limit = 0\nacked_retry_limit = 0\nlink_acks = false",
+    ));
+    assert!(acked.flows[0].identical && wire.flows[0].identical);
+    assert!(acked.medium.acks_sent > 0);
+    assert_eq!(wire.medium.acks_sent, 0);
+    assert_eq!(wire.medium.link_retries, 0);
+    assert!(
+        wire.flows[0].goodput_bps > acked.flows[0].goodput_bps * 1.1,
+        "{} against {} with ACKs",
+        wire.flows[0].goodput_bps,
+        acked.flows[0].goodput_bps
+    );
+}
+
+#[test]
 fn same_seed_same_json_other_seed_differs() {
     let t = one_hop("shared", 0.2, true, "60KB", "");
     let a = run(&t);
@@ -298,6 +322,10 @@ fn bad_scenarios_give_one_line_errors() {
         (
             "[medium]\nkind = \"fiber\"\n[topology]\nnodes = 2\n",
             "fiber",
+        ),
+        (
+            "[medium]\nlink_acks = false\n[topology]\nnodes = 2\n",
+            "link_acks = false",
         ),
     ];
     for (text, needle) in cases {

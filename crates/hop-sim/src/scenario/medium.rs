@@ -152,6 +152,12 @@ pub struct MediumSpec {
     /// Off: DIFS after every frame (the simulator before 2026-12-02).
     #[serde(default = "d_true")]
     pub eifs: bool,
+    /// Unicast frames get a link-layer acknowledgement (802.11: the sender waits for it
+    /// before its next frame, and retries on its loss). Off: a wire, a veth or a tunnel,
+    /// where a frame is sent and forgotten; then no frame is retried (`retry_limit` and
+    /// `acked_retry_limit` must be 0, `data_arq` off).
+    #[serde(default = "d_true")]
+    pub link_acks: bool,
 }
 
 fn d_true() -> bool {
@@ -232,6 +238,7 @@ impl Default for MediumSpec {
             data_broadcast: false,
             lossless_acks: false,
             control_priority: true,
+            link_acks: true,
             control_when_full: false,
             nav: true,
             eifs: true,

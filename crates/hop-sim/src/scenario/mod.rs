@@ -192,6 +192,13 @@ impl Scenario {
         if m.acked_retry_limit > 1000 {
             return inv("medium.acked_retry_limit must be <= 1000".into());
         }
+        if !m.link_acks && (m.retry_limit > 0 || m.acked_retry_limit > 0 || m.data_arq) {
+            return inv(
+                "medium.link_acks = false: nothing is retried without link acknowledgements; \
+                 set retry_limit = 0 and acked_retry_limit = 0 (and data_arq = false)"
+                    .into(),
+            );
+        }
         let t = &self.topology;
         check_loss("topology.loss", t.loss)?;
         check_rate("topology.rate_mbps", t.rate_mbps)?;

@@ -277,7 +277,8 @@ impl Simulation {
         let need_ack = match p.class {
             Class::Control | Class::Acked => true,
             Class::Data => self.sc.medium.data_arq,
-        } && p.next_hop != BROADCAST_NODE;
+        } && p.next_hop != BROADCAST_NODE
+            && self.sc.medium.link_acks;
         let (label, next_hop) = frame_label(p.class, p.next_hop, &p.payload);
         let frame = self.new_frame(Frame {
             sender: n,
