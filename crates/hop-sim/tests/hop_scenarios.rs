@@ -84,8 +84,8 @@ fn one_hop_completes_identical_at_0_20_50_80_percent_loss() {
 }
 
 /// One fast point-to-point hop as a veth pair or a wired link gives it: 2.5 Gbit/s, 50 µs,
-/// no 802.11 preamble, contention or link retries, one FIFO queue for control and data, and
-/// random loss on every packet, control included.
+/// no 802.11 preamble, contention, link acknowledgements or retries, one FIFO queue for
+/// control and data, and random loss on every packet, control included.
 fn fast_lossy_hop(loss: f64) -> String {
     format!(
         r#"
@@ -98,6 +98,8 @@ difs_us = 0.0
 sifs_us = 0.0
 slot_us = 0.0
 retry_limit = 0
+acked_retry_limit = 0
+link_acks = false
 control_priority = false
 queue_frames = 1000
 [topology]
@@ -170,6 +172,30 @@ fn control_copies_keep_a_link_losing_thirty_percent_moving() {
     };
     assert_eq!(copies(&off), 0);
     assert!(copies(&on) > 0);
+}
+
+#[test]
+fn a_first_megabyte_over_a_lossy_wire_does_not_wait_for_the_loss_to_be_learnt() {
+    // Control copies follow each neighbour's measured loss (control_copies.rs). Before the
+    // first few BSYNs and BACKs have crossed, nothing is measured: sent once each, the first
+    // rounds over a link losing 30 % failed about half the time, and the first BSYN's timer
+    // (50 ms before any round trip is measured) set a small transfer's time. They now go at
+    // least twice until both ends have counted a few, and the first datagrams count at full
+    // weight. 1 MB over the veth model at 30 % loss, 20 seeds: a median of about 60 ms,
+    // against 260 ms before.
+    let mut times: Vec<f64> = (1..=20)
+        .map(|seed| {
+            let text = fast_lossy_hop(0.3)
+                .replace("seed = 1", &format!("seed = {seed}"))
+                .replace("200MB", "1MB");
+            let r = run(&text);
+            assert_complete(&r);
+            1e6 * 8.0 / r.flows[0].goodput_bps
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let median = (times[9] + times[10]) / 2.0;
+    assert!(median < 0.15, "median {median:.3} s: {times:?}");
 }
 
 #[test]

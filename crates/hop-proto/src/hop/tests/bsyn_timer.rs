@@ -40,7 +40,8 @@ fn first_bsyn_wait(cfg: HopConfig) -> Duration {
     h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
     h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 1000])))
         .unwrap();
-    assert_eq!(bsyns(&h.drain()).len(), 1);
+    // Once, or twice where copies go to a next hop not heard yet (control_copies.rs).
+    assert!(!bsyns(&h.drain()).is_empty());
     let due = h.t.poll_timeout().expect("the BSYN timer");
     due - h.now
 }
