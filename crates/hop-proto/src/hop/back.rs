@@ -104,7 +104,8 @@ impl HopTransport {
                         .get(e as usize / 8)
                         .is_some_and(|b| b >> (e % 8) & 1 != 0);
                 let overtaken = duplicates > 0 || (held && !end_heard && !x.round_behind);
-                self.round_order.learn(from, end_heard, overtaken);
+                self.round_order
+                    .learn(&self.cfg, from, end_heard, overtaken);
                 if overtaken {
                     bump(&mut self.stats.extra, "rounds_overtaken");
                 }

@@ -79,7 +79,7 @@ fn bsyn_behind(out: &[Outgoing]) -> Vec<bool> {
 fn learnt_source_round(cfg: HopConfig) -> (Harness, Vec<Outgoing>) {
     source_round_with(cfg, |t| {
         for _ in 0..BEHIND_STREAK {
-            t.round_order.learn(2, true, false);
+            t.round_order.learn(&t.cfg, 2, true, false);
         }
     })
 }
