@@ -19,7 +19,10 @@
 # HOP_PARAMS='key = value' adds lines to every node's [hop] section; REPEATS=n runs each
 # cell n times (default 1); SKIP_TCP=1 runs hopd alone (to compare hopd settings);
 # COUNTERS="name ..." prints those Hop counters of every node after each hopd run (the names
-# of `hop --json status`, e.g. "bsyn_behind rounds_overtaken bsyn_repeat time_round_ms").
+# of `hop --json status`, e.g. "bsyn_behind rounds_overtaken bsyn_repeat time_round_ms");
+# WARMUP=1 first moves a 1 MiB file over the same daemons, untimed, so that the measured
+# transfer meets neighbours whose loss and order are already learnt, as on nodes that have
+# run a while (each hopd run starts fresh daemons otherwise).
 # Needs root, iproute2, nftables, iperf3, python3, bc. Every namespace is deleted on exit.
 set -euo pipefail
 
@@ -88,6 +91,13 @@ hopd_run() { # hopd_run N -> "Mbit/s" or "> T s (x MiB)"
     for ((i = 1; i <= n; i++)); do start_hopd "$n" "$i"; done
     local hp=("${PIDS[@]:$first}") s0 s1 out
     rm -rf "$WORK/c$n/out"
+    if [ "${WARMUP:-0}" = 1 ]; then
+        [ -f "$WORK/warmup.bin" ] || head -c $((1024 * 1024)) /dev/urandom >"$WORK/warmup.bin"
+        timeout "$TIMEOUT_S" "$HOP" --socket "$WORK/c$n/n1/hopd.sock" send --quiet "$WORK/warmup.bin" --to "$n" ||
+            echo "warm-up transfer did not finish" >&2
+        "$HOP" --socket "$WORK/c$n/n$n/hopd.sock" recv --dir "$WORK/c$n/warm" --count 1 >/dev/null || true
+        rm -rf "$WORK/c$n/warm"
+    fi
     s0=$(date +%s.%N)
     if timeout "$TIMEOUT_S" "$HOP" --socket "$WORK/c$n/n1/hopd.sock" send --quiet "$FILE" --to "$n"; then
         s1=$(date +%s.%N)
