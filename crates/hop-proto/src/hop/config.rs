@@ -235,8 +235,9 @@ pub struct HopConfig {
     /// that drops after the MAC): where 5 % or more of this node's BSYNs and BACKs are lost
     /// toward the neighbour it sends to (by the neighbour's report, or this node's count of
     /// the neighbour's), and until a few have crossed each way, each goes twice, back to back
-    /// (three times from 17 %; a micro-block's BSYNs, which carry its packets, once). A block moves in BSYN/BACK rounds
-    /// (§3.1) and each lost BSYN or BACK costs the sender a timer's wait with nothing sent:
+    /// (three times from 17 %; a micro-block's BSYNs, which carry its packets, once). A block
+    /// moves in BSYN/BACK rounds (§3.1) and each lost BSYN or BACK costs the sender a timer's
+    /// wait with nothing sent:
     /// over a link that loses a share p of its datagrams about 2p of the rounds wait, with
     /// two copies about 2p². The paper's 802.11 MAC retries control frames (§4.1), so what a
     /// mesh still loses of them is collisions and dead neighbours, where copies add load (the

@@ -24,8 +24,9 @@
 //! a small file's rounds all came before a streak of 16
 //! (docs/notebook/2026-12-04-copies-before-the-loss-is-known.md). Such a link that does
 //! overtake (802.11 without retries, whose BSYNs ride the voice queue) shows it within its
-//! first rounds with a backlog and owes a full streak from then on. So a link whose BSYNs overtake their data in more
-//! than one round in 17 (802.11's voice queue, §3.6, does in most rounds with a backlog) is
+//! first rounds with a backlog and owes a full streak from then on. So a link whose BSYNs
+//! overtake their data in more than one round in 17 (802.11's voice queue, §3.6, does in
+//! most rounds with a backlog) is
 //! never trusted, while one that reorders a rare round (a wired link, a tunnel or a veth on
 //! a busy host) costs 16 rounds unmarked each time, not the rest of the transfer: at 30 %
 //! loss an unmarked round whose end was lost waits for the data to pause and then a loss
