@@ -72,7 +72,11 @@ fn an_interrupted_send_to_a_node_that_is_down_is_cancelled_and_never_delivered()
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(nodes[1].status()["inbox"], 1);
+    // `hop send` returns on the end-to-end acknowledgement, which follows the durable write;
+    // the file enters the inbox after its check on the finisher's thread, a moment later.
+    wait_for("the file in the inbox", Duration::from_secs(10), || {
+        nodes[1].status()["inbox"] == 1
+    });
 }
 
 /// `hop send --detach` returns once hopd holds the file; `hop list` shows the transfer
