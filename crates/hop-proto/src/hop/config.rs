@@ -55,8 +55,6 @@ pub const DEFAULT_FIN_PROBES: u8 = 4;
 /// a control frame through its retries (up to tens of ms each behind a hidden sender), and
 /// than a destination takes to write a block durably on slow flash, so that a BACK that is
 /// late, not lost, is rarely asked for; short next to the 60 s the loss costs without it.
-/// Over a link that does not retry control frames the first wait is at most 100 ms
-/// (fin_probe.rs, `WIRE_FIN_PROBE_AFTER`).
 pub const DEFAULT_FIN_PROBE_AFTER: Duration = Duration::from_secs(1);
 
 /// TTL of a virtual retransmission (§4.2: 50 hops).

@@ -12,8 +12,7 @@
 //! within `fin_probe_after`, this node asks with a BSYN for that block, which the
 //! destination answers, as any BSYN of a delivered block, with its BACK and the end-to-end
 //! BACK (receiver.rs). Repeats double the wait, at most `fin_probes` of them; the source's
-//! timer remains the last resort. Over a link that does not retry control frames the first
-//! wait is shorter ([`WIRE_FIN_PROBE_AFTER`]) and the probes more, spanning as long.
+//! timer remains the last resort.
 //!
 //! The wait is not the destination's BSYN round trip: the end-to-end BACK leaves after the
 //! hop BACK and may spend many link-layer retries behind a hidden sender's frames, and a
@@ -29,15 +28,6 @@
 //! asks, as before.
 
 use super::*;
-
-/// The first wait before a fin probe over a link that does not retry control frames (a wire,
-/// a veth, a tunnel: `link_retries = false`), when `fin_probe_after` is longer. There no MAC
-/// retries delay the end-to-end BACK, and what it may still wait for is the destination's
-/// durable write; a probe that comes before it costs one BSYN, answered with a BACK. Over
-/// lossy veth chains the 1 s wait was the whole of a small transfer's slowest cases (about
-/// one 1 MiB transfer in 16 took 1.1 s instead of 0.1;
-/// docs/notebook/2026-12-04-copies-before-the-loss-is-known.md).
-pub(super) const WIRE_FIN_PROBE_AFTER: Duration = Duration::from_millis(100);
 
 /// A probe of the destination for the end-to-end BACK that finishes a flow.
 #[derive(Debug, Clone, Copy)]
@@ -88,38 +78,11 @@ impl HopTransport {
         });
     }
 
-    /// The wait before the first probe: `fin_probe_after`, or at most
-    /// [`WIRE_FIN_PROBE_AFTER`] over a link that does not retry control frames.
-    fn fin_probe_first(&self) -> Duration {
-        let after = self.cfg.fin_probe_after;
-        if self.cfg.link_retries == Some(false) {
-            after.min(WIRE_FIN_PROBE_AFTER)
-        } else {
-            after
-        }
-    }
-
-    /// The wait before probe number `sent` + 1: the first wait, doubled per probe already
-    /// sent (at most 64 times `fin_probe_after`).
+    /// The wait before probe number `sent` + 1: `fin_probe_after`, doubled per probe already
+    /// sent.
     fn fin_probe_wait(&self, sent: u8) -> Duration {
-        let cap = self.cfg.fin_probe_after.saturating_mul(1 << 6);
-        backoff(self.fin_probe_first(), cap, u32::from(sent))
-    }
-
-    /// Probes sent at most: `fin_probes`, and as many more as doublings take a shorter first
-    /// wait up to `fin_probe_after`, so that the probes span at least as long as configured.
-    fn fin_probe_count(&self) -> u8 {
-        let n = self.cfg.fin_probes;
-        if n == 0 {
-            return 0;
-        }
-        let (mut wait, after) = (self.fin_probe_first(), self.cfg.fin_probe_after);
-        let mut extra = 0u8;
-        while wait < after && !wait.is_zero() && extra < 16 {
-            wait = wait.saturating_mul(2);
-            extra += 1;
-        }
-        n.saturating_add(extra)
+        let first = self.cfg.fin_probe_after;
+        backoff(first, first.saturating_mul(1 << 6), u32::from(sent))
     }
 
     /// Ask the next hop that took flow `key`'s last block for the end-to-end BACK with FIN if
@@ -145,7 +108,7 @@ impl HopTransport {
         let sent = p.sent + 1;
         let flags = FLAG_FIN;
         f.fin_probe = None;
-        if sent < self.fin_probe_count() {
+        if sent < self.cfg.fin_probes {
             let at = now + self.fin_probe_wait(sent);
             if let Some(f) = self.flows.get_mut(&key) {
                 f.fin_probe = Some(FinProbe { at, sent, ..p });
