@@ -198,6 +198,12 @@ pub struct HopConfig {
     /// is cut whole. 0: every block as large as the data ready allows (the paper, §4.2).
     /// Not in the paper; see [`DEFAULT_INITIAL_BLOCK_BYTES`].
     pub initial_block_bytes: usize,
+    /// Under the block ramp (`initial_block_bytes`), a flow's first block holds at most this
+    /// many bytes and block n ≥ 1 at most `initial_block_bytes` × 2^(n − 1). Below
+    /// `micro_block_threshold` the first block is a micro-block (§3.6): its packets ride on
+    /// its BSYNs and no turn holds it back (§3.5). 0: the first block is
+    /// `initial_block_bytes`. Not in the paper (docs/design/hop.md#block-ramp).
+    pub opening_block_bytes: usize,
     /// With `initial_block_bytes`, blocks after a flow's first double only while its path
     /// reports turns shared with other flows (a BACK's `block_hint_kib`, shared_turns.rs);
     /// a flow alone on its path cuts whole blocks after its first, and a first block whose
@@ -429,6 +435,7 @@ impl Default for HopConfig {
             txop_bytes: DEFAULT_TXOP_BYTES,
             micro_block_threshold: DEFAULT_MICRO_BLOCK_THRESHOLD,
             initial_block_bytes: DEFAULT_INITIAL_BLOCK_BYTES,
+            opening_block_bytes: 0,
             ramp_while_shared: true,
             overlap_block_tails: false,
             block_time: Duration::ZERO,
@@ -502,6 +509,7 @@ impl HopConfig {
             flow_start_hold: Duration::ZERO,
             control_copies: ControlCopies::Off,
             initial_block_bytes: 0,
+            opening_block_bytes: 0,
             ramp_while_shared: false,
             ..HopConfig::default()
         }

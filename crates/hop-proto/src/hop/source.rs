@@ -238,12 +238,24 @@ pub(super) fn pace_next_block(
 
 /// The largest block a source cuts as its flow's block `num`: with `initial_block_bytes`, a
 /// flow's first block holds at most that much and each next one twice the one before, up to
-/// `limit` (the block size). Not in the paper, whose blocks are as large as the data ready
-/// (§4.2): with many flows sharing a path a whole first block takes minutes to arrive, and
-/// every relay's turn (§3.5) lasts one block.
+/// `limit` (the block size); with `opening_block_bytes` the first holds that much and the
+/// doubling starts from `initial_block_bytes` at the second, so that a first block under the
+/// micro-block threshold (§3.6) passes every turn while the rest ramps as before. Not in the
+/// paper, whose blocks are as large as the data ready (§4.2): with many flows sharing a path
+/// a whole first block takes minutes to arrive, and every relay's turn (§3.5) lasts one
+/// block.
 fn ramped_block_bytes(cfg: &HopConfig, limit: usize, num: u32) -> usize {
     if cfg.initial_block_bytes == 0 {
         return limit;
+    }
+    if cfg.opening_block_bytes > 0 {
+        if num == 0 {
+            return cfg.opening_block_bytes.min(limit);
+        }
+        return cfg
+            .initial_block_bytes
+            .saturating_mul(1usize << (num - 1).min(24))
+            .min(limit);
     }
     cfg.initial_block_bytes
         .saturating_mul(1usize << num.min(24))

@@ -232,6 +232,48 @@ fn the_ramp_while_shared_doubles_only_while_the_path_reports_shared_turns() {
     );
 }
 
+/// With `opening_block_bytes` under the ramp a flow's first block holds that much and the
+/// ramp goes on from `initial_block_bytes`; below `micro_block_threshold` the first block is
+/// a micro-block, whose packets ride on its BSYN (§3.6). A flow alone cuts whole blocks
+/// after it, as with the ramp's own first block.
+#[test]
+fn an_opening_block_bytes_sets_the_first_block_and_the_ramp_goes_on_from_the_initial_size() {
+    let cfg = |micro| HopConfig {
+        opening_block_bytes: 100,
+        micro_block_threshold: micro,
+        ..ramp_cfg(true)
+    };
+    assert_eq!(
+        block_sizes(cfg(0), 20_000, false, 1),
+        vec![100, 1000, 2000, 4000, 8000, 4900],
+        "shared"
+    );
+    assert_eq!(
+        block_sizes(cfg(0), 20_000, false, 0),
+        vec![100, 8000, 8000, 3900],
+        "alone"
+    );
+    let mut h = Harness::new(1, &[(3, 2), (2, 2)], HopTransport::new(cfg(500)));
+    let key = FlowKey { src: 1, id: 9 };
+    h.with(|t, ctx| t.open(ctx, key, 3)).unwrap();
+    h.with(|t, ctx| t.send(ctx, key, Bytes::from(vec![1u8; 20_000])))
+        .unwrap();
+    let first = h
+        .drain()
+        .into_iter()
+        .find_map(|o| match HopMessage::parse(o.message()) {
+            Ok(HopMessage {
+                header,
+                body: HopBody::Bsyn { geom, payload, .. },
+            }) => Some((header.flags, geom.block_len, payload.len())),
+            _ => None,
+        });
+    let (flags, len, carried) = first.expect("a first BSYN");
+    assert_eq!(len, 100);
+    assert!(flags & FLAG_MICRO != 0, "a micro-block: {flags:#x}");
+    assert_eq!(carried, 100, "its packet rides on the BSYN");
+}
+
 /// The BSYNs of block 0 a source at node 1 sends for one flow of 20,000 bytes to node 3
 /// (next hop 2), when the next hop answers the first with a BACK holding nothing and
 /// carrying `hint_kib`: the block lengths they name, in order.
