@@ -463,6 +463,19 @@ def horizon() -> Variant:
                           turn_horizon="30s"))
 
 
+# Hop whose flows open with a one-packet micro-block (not the paper's): run beside Hop where
+# many flows take turns at shared relays.
+OPENING_NOTE = ("`hop-opening` is hopd with `[hop] opening_block_bytes = 1380`: under the block ramp a flow's "
+                "first block is one packet, a micro-block (§3.6) that rides on its BSYN and no turn (§3.5) holds "
+                "back, and the ramp goes on from 32 KiB; by default the first block is 32 KiB and waits for "
+                "turns like any block (docs/design/hop.md#block-ramp).")
+
+
+def opening() -> Variant:
+    return diagnostic(hop("hop-opening", "Hop, flows opened by a one-packet micro-block (opening_block_bytes = 1380)",
+                          opening_block_bytes=1380))
+
+
 # Hop whose blocks are paced by each flow's rate (not the paper's, §4.2): run beside Hop where
 # many flows take turns at shared relays.
 PACED_NOTE = ("`hop-paced` is hopd with `[hop] block_time = \"10s\"`, `initial_block_bytes = 65536` and "
@@ -600,7 +613,7 @@ def experiments() -> list[Experiment]:
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             tcp(), HBHTCP, turns(), noramp(), horizon()], build_53, point_name="flows",
+             tcp(), HBHTCP, turns(), noramp(), horizon(), opening()], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
@@ -610,12 +623,13 @@ def experiments() -> list[Experiment]:
                    "`hop-txop` is hopd with `[hop] round_per_next_hop = false`: flows sharing a next hop "
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
-                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, NORAMP_NOTE, HORIZON_NOTE]),
+                   "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, NORAMP_NOTE, HORIZON_NOTE,
+                   OPENING_NOTE]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp(), horizon()],
+             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp(), horizon(), opening()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -626,7 +640,7 @@ def experiments() -> list[Experiment]:
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
                    CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE,
-                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE, HORIZON_NOTE]),
+                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE, HORIZON_NOTE, OPENING_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",
