@@ -10,7 +10,12 @@ const SIZE: usize = 3 << 20;
 
 #[test]
 fn relay_crash_is_recovered_by_virtual_retransmission_from_caches() {
-    let mut net = Net::chain(4, LinkSpec::default(), HopConfig::default(), 21);
+    // Every packet a data packet: no opening micro-block, whose packet rides on a BSYN.
+    let cfg = HopConfig {
+        opening_block_packets: 0,
+        ..HopConfig::default()
+    };
+    let mut net = Net::chain(4, LinkSpec::default(), cfg, 21);
     net.transfer(1, 4, SIZE);
     // Crash the second relay (node 3) right after it took custody of its first block (sent
     // the completing BACK upstream) while still forwarding it; back after 2 s.

@@ -38,6 +38,14 @@ pub const DEFAULT_MICRO_BLOCK_THRESHOLD: usize = 16 * 1024;
 /// block is cut again whole before any of it leaves (`ramp_while_shared`).
 pub const DEFAULT_INITIAL_BLOCK_BYTES: usize = 32 * 1024;
 
+/// A flow's opening block under the block ramp (not in the paper): one packet, a micro-block
+/// (§3.6) that rides on its BSYN and no turn (§3.5) holds back, so that every flow's first
+/// bytes cross a busy mesh within seconds; the ramp goes on from
+/// [`DEFAULT_INITIAL_BLOCK_BYTES`]. On the lab's lossy §5.3 mesh 28-30 of 30 flows started in
+/// four draws instead of 11-19, with as many bytes
+/// (docs/notebook/2026-12-04-flows-opened-by-a-micro-block.md).
+pub const DEFAULT_OPENING_BLOCK_PACKETS: usize = 1;
+
 /// Backpressure limit H, complete blocks per flow not yet moved downstream (§3.3, §4.2: 1).
 pub const DEFAULT_BACKPRESSURE_LIMIT: usize = 1;
 
@@ -199,11 +207,11 @@ pub struct HopConfig {
     /// Not in the paper; see [`DEFAULT_INITIAL_BLOCK_BYTES`].
     pub initial_block_bytes: usize,
     /// Under the block ramp (`initial_block_bytes`), a flow's first block holds at most this
-    /// many bytes and block n ≥ 1 at most `initial_block_bytes` × 2^(n − 1). Below
+    /// many packets and block n ≥ 1 at most `initial_block_bytes` × 2^(n − 1). Below
     /// `micro_block_threshold` the first block is a micro-block (§3.6): its packets ride on
     /// its BSYNs and no turn holds it back (§3.5). 0: the first block is
-    /// `initial_block_bytes`. Not in the paper (docs/design/hop.md#block-ramp).
-    pub opening_block_bytes: usize,
+    /// `initial_block_bytes`. Not in the paper; see [`DEFAULT_OPENING_BLOCK_PACKETS`].
+    pub opening_block_packets: usize,
     /// With `initial_block_bytes`, blocks after a flow's first double only while its path
     /// reports turns shared with other flows (a BACK's `block_hint_kib`, shared_turns.rs);
     /// a flow alone on its path cuts whole blocks after its first, and a first block whose
@@ -435,7 +443,7 @@ impl Default for HopConfig {
             txop_bytes: DEFAULT_TXOP_BYTES,
             micro_block_threshold: DEFAULT_MICRO_BLOCK_THRESHOLD,
             initial_block_bytes: DEFAULT_INITIAL_BLOCK_BYTES,
-            opening_block_bytes: 0,
+            opening_block_packets: DEFAULT_OPENING_BLOCK_PACKETS,
             ramp_while_shared: true,
             overlap_block_tails: false,
             block_time: Duration::ZERO,
@@ -509,7 +517,7 @@ impl HopConfig {
             flow_start_hold: Duration::ZERO,
             control_copies: ControlCopies::Off,
             initial_block_bytes: 0,
-            opening_block_bytes: 0,
+            opening_block_packets: 0,
             ramp_while_shared: false,
             ..HopConfig::default()
         }

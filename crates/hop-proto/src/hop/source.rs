@@ -40,7 +40,7 @@ impl HopTransport {
             if ends_here || recut || (s.next_block > 0 && !shared) {
                 limit
             } else {
-                ramped_block_bytes(&self.cfg, limit, s.next_block)
+                ramped_block_bytes(&self.cfg, limit, s.next_block, pkt)
             }
         } else if s.block_limit > 0 {
             s.block_limit.min(limit)
@@ -238,19 +238,22 @@ pub(super) fn pace_next_block(
 
 /// The largest block a source cuts as its flow's block `num`: with `initial_block_bytes`, a
 /// flow's first block holds at most that much and each next one twice the one before, up to
-/// `limit` (the block size); with `opening_block_bytes` the first holds that much and the
-/// doubling starts from `initial_block_bytes` at the second, so that a first block under the
-/// micro-block threshold (§3.6) passes every turn while the rest ramps as before. Not in the
-/// paper, whose blocks are as large as the data ready (§4.2): with many flows sharing a path
-/// a whole first block takes minutes to arrive, and every relay's turn (§3.5) lasts one
-/// block.
-fn ramped_block_bytes(cfg: &HopConfig, limit: usize, num: u32) -> usize {
+/// `limit` (the block size); with `opening_block_packets` the first holds that many packets
+/// of `pkt` bytes and the doubling starts from `initial_block_bytes` at the second, so that a
+/// first block under the micro-block threshold (§3.6) passes every turn while the rest ramps
+/// as before. Not in the paper, whose blocks are as large as the data ready (§4.2): with many
+/// flows sharing a path a whole first block takes minutes to arrive, and every relay's turn
+/// (§3.5) lasts one block.
+fn ramped_block_bytes(cfg: &HopConfig, limit: usize, num: u32, pkt: u16) -> usize {
     if cfg.initial_block_bytes == 0 {
         return limit;
     }
-    if cfg.opening_block_bytes > 0 {
+    if cfg.opening_block_packets > 0 {
         if num == 0 {
-            return cfg.opening_block_bytes.min(limit);
+            return cfg
+                .opening_block_packets
+                .saturating_mul(usize::from(pkt).max(1))
+                .min(limit);
         }
         return cfg
             .initial_block_bytes

@@ -125,6 +125,7 @@ fn a_source_served_only_from_a_relays_cache_gives_up() {
 fn a_flows_blocks_start_small_and_double_with_a_block_ramp() {
     let cfg = HopConfig {
         initial_block_bytes: 1000,
+        opening_block_packets: 0,
         ramp_while_shared: false,
         max_block_bytes: 5000,
         ..small_cfg()
@@ -190,6 +191,7 @@ fn block_sizes(cfg: HopConfig, bytes: usize, finish: bool, hint_kib: u16) -> Vec
 fn ramp_cfg(while_shared: bool) -> HopConfig {
     HopConfig {
         initial_block_bytes: 1000,
+        opening_block_packets: 0,
         ramp_while_shared: while_shared,
         max_block_bytes: 8000,
         // No virtual retransmission while the test runs.
@@ -232,14 +234,14 @@ fn the_ramp_while_shared_doubles_only_while_the_path_reports_shared_turns() {
     );
 }
 
-/// With `opening_block_bytes` under the ramp a flow's first block holds that much and the
+/// With `opening_block_packets` under the ramp a flow's first block holds that many packets and the
 /// ramp goes on from `initial_block_bytes`; below `micro_block_threshold` the first block is
 /// a micro-block, whose packets ride on its BSYN (§3.6). A flow alone cuts whole blocks
 /// after it, as with the ramp's own first block.
 #[test]
-fn an_opening_block_bytes_sets_the_first_block_and_the_ramp_goes_on_from_the_initial_size() {
+fn an_opening_block_sets_the_first_block_and_the_ramp_goes_on_from_the_initial_size() {
     let cfg = |micro| HopConfig {
-        opening_block_bytes: 100,
+        opening_block_packets: 1,
         micro_block_threshold: micro,
         ..ramp_cfg(true)
     };

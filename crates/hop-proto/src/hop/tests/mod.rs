@@ -123,6 +123,9 @@ fn small_cfg() -> HopConfig {
     HopConfig {
         packet_payload_bytes: 100,
         micro_block_threshold: 0,
+        // A flow's first block is a block like the others here; the opening block has tests
+        // of its own (flows.rs).
+        opening_block_packets: 0,
         back_quiet: Duration::ZERO,
         ..HopConfig::default()
     }
