@@ -439,8 +439,8 @@ def ramp() -> Variant:
 # Hop without the block ramp (the paper's blocks, §4.2): run beside Hop where many flows take
 # turns at shared relays, and on the lone multi-hop flows of §5.2.
 NORAMP_NOTE = ("`hop-noramp` is hopd with `[hop] initial_block_bytes = 0`: every block as large as the data "
-               "ready allows (1 MiB), as in the paper (§4.2). Hop's default starts a flow with a 32 KiB block "
-               "and doubles its blocks while a node on its path reports turns (§3.5) shared with other flows; "
+               "ready allows (1 MiB), as in the paper (§4.2). Hop's default opens a flow with a one-packet "
+               "micro-block, then a 32 KiB block, and doubles its blocks while a node on its path reports turns (§3.5) shared with other flows; "
                "a flow whose first hop reports none has its first block cut again whole before any of it "
                "leaves (`ramp_while_shared`; docs/design/hop.md#block-ramp).")
 
@@ -463,17 +463,17 @@ def horizon() -> Variant:
                           turn_horizon="30s"))
 
 
-# Hop whose flows open with a one-packet micro-block (not the paper's): run beside Hop where
-# many flows take turns at shared relays.
-OPENING_NOTE = ("`hop-opening` is hopd with `[hop] opening_block_bytes = 1380`: under the block ramp a flow's "
-                "first block is one packet, a micro-block (§3.6) that rides on its BSYN and no turn (§3.5) holds "
-                "back, and the ramp goes on from 32 KiB; by default the first block is 32 KiB and waits for "
-                "turns like any block (docs/design/hop.md#block-ramp).")
+# Hop whose flows open with the ramp's 32 KiB block instead of a one-packet micro-block (the
+# default before 2026-12-04): run beside Hop where many flows take turns at shared relays.
+NOOPENING_NOTE = ("`hop-noopening` is hopd with `[hop] opening_block_packets = 0`: a flow's first block is the block "
+                  "ramp's 32 KiB, which waits for turns (§3.5) like any block. By default a flow opens with a "
+                  "one-packet micro-block (§3.6) that rides on its BSYN and no turn holds back, and the ramp goes "
+                  "on from 32 KiB (docs/design/hop.md#block-ramp). Neither is in the paper.")
 
 
-def opening() -> Variant:
-    return diagnostic(hop("hop-opening", "Hop, flows opened by a one-packet micro-block (opening_block_bytes = 1380)",
-                          opening_block_bytes=1380))
+def noopening() -> Variant:
+    return diagnostic(hop("hop-noopening", "Hop, flows opened by the ramp's 32 KiB block (opening_block_packets = 0)",
+                          opening_block_packets=0))
 
 
 # Hop whose blocks are paced by each flow's rate (not the paper's, §4.2): run beside Hop where
@@ -595,7 +595,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
             [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), noramp()],
+             firstframe(), ramp(), noramp(), noopening()],
             build_52,
             point_name="hops",
             full=Scale(reps=2, points=[2, 4, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
@@ -606,14 +606,14 @@ def experiments() -> list[Experiment]:
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
                    "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "
                    "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, NODUP_NOTE, CTLFULL_NOTE,
-                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, NORAMP_NOTE]),
+                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, NORAMP_NOTE, NOOPENING_NOTE]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
             [hop(), diagnostic(hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             tcp(), HBHTCP, turns(), noramp(), horizon(), opening()], build_53, point_name="flows",
+             tcp(), HBHTCP, turns(), noramp(), horizon(), noopening()], build_53, point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
@@ -624,12 +624,12 @@ def experiments() -> list[Experiment]:
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
                    "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, NORAMP_NOTE, HORIZON_NOTE,
-                   OPENING_NOTE]),
+                   NOOPENING_NOTE]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp(), horizon(), opening()],
+             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp(), horizon(), noopening()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -640,7 +640,7 @@ def experiments() -> list[Experiment]:
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
                    CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE,
-                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE, HORIZON_NOTE, OPENING_NOTE]),
+                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE, HORIZON_NOTE, NOOPENING_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",
@@ -718,11 +718,12 @@ def experiments() -> list[Experiment]:
                    "2026-11-25 ran §5.4 there)."]),
         Experiment(
             "hop-5.5", "7-to-1 AP with six hidden pairs", "hop", "Hop §5.5, Table 3, Table 1",
-            [hop(), tcp(), tcp_rts, noramp()], build_55,
+            [hop(), tcp(), tcp_rts, noramp(), noopening()], build_55,
             full=Scale(reps=2, points=[None], params={"duration": 60.0}),
             quick=Scale(reps=1, points=[None], variants=["hop", "tcp"], params={"duration": 10.0}),
             run_seconds=flows_time,
-            notes=["Goodput over the run (60 s full, 10 s quick; paper: after 30 minutes).", NORAMP_NOTE]),
+            notes=["Goodput over the run (60 s full, 10 s quick; paper: after 30 minutes).", NORAMP_NOTE,
+                   NOOPENING_NOTE]),
         Experiment(
             "hop-5.6.1", "One small file vs four bulk senders to an AP", "hop", "Hop §5.6.1, Fig. 13, Table 1",
             [hop(), tcp(), tcp_rts, hop_rts(), noramp()], build_561, point_name="size",
