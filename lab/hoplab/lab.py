@@ -555,6 +555,10 @@ def flow_summary(f, r: dict, hops: int | None, idx: int) -> dict:
         "start_offset": f.start, "size": f.size, "bytes": nbytes,
         "goodput_mbps": (nbytes * 8 / dur / 1e6) if dur else 0.0,
         "time_to_last_byte_s": dur,
+        # From the flow's start to its first byte at the destination, as its driver saw it
+        # (None where the driver records no first byte, or none arrived).
+        "time_to_first_byte_s": (r["first"] - start) if (start is not None and r.get("first") is not None
+                                                          and r["first"] >= start) else None,
         "completion_s": dur if (r.get("complete") and f.size is not None) else None,
         "complete": bool(r.get("complete")),
     }

@@ -828,6 +828,15 @@ def test_started_resends_and_air_per_byte_hop_statistics():
     assert stats.stat_fn("air_per_byte_hop")([t], "m") is None
 
 
+def test_started_within_ten_seconds_counts_first_bytes_and_needs_a_driver_that_records_them():
+    fl = [flow("m0", 1.0), flow("m1", 1.0), flow("m2", 0.0), flow("m3", 0.5)]
+    for f, t in zip(fl, [3.0, 10.0, None, 12.5]):
+        f["time_to_first_byte_s"] = t
+    assert stats.stat_fn("started_10s")([rec("a", 0, fl)], "m") == pytest.approx(0.5)
+    # A driver that keeps no first byte's time gives no figure, not zero.
+    assert stats.stat_fn("started_10s")([rec("b", 0, [flow("m0", 1.0)])], "m") is None
+
+
 def test_random_meshes_run_one_floor_per_repetition_and_are_opt_in():
     from hoplab.experiments import hop_paper as hp
     e = registry()["hop-random"]

@@ -231,12 +231,20 @@ class HopDriver(Driver):
         got = min(int(flow.size), held // max(same, 1))
         if got > self.held[0]:
             self.held = (got, time.time())
+        if self.first is None and any(int(f.get("bytes", 0)) > 0 for f in status.get("incoming", [])
+                                      if str(f.get("flow", "")).startswith(prefix)):
+            # Delivered bytes (whole blocks), not packets of a block still arriving: the
+            # first byte an application at the destination could read, to this 2 s sample.
+            self.first = time.time()
         return self.held[0]
 
     def __init__(self):
         # Largest byte count the destination's hopd reported for this flow while the run
         # went on (`progress`, every 2 s), and when it was first seen.
         self.held: tuple[int, float | None] = (0, None)
+        # When a `progress` sample first saw delivered bytes of this flow's source at its
+        # destination (None until then).
+        self.first: float | None = None
         # `finished`: whether this flow's file has arrived, and how many of the receiving
         # clients at its destination had exited when that was last looked up.
         self._arrived = False
@@ -285,7 +293,9 @@ class HopDriver(Driver):
         r, s = read_json(lab.flow_file(idx, "recv")), read_json(lab.flow_file(idx, "send"))
         got, end = self.received(lab, flow, idx)
         nbytes = int(got.get("bytes", 0))
-        out = {"bytes": nbytes, "start": s.get("start"), "first": None,
+        # A file written before any sample saw its bytes: its first byte came by its end.
+        first = self.first if self.first is not None else (end if got else None)
+        out = {"bytes": nbytes, "start": s.get("start"), "first": first,
                "last": end if got else None,
                "complete": bool(got) and flow.size is not None and nbytes >= flow.size,
                "sender_rc": s.get("rc"), "receiver_rc": r.get("rc")}

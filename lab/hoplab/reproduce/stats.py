@@ -111,6 +111,18 @@ def _resend_share(run: dict, _flows: list[dict]) -> float | None:
     return d.get("resent", 0) / d["sent"]
 
 
+def _started_within(seconds: float):
+    """The share of a run's flows whose first byte reached the destination within `seconds`
+    of their start (issue 46's \"every flow starts\"); None where no flow records a first
+    byte's time (a driver that keeps none)."""
+    def fn(_run: dict, flows: list[dict]) -> float | None:
+        if not flows or all("time_to_first_byte_s" not in f for f in flows):
+            return None
+        return sum(1 for f in flows if (f.get("time_to_first_byte_s") is not None
+                                         and f["time_to_first_byte_s"] <= seconds)) / len(flows)
+    return fn
+
+
 STATS = {
     "median": _pooled(lambda xs: percentile(xs, 50)),
     "mean": _pooled(lambda xs: sum(xs) / len(xs)),
@@ -123,6 +135,7 @@ STATS = {
     # Hop §5.3.1: "the top three TCP flows get around 90% of the total goodput"
     "top3_share": _per_run(lambda r, fl: top_share([f["goodput_mbps"] for f in fl], 3)),
     "started": _per_run(lambda r, fl: sum(1 for f in fl if (f.get("bytes") or 0) > 0) / len(fl) if fl else None),
+    "started_10s": _per_run(_started_within(10.0)),
     "resend_share": _per_run(_resend_share),
     "air_per_byte_hop": _per_run(_air_per_byte_hop),
     "delay_median": _delay,
@@ -132,7 +145,7 @@ STATS = {
 }
 POOLED = {"median", "mean", "q1", "q3"}  # statistics of the flows pooled over runs
 STAT_UNITS = {"jain": "", "jain_hw": "", "top3_share": "", "clp": "", "mos": "", "voip_loss": "",
-              "delay_median": "s", "started": "", "resend_share": "", "air_per_byte_hop": "ns"}
+              "delay_median": "s", "started": "", "started_10s": "", "resend_share": "", "air_per_byte_hop": "ns"}
 
 
 def stat_fn(name: str):
