@@ -440,9 +440,9 @@ def ramp() -> Variant:
 # turns at shared relays, and on the lone multi-hop flows of §5.2.
 NORAMP_NOTE = ("`hop-noramp` is hopd with `[hop] initial_block_bytes = 0`: every block as large as the data "
                "ready allows (1 MiB), as in the paper (§4.2). Hop's default opens a flow with a one-packet "
-               "micro-block, then a 32 KiB block, and doubles its blocks while a node on its path reports turns (§3.5) shared with other flows; "
-               "a flow whose first hop reports none has its first block cut again whole before any of it "
-               "leaves (`ramp_while_shared`; docs/design/hop.md#block-ramp).")
+               "micro-block, then a 32 KiB block, and doubles its blocks while a node on its path reports "
+               "turns (§3.5) shared with other flows; a flow whose path reports none cuts whole blocks after "
+               "its opening packet (`ramp_while_shared`; docs/design/hop.md#block-ramp).")
 
 
 def noramp() -> Variant:

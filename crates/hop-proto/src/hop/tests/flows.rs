@@ -234,10 +234,10 @@ fn the_ramp_while_shared_doubles_only_while_the_path_reports_shared_turns() {
     );
 }
 
-/// With `opening_block_packets` under the ramp a flow's first block holds that many packets and the
-/// ramp goes on from `initial_block_bytes`; below `micro_block_threshold` the first block is
-/// a micro-block, whose packets ride on its BSYN (§3.6). A flow alone cuts whole blocks
-/// after it, as with the ramp's own first block.
+/// With `opening_block_packets` under the ramp a flow's first block holds that many packets
+/// and the ramp goes on from `initial_block_bytes`; below `micro_block_threshold` the first
+/// block is a micro-block, whose packets ride on its BSYN (§3.6). A flow alone cuts whole
+/// blocks after it, as with the ramp's own first block.
 #[test]
 fn an_opening_block_sets_the_first_block_and_the_ramp_goes_on_from_the_initial_size() {
     let cfg = |micro| HopConfig {
