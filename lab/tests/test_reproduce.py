@@ -840,7 +840,7 @@ def test_started_within_ten_seconds_counts_first_bytes_and_needs_a_driver_that_r
 def test_random_meshes_run_one_floor_per_repetition_and_are_opt_in():
     from hoplab.experiments import hop_paper as hp
     e = registry()["hop-random"]
-    assert e.opt_in and {v.name for v in e.variants} == {"hop", "tcp"}
+    assert e.opt_in and {v.name for v in e.variants if not v.diagnostic} == {"hop", "tcp"}
     assert e.full.points == [12, 30] and e.full.reps == len(hp.RANDOM_MESH_SEEDS) >= 5
     seeds = []
     for rep in range(e.full.reps):
@@ -944,3 +944,20 @@ def test_the_report_opens_with_the_rows_that_have_a_paper_figure():
     # the experiment's own table keeps both
     section = md[md.index("## x: t"):]
     assert "| median a / b |" in section and "| median b / a (not in the paper) |" in section
+
+
+def test_few_retries_changes_only_the_radios_retry_limit_of_hops_runs():
+    from hoplab.experiments import hop_paper as hp
+    for exp in ("hop-5.2", "hop-5.3", "hop-5.3-good", "hop-random"):
+        e = registry()[exp]
+        v = e.variant(f"hop-retry{hp.FEW_RETRIES}")
+        assert v.diagnostic
+        point = e.full.points[0]
+        few = e.spec(v, point, 0, quick=False)
+        hop = e.spec(e.variant("hop"), point, 0, quick=False)
+        tcp = e.spec(e.variant("tcp"), point, 0, quick=False)
+        assert few["medium"]["retry_limit"] == hp.FEW_RETRIES < hop["medium"]["retry_limit"]
+        assert tcp["medium"]["retry_limit"] == hop["medium"]["retry_limit"]
+        assert few["topology"] == hop["topology"] and few["flow"] == hop["flow"]
+        assert {k: x for k, x in few["medium"].items() if k != "retry_limit"} == \
+            {k: x for k, x in hop["medium"].items() if k != "retry_limit"}

@@ -476,6 +476,39 @@ def noopening() -> Variant:
                           opening_block_packets=0))
 
 
+# Hop on radios that retry a unicast frame fewer times than the paper's maximum (§5.1.1: 18):
+# run beside Hop where many flows share relays with hidden senders.
+FEW_RETRIES = 4
+RETRIES_NOTE = (f"`hop-retry{FEW_RETRIES}` is Hop on a medium whose stations retry a unicast frame at most "
+                f"{FEW_RETRIES} times (Linux mac80211's long retry limit; its short limit is 7) instead of the paper's "
+                "18 (§5.1.1). Hop's data goes as link-layer broadcasts, so only its BSYN/BACK are retried: a "
+                "control frame that collides at a receiver busy with a hidden sender's burst retries at the voice "
+                "queue's short contention window and meets the same burst again. The retry limit is the radio's "
+                "setting (`iw phy PHY set retry short N long N`), the same for every unicast frame on that radio; "
+                "TCP keeps 18 here. Not in the paper.")
+
+
+def few_retries() -> Variant:
+    v = hop(f"hop-retry{FEW_RETRIES}", f"Hop on radios with {FEW_RETRIES} link retries")
+    v.medium["retry_limit"] = FEW_RETRIES
+    return diagnostic(v)
+
+
+# Hop's BSYN/BACK in the best-effort access category (DSCP 0) instead of voice (EF): still ahead
+# of the data's background queue (a shorter AIFS), but a retried control frame backs off as data
+# does (CWmax 1023 against the voice queue's 15). Something hopd sets itself, on any radio.
+CTLBE_NOTE = ("`hop-ctl-be` is hopd with `control_dscp = 0`: BSYN/BACK leave in the best-effort access "
+              "category (AIFSN 3, contention window 31-1023) instead of voice (AIFSN 2, 7-15), still ahead of "
+              "the data's background queue (AIFSN 7). A control frame retried at a receiver covered by a hidden "
+              "sender's burst then backs off past the burst instead of meeting it again within a few hundred "
+              "microseconds. Hop §3.6 sends control at the highest priority; not in the paper.")
+
+
+def ctl_be() -> Variant:
+    return diagnostic(hop("hop-ctl-be", "Hop, BSYN/BACK in the best-effort access category (control_dscp = 0)",
+                          control_dscp=0))
+
+
 # Hop whose blocks are paced by each flow's rate (not the paper's, §4.2): run beside Hop where
 # many flows take turns at shared relays.
 PACED_NOTE = ("`hop-paced` is hopd with `[hop] block_time = \"10s\"`, `initial_block_bytes = 65536` and "
@@ -595,7 +628,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-5.2", "One multi-hop flow", "hop", "Hop §5.2, Fig. 9-10, Table 1",
             [hop(), tcp(), HBHTCP, DTN, UDP_NOARQ, nopipe(), hop_unicast_noarq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), noramp(), noopening()],
+             firstframe(), ramp(), noramp(), noopening(), few_retries()],
             build_52,
             point_name="hops",
             full=Scale(reps=2, points=[2, 4, 7], params={"size": FILE_FULL, "cutoff": 90.0}),
@@ -606,14 +639,16 @@ def experiments() -> list[Experiment]:
                    "paper's mix was 30 % 2-hop, 30 % 3-hop, 10 % 4-hop, 20 % 5-hop, 10 % 7-hop; here each "
                    "hop count (2, 4, 7) gets the same number of repetitions, so pooled figures weight "
                    "long paths more.", NOPIPE_NOTE, UNICAST_NOTE, NODUP_NOTE, CTLFULL_NOTE,
-                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, NORAMP_NOTE, NOOPENING_NOTE]),
+                   WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, NORAMP_NOTE, NOOPENING_NOTE,
+                   RETRIES_NOTE]),
         Experiment(
             "hop-5.3", "30 concurrent flows", "hop", "Hop §5.3, Fig. 11, Table 2",
             [hop(), diagnostic(hop("hop-cs1", "Hop, BSYN/BACK in the data's access category (control_dscp = 8)",
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             tcp(), HBHTCP, turns(), noramp(), horizon(), noopening()], build_53, point_name="flows",
+             tcp(), HBHTCP, turns(), noramp(), horizon(), noopening(), few_retries(), ctl_be()], build_53,
+            point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
                    "intervals are over the 30 flows of that run.",
@@ -624,12 +659,13 @@ def experiments() -> list[Experiment]:
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
                    "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, NORAMP_NOTE, HORIZON_NOTE,
-                   NOOPENING_NOTE]),
+                   NOOPENING_NOTE, RETRIES_NOTE, CTLBE_NOTE]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
-             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp(), horizon(), noopening()],
+             firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp(), horizon(), noopening(),
+             few_retries(), ctl_be()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -640,7 +676,8 @@ def experiments() -> list[Experiment]:
                    "flows across links losing 77-94 %. Flows are drawn by the same rule (not immediate "
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
                    CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE,
-                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE, HORIZON_NOTE, NOOPENING_NOTE]),
+                   TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE, HORIZON_NOTE, NOOPENING_NOTE, RETRIES_NOTE,
+                   CTLBE_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",
@@ -679,7 +716,7 @@ def experiments() -> list[Experiment]:
         Experiment(
             "hop-random", "12 and 30 concurrent flows on five random meshes", "hop",
             "Hop §5.3, Fig. 11, Table 2",
-            [hop(), tcp()], build_random, point_name="flows",
+            [hop(), tcp(), few_retries()], build_random, point_name="flows",
             full=Scale(reps=len(RANDOM_MESH_SEEDS), points=[12, 30],
                        params={"duration": 120.0, "mesh_seeds": RANDOM_MESH_SEEDS}),
             run_seconds=flows_time, by_path_length=True, opt_in=True,
@@ -690,7 +727,7 @@ def experiments() -> list[Experiment]:
                    "Intervals are over the floors. Besides the papers' figures the report gives the share of "
                    "flows that delivered anything, Hop's resent data packets as a share of those it sent, and "
                    "the large-frame air time per delivered byte and hop. Not in the full preset (~45 min): "
-                   "`hoplab reproduce --only hop-random`."]),
+                   "`hoplab reproduce --only hop-random`.", RETRIES_NOTE]),
         Experiment(
             "hop-5.3-good-30min", "30 concurrent flows on the good-route mesh, measured at 30 minutes",
             "hop", "Hop §5.3, Fig. 11, Table 2",
