@@ -483,7 +483,7 @@ RETRIES_NOTE = (f"`hop-retry{FEW_RETRIES}` is Hop on a medium whose stations ret
                 f"{FEW_RETRIES} times (Linux mac80211's long retry limit; its short limit is 7) instead of the paper's "
                 "18 (§5.1.1). Hop's data goes as link-layer broadcasts, so only its BSYN/BACK are retried: a "
                 "control frame that collides at a receiver busy with a hidden sender's burst retries at the voice "
-                "queue's short contention window and meets the same burst again. The retry limit is the radio's "
+                "queue's short contention window and can meet the same burst again. The retry limit is the radio's "
                 "setting (`iw phy PHY set retry short N long N`), the same for every unicast frame on that radio; "
                 "TCP keeps 18 here. Not in the paper.")
 
@@ -499,9 +499,8 @@ def few_retries() -> Variant:
 # does (CWmax 1023 against the voice queue's 15). Something hopd sets itself, on any radio.
 CTLBE_NOTE = ("`hop-ctl-be` is hopd with `control_dscp = 0`: BSYN/BACK leave in the best-effort access "
               "category (AIFSN 3, contention window 31-1023) instead of voice (AIFSN 2, 7-15), still ahead of "
-              "the data's background queue (AIFSN 7). A control frame retried at a receiver covered by a hidden "
-              "sender's burst then backs off past the burst instead of meeting it again within a few hundred "
-              "microseconds. Hop §3.6 sends control at the highest priority; not in the paper.")
+              "the data's background queue (AIFSN 7). A retried control frame then backs off as data does: run "
+              "beside Hop to see whether a longer back-off spares a hidden sender's burst at the receiver. Hop §3.6 sends control at the highest priority; not in the paper.")
 
 
 def ctl_be() -> Variant:
