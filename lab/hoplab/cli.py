@@ -146,6 +146,13 @@ def cmd_results_page(a) -> int:
     return 0
 
 
+def cmd_bound(a) -> int:
+    from .bound import table
+    for line in table(a.runs, a.jain):
+        print(line)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hoplab", description="Emulated 802.11 mesh experiments")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -199,6 +206,19 @@ def main(argv=None) -> int:
     cp.add_argument("--apart", action="store_true",
                     help="only the rows whose 95 %% intervals do not overlap")
     cp.set_defaults(fn=cmd_compare)
+    bd = sub.add_parser(
+        "bound", help="the best mean goodput any protocol could reach on a run's floor and flows",
+        description="An upper bound from the conflict graph of the links the flows' routes use (links "
+        "sharing a node, or one's sender in range of the other's receiver, take turns; a link delivers "
+        "at most the PHY's full-frame payload rate times its delivery ratio): per draw, the best mean "
+        "goodput over flows with any allocation, with the hop-weighted Jain index at least --jain, and "
+        "max-min fair; and each protocol's mean, its Jain index and its share of the best mean at that "
+        "index. kbit/s. docs/lab.md, \"The conflict-graph bound\".")
+    bd.add_argument("runs", metavar="RUN", help="a run's results.json (or its directory), or a reproduction's "
+                    "output directory (every valid draw of two flows or more in its runs.json)")
+    bd.add_argument("--jain", type=float, default=0.78,
+                    help="hop-weighted Jain index the second column requires (default 0.78, Hop §5.3.2)")
+    bd.set_defaults(fn=cmd_bound)
     pg = sub.add_parser(
         "results-page", help="a report's opening table (the rows with a paper figure) as a Markdown page",
         description="Write the opening table of a reproduction report (every row the papers give a figure "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 from ..experiments.base import Experiment
@@ -12,8 +13,8 @@ from ..fmt import figure
 from .paper import Row
 from .runner import HOPELESS_BEHIND_S
 from .stats import BOOT_RESAMPLES, CI_LEVEL, bootstrap_ci, measured, stat_fn
-from .tables import (HOP_PAYLOAD_BYTES, airtime_table, bundle_table, counters_table, hop_data_table,
-                     hop_time_table, path_length_table, point_key, row_result, run_accounting)
+from .tables import (HOP_PAYLOAD_BYTES, airtime_table, bound_table, bundle_table, counters_table,
+                     hop_data_table, hop_time_table, path_length_table, point_key, row_result, run_accounting)
 
 
 def _json_safe(o):
@@ -111,6 +112,7 @@ def aggregate(records: list[dict], exps: list[Experiment], rows: list[Row], out:
               "hop_time": hop_time_table(runs),
               "bundles": bundle_table(runs, e.measure),
               "by_path_length": path_length_table(runs, e.measure) if e.by_path_length else [],
+              "bound": bound_table(runs, out, e.measure) if e.by_path_length else [],
               "wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
               "rows": [row_result(row, e, runs, reasons) for row in rows if row.experiment == e.id]}
         if plots:
@@ -300,6 +302,7 @@ def markdown(rep: dict) -> str:
                              f"| {100 * h['held']:.1f} % |")
         lines += _bundles_md(e.get("bundles") or {})
         lines += _path_length_md(e.get("by_path_length") or [], e.get("point_name"))
+        lines += _bound_md(e.get("bound") or [], e.get("point_name"))
         for n in e["notes"]:
             lines.append(f"\n- {n}")
         if e.get("plot"):
@@ -327,6 +330,51 @@ def _bundles_md(table: dict[str, dict]) -> list[str]:
             "duplicates_from_hop")]
         lines.append(f"| {v} | {b['runs']} | {b['bundles']} | {b['dup_bundles']} | {b['bad_bundles']} | "
                      + " | ".join(cells) + " |")
+    return lines
+
+
+def _bound_md(rows: list[dict], point_name: str | None) -> list[str]:
+    """The conflict-graph bound per draw (docs/lab.md, "The conflict-graph bound"), with the
+    median share of it each protocol reached and, beside TCP, whether the best mean at the
+    Jain index asked for reaches 1.25 times TCP's (Hop Table 1's mean gain)."""
+    from ..bound import markdown
+
+    if not rows:
+        return []
+    ok = [r for r in rows if "error" not in r]
+    jain = ok[0]["jain"] if ok else 0.78
+
+    def label(r):
+        at = "" if r["point"] == "-" else f"{point_name or 'point'} {r['point']}, "
+        return f"{at}draw {r['rep']}"
+
+    lines = ["", "What any protocol could reach on these draws: an upper bound from the conflict graph of the "
+             "routes' links (links sharing a node, or one's sender in range of the other's receiver, take turns; "
+             "a link delivers at most the full-frame payload rate times its delivery ratio; docs/lab.md, \"The "
+             "conflict-graph bound\"), in kbit/s: the best mean goodput over flows, the best with a hop-weighted "
+             f"Jain index of at least {jain:g}, the max-min fair allocation, and each protocol's mean, Jain index "
+             "and share of the best mean at its own index:", ""]
+    lines += markdown([(label(r), r) for r in ok], jain)
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {label(r)} | — | not bounded: {r['error']} | | | |")
+    if ok:
+        shares = {}
+        for r in ok:
+            for v, m in r["variants"].items():
+                if m["share"] is not None:
+                    shares.setdefault(v, []).append(m["share"])
+        med = "; ".join(f"{v} {100 * statistics.median(s):.0f} %" for v, s in sorted(shares.items()))
+        lines += ["", f"Median share of the best mean at the protocol's own Jain index, over draws: {med}."]
+        beside = [r for r in ok if (r["variants"].get("tcp") or {}).get("mean")]
+        if beside:
+            short = [r for r in beside if r["best_at_jain"] < 1.25 * r["variants"]["tcp"]["mean"]]
+            names = "; ".join(label(r) for r in short)
+            lines.append(f"Best mean with Jain >= {jain:g} against 1.25 x TCP's measured mean on the same draw: "
+                         f"below it on {len(short)} of {len(beside)} draws"
+                         + (f" ({names}): there no protocol, with any scheduler, "
+                            f"has both a hop-weighted Jain index of {jain:g} and 1.25 times TCP's mean."
+                            if short else "."))
     return lines
 
 

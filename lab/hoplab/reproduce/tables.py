@@ -316,6 +316,29 @@ def path_length_table(runs: list[dict], measure: str = "") -> list[dict]:
     return out
 
 
+def bound_table(runs: list[dict], out: Path, measure: str, jain: float = 0.78) -> list[dict]:
+    """Per draw (point and repetition with valid runs of two measured flows or more), the
+    conflict-graph bound of its floor and flows (hoplab.bound, docs/lab.md) beside what each
+    protocol measured. A draw whose results cannot be read or bounded carries the reason."""
+    from ..bound import draw_bound
+    from ..errors import LabError
+
+    draws: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r["status"] == "valid" and len(measured(r, measure)) >= 2:
+            draws.setdefault((point_key(r["point"]), r["rep"]), []).append(r)
+    rows = []
+    for (pt, rep), rs in sorted(draws.items(), key=lambda kv: (_point_order(kv[0][0]), kv[0][1])):
+        row = {"point": pt, "rep": rep}
+        try:
+            res = json.loads((out / rs[0]["dir"] / "results.json").read_text())
+            row.update(draw_bound(res, [(r["variant"], measured(r, measure)) for r in rs], jain))
+        except (OSError, ValueError, KeyError, LabError) as e:
+            row["error"] = str(e)
+        rows.append(row)
+    return rows
+
+
 def _point_order(k: str):
     try:
         return (0, float(k), k)
