@@ -147,8 +147,8 @@ def cmd_results_page(a) -> int:
 
 
 def cmd_bound(a) -> int:
-    from .bound import table
-    for line in table(a.runs, a.jain):
+    from .reproduce.bound_runs import bound_table_for
+    for line in bound_table_for(a.runs, a.jain):
         print(line)
     return 0
 
