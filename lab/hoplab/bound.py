@@ -111,13 +111,17 @@ def _max_cliques(adj: list[set[int]]) -> list[list[int]]:
     return out
 
 
-def bound(t: Topology, flows: list[tuple[int, int]], rate_mbps: float, metric: str = "etx") -> Bound:
-    """The bound for flows (src, dst) on floor `t` over their `metric` routes."""
-    from scipy.optimize import linprog
-
+def bound(t: Topology, flows: list[tuple[int, int]], rate_mbps: float, metric: str = "etx",
+          paths: list[list[int]] | None = None) -> Bound:
+    """The bound for flows (src, dst) on floor `t` over their `metric` routes, or over the
+    node `paths` given (one per flow, from its source to its destination)."""
     if not flows:
         raise LabError("no flows to bound")
-    c = frame_payload_rate_mbps(rate_mbps)
+    if paths is not None:
+        if len(paths) != len(flows) or any(len(p) < 2 or (p[0], p[-1]) != f or any(
+                (p[i], p[i + 1]) not in t.links for i in range(len(p) - 1)) for p, f in zip(paths, flows)):
+            raise LabError("each flow needs a path of links from its source to its destination")
+        return _bound_over(t, [list(p) for p in paths], rate_mbps)
     table = routes.next_hops(t, metric)
     paths = []
     for s, d in flows:
@@ -131,6 +135,13 @@ def bound(t: Topology, flows: list[tuple[int, int]], rate_mbps: float, metric: s
         if len(p) < 2 or p[-1] != d:
             raise LabError(f"no loop-free route from {s} to {d} on {t.name}")
         paths.append(p)
+    return _bound_over(t, paths, rate_mbps)
+
+
+def _bound_over(t: Topology, paths: list[list[int]], rate_mbps: float) -> Bound:
+    from scipy.optimize import linprog
+
+    c = frame_payload_rate_mbps(rate_mbps)
     links = sorted({(p[i], p[i + 1]) for p in paths for i in range(len(p) - 1)})
     for lk in links:
         if t.links[lk] >= 1.0:
@@ -151,7 +162,7 @@ def bound(t: Topology, flows: list[tuple[int, int]], rate_mbps: float, metric: s
             row.append(sum(1.0 / (c * (1.0 - t.links[(p[i], p[i + 1])]))
                            for i in range(len(p) - 1) if index[(p[i], p[i + 1])] in members))
         air.append(row)
-    n = len(flows)
+    n = len(paths)
     lp = linprog([-1.0] * n, A_ub=air, b_ub=[1.0] * len(air), bounds=[(0, None)] * n, method="highs")
     if not lp.success:
         raise LabError(f"the bound's linear program failed: {lp.message}")

@@ -137,3 +137,15 @@ def test_report_section_names_draws_where_the_targets_conflict(tmp_path):
     assert "Median share of the best mean at the protocol's own Jain index, over draws: hop 50 %; tcp" in md
     # TCP's mean 0.4 C: 1.25 x 0.4 C = 0.5 C > 3C/8.
     assert "below it on 1 of 1 draws (flows 2, draw 0)" in md
+
+
+def test_paths_given_replace_the_routes():
+    # A 0-1-2 triangle: ETX goes straight 0 -> 2; the path given detours through 1.
+    t = Topology(3)
+    t.add(0, 1)
+    t.add(1, 2)
+    t.add(0, 2)
+    assert bd.bound(t, [(0, 2)], 11.0).max_mean == pytest.approx(C)
+    assert bd.bound(t, [(0, 2)], 11.0, paths=[[0, 1, 2]]).max_mean == pytest.approx(C / 2)
+    with pytest.raises(LabError, match="path of links"):
+        bd.bound(t, [(0, 2)], 11.0, paths=[[0, 2, 1]])
