@@ -147,8 +147,14 @@ def cmd_results_page(a) -> int:
 
 
 def cmd_bound(a) -> int:
-    from .reproduce.bound_runs import bound_table_for
-    for line in bound_table_for(a.runs, a.jain):
+    from .reproduce.bound_runs import bound_table_for, sim_bound_table
+    if a.sim:
+        lines = sim_bound_table(a.sim, a.runs, a.jain)
+    elif len(a.runs) == 1:
+        lines = bound_table_for(a.runs[0], a.jain)
+    else:
+        raise LabError("one run or reproduction directory at a time (several results only with --sim)")
+    for line in lines:
         print(line)
     return 0
 
@@ -214,8 +220,11 @@ def main(argv=None) -> int:
         "goodput over flows with any allocation, with the hop-weighted Jain index at least --jain, and "
         "max-min fair; and each protocol's mean, its Jain index and its share of the best mean at that "
         "index. kbit/s. docs/lab.md, \"The conflict-graph bound\".")
-    bd.add_argument("runs", metavar="RUN", help="a run's results.json (or its directory), or a reproduction's "
-                    "output directory (every valid draw of two flows or more in its runs.json)")
+    bd.add_argument("runs", metavar="RUN", nargs="+",
+                    help="a run's results.json (or its directory), or a reproduction's output directory (every "
+                    "valid draw of two flows or more in its runs.json); with --sim, hop-sim results (--out)")
+    bd.add_argument("--sim", metavar="SCENARIO",
+                    help="bound a hop-sim scenario that lists its links, over the routes in the results given")
     bd.add_argument("--jain", type=float, default=0.78,
                     help="hop-weighted Jain index the second column requires (default 0.78, Hop §5.3.2)")
     bd.set_defaults(fn=cmd_bound)

@@ -149,3 +149,24 @@ def test_paths_given_replace_the_routes():
     assert bd.bound(t, [(0, 2)], 11.0, paths=[[0, 1, 2]]).max_mean == pytest.approx(C / 2)
     with pytest.raises(LabError, match="path of links"):
         bd.bound(t, [(0, 2)], 11.0, paths=[[0, 2, 1]])
+
+
+def test_cli_bounds_a_simulator_result_over_its_routes(tmp_path, capsys):
+    scenario = tmp_path / "chain.toml"
+    scenario.write_text("name = \"chain\"\nduration = 10.0\n[topology]\nnodes = 3\nrate_mbps = 11.0\n"
+                        "[[topology.links]]\na = 0\nb = 1\nloss_ab = 0.0\nloss_ba = 0.0\n"
+                        "[[topology.links]]\na = 1\nb = 2\nloss_ab = 0.0\nloss_ba = 0.0\n")
+    # One-hop and two-hop flow; goodputs C/4 and C/8 over 10 s from start 0: Jain 1, half the best.
+    result = {"seed": 7, "virtual_seconds": 10.0, "flows": [
+        {"src": 0, "dst": 1, "route": [0, 1], "start": 0.0, "bytes_delivered": int(C / 4 * 1e6 / 8 * 10)},
+        {"src": 0, "dst": 2, "route": [0, 1, 2], "start": 0.0, "bytes_delivered": int(C / 8 * 1e6 / 8 * 10)}]}
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(result))
+    assert main(["bound", "--sim", str(scenario), str(f), "--jain", "1"]) == 0
+    row = capsys.readouterr().out.splitlines()[2]
+    assert row.startswith(f"| r.json | 2 | {1000 * C / 2:.1f} | {1000 * 3 * C / 8:.1f} |")
+    assert "7 " in row and "(1.00, 50 %)" in row
+    placed = tmp_path / "placed.toml"
+    placed.write_text("name = \"p\"\nduration = 10.0\n[topology]\nnodes = 3\n")
+    assert main(["bound", "--sim", str(placed), str(f)]) == 2
+    assert "places its nodes" in capsys.readouterr().err

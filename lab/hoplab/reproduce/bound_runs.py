@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..bound import draw_bound, markdown
+from ..bound import bound, draw_bound, jain_hop_weighted, markdown
 from ..errors import LabError
 from .runner import cut_off_goodput
 
@@ -51,3 +51,46 @@ def _draws(path, measure: str = "m") -> list[tuple[str, list[tuple[str, list[dic
 def bound_table_for(path, jain: float = 0.78) -> list[str]:
     """`hoplab bound`: the Markdown table for a run or a reproduction directory."""
     return markdown([(label, draw_bound(res, variants, jain)) for label, variants, res in _draws(path)], jain)
+
+
+def sim_bound_table(scenario, results: list, jain: float = 0.78) -> list[str]:
+    """`hoplab bound --sim SCENARIO.toml RESULT.json...`: the bound for a simulator scenario
+    whose topology lists its links (with `loss_ab` / `loss_ba`), over the routes each flow
+    took (`flows[].route` of `hop-sim run --out`), beside each result's goodputs (bytes over
+    the time from the flow's start to the run's end)."""
+    import tomllib
+
+    from ..topology import Topology
+
+    try:
+        sc = tomllib.loads(Path(scenario).read_text())
+        topo = sc["topology"]
+        t = Topology(int(topo["nodes"]), name=sc.get("name", "scenario"))
+        links = topo.get("links") or []
+        for link in links:
+            t.add(int(link["a"]), int(link["b"]), float(link.get("loss_ab", link.get("loss", 0.0))),
+                  link.get("loss_ba"))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise LabError(f"cannot read the scenario {scenario}: {e}") from e
+    if not links:
+        raise LabError(f"{scenario} places its nodes rather than listing links: the bound needs the links")
+    rate = float(topo.get("rate_mbps") or 11.0)
+    draws = []
+    for path in results:
+        try:
+            res = json.loads(Path(path).read_text())
+            fl = res["flows"]
+            end = float(res.get("virtual_seconds") or sc.get("duration"))
+            paths = [[int(x) for x in f["route"]] for f in fl]
+            pairs = [(int(f["src"]), int(f["dst"])) for f in fl]
+            g = [int(f["bytes_delivered"]) * 8 / 1e6 / max(1e-3, end - float(f.get("start") or 0.0)) for f in fl]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise LabError(f"cannot read the simulator's result {path}: {e}") from e
+        b = bound(t, pairs, rate, paths=paths)
+        share = b.share_of_frontier(g)
+        d = {"flows": b.flows, "best_any": b.max_mean, "jain": jain, "best_at_jain": b.mean_at_jain(jain),
+             "max_min": b.max_min_mean(), "max_min_jain": jain_hop_weighted(b.max_min, b.hops),
+             "variants": {str(res.get("seed", "run")): {"mean": sum(g) / len(g), "jain": jain_hop_weighted(g, b.hops),
+                                                       "share": share}}}
+        draws.append((f"{Path(path).name}", d))
+    return markdown(draws, jain)
