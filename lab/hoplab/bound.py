@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from . import routes
 from .errors import LabError
+from .reproduce.stats import jain_hop_weighted
 from .topology import Topology
 
 # A full-size frame: a 1500-byte IP packet carrying 1460 bytes of TCP payload (the largest
@@ -78,12 +79,6 @@ class Bound:
         j = jain_hop_weighted(goodputs, self.hops)
         best = self.mean_at_jain(j)
         return (sum(goodputs) / self.flows) / best if best > 0 else None
-
-
-def jain_hop_weighted(goodputs: list[float], hops: list[int]) -> float:
-    xs = [g * h for g, h in zip(goodputs, hops)]
-    sq = sum(x * x for x in xs)
-    return sum(xs) ** 2 / (len(xs) * sq) if sq > 0 else 1.0
 
 
 def _conflicts(t: Topology, l1: tuple[int, int], l2: tuple[int, int]) -> bool:
@@ -301,10 +296,15 @@ def draw_bound(results: dict, variants: list[tuple[str, list[dict]]], jain: floa
             raise LabError(f"{v} ran other flows than {variants[0][0]} on this draw")
     rate = float((results.get("medium") or {}).get("rate_mbps") or 11.0)
     b = bound(t, pairs, rate, results.get("routing") or "etx")
+    return summary(b, [(v, _goodputs(fl)) for v, fl in variants], jain)
+
+
+def summary(b: Bound, variants: list[tuple[str, list[float]]], jain: float = 0.78) -> dict:
+    """The bound's figures and, per protocol (name, goodputs in flow order), its mean, its
+    hop-weighted Jain index and its share of the best mean at that index."""
     out = {"flows": b.flows, "best_any": b.max_mean, "jain": jain, "best_at_jain": b.mean_at_jain(jain),
            "max_min": b.max_min_mean(), "max_min_jain": jain_hop_weighted(b.max_min, b.hops), "variants": {}}
-    for v, fl in sorted(variants, key=lambda x: x[0]):
-        g = _goodputs(fl)
+    for v, g in sorted(variants, key=lambda x: x[0]):
         out["variants"][v] = {"mean": sum(g) / len(g), "jain": jain_hop_weighted(g, b.hops),
                               "share": b.share_of_frontier(g)}
     return out

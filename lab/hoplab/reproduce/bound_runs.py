@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..bound import bound, draw_bound, jain_hop_weighted, markdown
+from ..bound import bound, draw_bound, markdown, summary
 from ..errors import LabError
 from .runner import cut_off_goodput
 
@@ -87,10 +87,6 @@ def sim_bound_table(scenario, results: list, jain: float = 0.78) -> list[str]:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise LabError(f"cannot read the simulator's result {path}: {e}") from e
         b = bound(t, pairs, rate, paths=paths)
-        share = b.share_of_frontier(g)
-        d = {"flows": b.flows, "best_any": b.max_mean, "jain": jain, "best_at_jain": b.mean_at_jain(jain),
-             "max_min": b.max_min_mean(), "max_min_jain": jain_hop_weighted(b.max_min, b.hops),
-             "variants": {str(res.get("seed", "run")): {"mean": sum(g) / len(g), "jain": jain_hop_weighted(g, b.hops),
-                                                       "share": share}}}
+        d = summary(b, [(str(res.get("seed", "run")), g)], jain)
         draws.append((f"{Path(path).name}", d))
     return markdown(draws, jain)
