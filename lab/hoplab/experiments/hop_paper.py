@@ -463,6 +463,20 @@ def horizon() -> Variant:
                           turn_horizon="30s"))
 
 
+# Hop whose receivers give turns first to the blocks nearest their destination (not the
+# paper's §3.5 order): run beside Hop where short flows beside a busy hub wait behind blocks
+# bound for it.
+EXIT_NOTE = ("`hop-exit` is hopd with `[hop] nearest_exit_first = true`: a receiver gives its turns (§3.5) "
+             "first to the waiting blocks it is the destination of, then to those whose next hop is their "
+             "destination, then to the others, each group in the paper's order "
+             "(docs/design/hop.md#nearest-exit-first). Not in the paper.")
+
+
+def nearest_exit() -> Variant:
+    return diagnostic(hop("hop-exit", "Hop, turns to the blocks nearest their destination first",
+                          nearest_exit_first=True))
+
+
 # Hop whose flows open with the ramp's 32 KiB block instead of a one-packet micro-block (the
 # default before 2026-12-04): run beside Hop where many flows take turns at shared relays.
 NOOPENING_NOTE = ("`hop-noopening` is hopd with `[hop] opening_block_packets = 0`: a flow's first block is the block "
@@ -646,7 +660,8 @@ def experiments() -> list[Experiment]:
                                    control_dscp=8)),
              diagnostic(hop("hop-txop", "Hop, the paper's txop-interleaving scheduler (round_per_next_hop = false)",
                             round_per_next_hop=False)),
-             tcp(), HBHTCP, turns(), noramp(), horizon(), noopening(), few_retries(), ctl_be()], build_53,
+             tcp(), HBHTCP, turns(), noramp(), horizon(), noopening(), few_retries(), ctl_be(),
+             nearest_exit()], build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0}), run_seconds=flows_time, by_path_length=True,
             notes=["Goodput over a 120 s run (paper: a snapshot after 30 minutes); one repetition, so the "
@@ -658,13 +673,13 @@ def experiments() -> list[Experiment]:
                    "interleave txops as in the paper (§3.6) instead of taking turns by BSYN/BACK rounds, so "
                    "the link window is split among their blocks and each round carries a few packets "
                    "(docs/design/hop.md#rounds-per-next-hop).", TURNS_NOTE, NORAMP_NOTE, HORIZON_NOTE,
-                   NOOPENING_NOTE, RETRIES_NOTE, CTLBE_NOTE]),
+                   NOOPENING_NOTE, RETRIES_NOTE, CTLBE_NOTE, EXIT_NOTE]),
         Experiment(
             "hop-5.3-good", "30 concurrent flows on a mesh whose routes use good links", "hop",
             "Hop §5.3, Fig. 11, Table 2",
             [hop(), tcp(), HBHTCP, nopipe(), hop_unicast_noarq(), hop_arq(), nodup(), ctlfull(), win(),
              firstframe(), ramp(), paced(), turns(), hop_arq_rts(), noramp(), horizon(), noopening(),
-             few_retries(), ctl_be()],
+             few_retries(), ctl_be(), nearest_exit()],
             build_53,
             point_name="flows",
             full=Scale(reps=1, points=[30], params={"duration": 120.0, "mesh_seed": GOOD_MESH_SEED}),
@@ -676,7 +691,7 @@ def experiments() -> list[Experiment]:
                    "neighbours); 120 s, one repetition.", NOPIPE_NOTE, UNICAST_NOTE, ARQ_NOTE, NODUP_NOTE,
                    CTLFULL_NOTE, WIN_NOTE, FIRSTFRAME_NOTE, RAMP_NOTE, PACED_NOTE,
                    TURNS_NOTE, ARQ_RTS_NOTE, NORAMP_NOTE, HORIZON_NOTE, NOOPENING_NOTE, RETRIES_NOTE,
-                   CTLBE_NOTE]),
+                   CTLBE_NOTE, EXIT_NOTE]),
         Experiment(
             "hop-5.3-sense", "30 concurrent flows on the good-route mesh, carrier sensed beyond the links",
             "hop", "Hop §5.3, Fig. 11, Table 2",

@@ -282,6 +282,20 @@ pub struct HopConfig {
     /// (docs/design/hop.md#backpressure-per-next-hop). Off: per flow only (the paper). Not in
     /// the paper.
     pub next_hop_backpressure: bool,
+    /// Turns (§3.5) go first to the blocks nearest their destination: a receiver serves the
+    /// waiting blocks it is the destination of, then those whose next hop is their
+    /// destination, then the others, each group in the order §3.5 gives. A block that leaves
+    /// the mesh sooner frees the air and the relays' quotas it would hold on further hops;
+    /// 2- and 3-hop flows beside a busy hub, which TCP serves and Hop's turns in order of
+    /// asking hold behind blocks bound for the hub, get the air. It raises the mean and costs
+    /// long flows their share (docs/design/hop.md#nearest-exit-first). Off (the default):
+    /// the paper's order. Not in the paper.
+    pub nearest_exit_first: bool,
+    /// With `nearest_exit_first`, a block withheld this long takes its turn in the order
+    /// asked, whatever its distance, so that no flow waits at a receiver much longer than
+    /// this for blocks nearer their exit. Zero: never.
+    #[serde(with = "humantime_serde")]
+    pub nearest_exit_age: Duration,
     /// Enable ack withholding (§3.5).
     pub ack_withholding: bool,
     /// Silence after which ack withholding moves on to another sender.
@@ -453,6 +467,8 @@ impl Default for HopConfig {
             backpressure_limit: DEFAULT_BACKPRESSURE_LIMIT,
             backpressure: true,
             next_hop_backpressure: true,
+            nearest_exit_first: false,
+            nearest_exit_age: Duration::ZERO,
             ack_withholding: true,
             withhold_timeout: DEFAULT_WITHHOLD_TIMEOUT,
             turn_horizon: Duration::ZERO,

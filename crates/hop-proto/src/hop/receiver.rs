@@ -121,7 +121,13 @@ impl HopTransport {
         if !complete_here {
             let routing = ctx.routing;
             let held_toward = |dst| Self::held_toward(&self.relayed_unmoved(routing), routing, dst);
-            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags, &held_toward) {
+            let (rule, local) = (NearestExit::of(&self.cfg), ctx.local);
+            let exit_of = |dst, since| rule.distance(local, routing, now, dst, since);
+            let around = Around {
+                held_toward: &held_toward,
+                exit_of: &exit_of,
+            };
+            if let Err(reason) = self.may_admit(key, n, from, bsyn.geom, h.flags, &around) {
                 if !bsyn.retry {
                     self.withhold(now, bsyn, reason);
                 }

@@ -82,8 +82,9 @@ impl HopTransport {
     }
 
     /// Admission of a BSYN's block (backpressure, custody room, ack withholding);
-    /// `held_toward(dst)`: complete blocks this node holds as a relay toward `dst`'s next
-    /// hop (see `relayed_unmoved`), looked up only when backpressure per next hop applies.
+    /// `around.held_toward(dst)`: complete blocks this node holds as a relay toward `dst`'s
+    /// next hop (see `relayed_unmoved`), looked up only when backpressure per next hop
+    /// applies; `around.exit_of`: a destination's distance for `nearest_exit_first`.
     pub(super) fn may_admit(
         &self,
         key: FlowKey,
@@ -91,8 +92,9 @@ impl HopTransport {
         from: NodeId,
         geom: BlockGeom,
         flags: u8,
-        held_toward: &dyn Fn(NodeId) -> usize,
+        around: &Around<'_>,
     ) -> Result<(), Withhold> {
+        let (held_toward, exit_of) = (around.held_toward, around.exit_of);
         let micro = flags & FLAG_MICRO != 0;
         // A block older than every block held here repairs a block the destination is
         // missing (a virtual retransmission, or a relay's transfer started again after its
@@ -157,13 +159,24 @@ impl HopTransport {
                 return Err(Withhold::AckWithholding);
             }
             // Fairness: a sender that just finished does not jump ahead of waiting senders;
-            // and no block goes ahead of a waiting block of a higher class.
+            // no block goes ahead of a waiting block of a higher class, nor (with
+            // `nearest_exit_first`) of one nearer its destination.
             let rank = self.rank(key);
+            let my_since = self
+                .withholding
+                .waiting
+                .iter()
+                .find(|w| w.key == key && w.block == n)
+                .map(|w| w.since);
+            let mine = exit_of(f.dst, my_since);
             let waiting_first = self.withholding.waiting.iter().any(|w| {
                 let theirs = self.rank(w.key);
+                let their_exit = exit_of(w.dst, Some(w.since));
                 w.reason == Withhold::AckWithholding
                     && (theirs > rank
+                        || (theirs == rank && their_exit < mine)
                         || (theirs == rank
+                            && their_exit == mine
                             && w.from != from
                             && size_rank(&self.cfg, w.geom.block_len)
                                 <= size_rank(&self.cfg, geom.block_len)))
@@ -176,17 +189,22 @@ impl HopTransport {
     }
 
     /// Answer withheld BSYNs whose reason cleared: the highest class first (an extension),
-    /// then small blocks, smallest first (§3.6, see `size_rank`), then the senders other than
-    /// the one just served, then in the order they first asked (§3.5).
+    /// then (with `nearest_exit_first`) the blocks nearest their destination, then small
+    /// blocks, smallest first (§3.6, see `size_rank`), then the senders other than the one
+    /// just served, then in the order they first asked (§3.5).
     pub(super) fn service_waiting(&mut self, ctx: &mut Ctx<'_>) {
         if self.withholding.waiting.is_empty() {
             return;
         }
         let mut list = std::mem::take(&mut self.withholding.waiting);
         let last = self.withholding.last_holder;
+        let rule = NearestExit::of(&self.cfg);
+        let (local, routing, now) = (ctx.local, ctx.routing, ctx.now);
+        let exit_of = |dst, since| rule.distance(local, routing, now, dst, since);
         list.sort_by_key(|w| {
             (
                 std::cmp::Reverse(self.rank(w.key)),
+                exit_of(w.dst, Some(w.since)),
                 size_rank(&self.cfg, w.geom.block_len),
                 Some(w.from) == last,
                 w.since,
@@ -203,7 +221,10 @@ impl HopTransport {
                     w.from,
                     w.geom,
                     w.flags & !FLAG_MICRO,
-                    &|dst| Self::held_toward(&relayed, ctx.routing, dst),
+                    &Around {
+                        held_toward: &|dst| Self::held_toward(&relayed, ctx.routing, dst),
+                        exit_of: &exit_of,
+                    },
                 )
                 .is_ok()
             {
@@ -242,5 +263,51 @@ fn size_rank(cfg: &HopConfig, block_len: u32) -> u32 {
         block_len
     } else {
         u32::MAX
+    }
+}
+
+/// What admission looks up beyond the flow: complete blocks held as a relay toward a
+/// destination's next hop, and a destination's distance for `nearest_exit_first`.
+pub(super) struct Around<'a> {
+    pub(super) held_toward: &'a dyn Fn(NodeId) -> usize,
+    pub(super) exit_of: &'a dyn Fn(NodeId, Option<Instant>) -> u8,
+}
+
+/// `nearest_exit_first` and its age, copied out of the configuration.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NearestExit {
+    on: bool,
+    age: Duration,
+}
+
+impl NearestExit {
+    pub(super) fn of(cfg: &HopConfig) -> Self {
+        NearestExit {
+            on: cfg.nearest_exit_first,
+            age: cfg.nearest_exit_age,
+        }
+    }
+
+    /// How far a withheld block of a flow to `dst` is from leaving the mesh: 0 when this
+    /// node (`local`) is its destination, 1 when its next hop is, 2 otherwise. 0 for every
+    /// block when the rule is off, and for a block withheld since `since` for the rule's age
+    /// or longer: it then takes its turn in the order asked.
+    pub(super) fn distance(
+        self,
+        local: NodeId,
+        routing: &dyn Routing,
+        now: Instant,
+        dst: NodeId,
+        since: Option<Instant>,
+    ) -> u8 {
+        let aged = !self.age.is_zero()
+            && since.is_some_and(|s| now.saturating_duration_since(s) >= self.age);
+        if !self.on || aged || dst == local {
+            0
+        } else if routing.next_hop(dst) == Some(dst) {
+            1
+        } else {
+            2
+        }
     }
 }

@@ -328,3 +328,78 @@ fn datagrams_handled_before_the_timer_do_not_postpone_housekeeping() {
     }
     panic!("node 3 never got the turn");
 }
+
+/// `bsyn_from`'s block, of a flow to `dst`.
+fn bsyn_to(src: NodeId, flow: u32, dst: NodeId) -> HopMessage<'static> {
+    let mut m = bsyn_from(src, flow);
+    m.header.dst = dst;
+    m
+}
+
+/// Node 2 serves node 1's block while node 3 (a flow to 8, two hops on), node 4 (a flow
+/// to its next hop 9) and node 5 (a flow to node 2 itself) wait, in that order of asking.
+/// Returns the senders that got the next two turns.
+fn turns_after_three_wait(cfg: HopConfig, wait_before: Duration) -> (Vec<NodeId>, Vec<NodeId>) {
+    let routes = [(1, 1), (3, 3), (4, 4), (5, 5), (9, 9), (8, 9)];
+    let mut h = Harness::new(2, &routes, HopTransport::new(cfg));
+    h.recv(1, &bsyn_from(1, 1));
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1);
+    for (src, dst) in [(3, 8), (4, 9), (5, 2)] {
+        h.now += Duration::from_millis(1);
+        h.recv(src, &bsyn_to(src, 1, dst));
+    }
+    assert!(h.drain().is_empty());
+    h.now += wait_before;
+    let granted = |out: &[Outgoing]| -> Vec<NodeId> {
+        [3, 4, 5]
+            .into_iter()
+            .filter(|s| !backs_to(out, *s).is_empty())
+            .collect()
+    };
+    complete_block_from(&mut h, 1, 1);
+    let first = granted(&h.drain());
+    let second = if first == vec![5] {
+        // Node 5 gets its completed block's BACK; the turn goes to one of the others.
+        complete_block_from(&mut h, 5, 1);
+        let mut next = granted(&h.drain());
+        next.retain(|s| *s != 5);
+        next
+    } else {
+        Vec::new()
+    };
+    (first, second)
+}
+
+#[test]
+fn nearest_exit_first_serves_blocks_nearest_their_destination_first() {
+    let cfg = HopConfig {
+        nearest_exit_first: true,
+        ..small_cfg()
+    };
+    // Node 5's block ends here, node 4's one hop on: both go before node 3's, which asked
+    // first.
+    assert_eq!(
+        turns_after_three_wait(cfg, Duration::ZERO),
+        (vec![5], vec![4])
+    );
+}
+
+#[test]
+fn without_nearest_exit_first_turns_go_in_the_order_asked() {
+    let (first, _) = turns_after_three_wait(small_cfg(), Duration::ZERO);
+    assert_eq!(first, vec![3]);
+}
+
+#[test]
+fn a_block_waiting_past_the_nearest_exit_age_goes_in_the_order_asked() {
+    let cfg = HopConfig {
+        nearest_exit_first: true,
+        nearest_exit_age: Duration::from_millis(500),
+        ..small_cfg()
+    };
+    let (first, _) = turns_after_three_wait(cfg.clone(), Duration::from_millis(600));
+    assert_eq!(first, vec![3]);
+    // Before the age the rule holds.
+    let (first, _) = turns_after_three_wait(cfg, Duration::from_millis(100));
+    assert_eq!(first, vec![5]);
+}
