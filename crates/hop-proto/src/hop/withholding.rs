@@ -162,12 +162,15 @@ impl HopTransport {
             // no block goes ahead of a waiting block of a higher class, nor (with
             // `nearest_exit_first`) of one nearer its destination.
             let rank = self.rank(key);
-            let my_since = self
-                .withholding
-                .waiting
-                .iter()
-                .find(|w| w.key == key && w.block == n)
-                .map(|w| w.since);
+            // Only the rule reads how long this block has waited (a walk of the waiters).
+            let my_since = self.cfg.nearest_exit_first.then(|| {
+                self.withholding
+                    .waiting
+                    .iter()
+                    .find(|w| w.key == key && w.block == n)
+                    .map(|w| w.since)
+            });
+            let my_since = my_since.flatten();
             let mine = exit_of(f.dst, my_since);
             let waiting_first = self.withholding.waiting.iter().any(|w| {
                 let theirs = self.rank(w.key);
