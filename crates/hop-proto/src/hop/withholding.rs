@@ -131,9 +131,13 @@ impl HopTransport {
             return Err(Withhold::Backpressure);
         }
         // Backpressure per next hop: a relay takes no more blocks for a next hop than H over
-        // all flows. (A flow that holds no complete block here repairs nothing.)
+        // all flows. (A flow that holds no complete block here repairs nothing.) A micro-block
+        // passes: §3.6 keeps small transfers from waiting behind large blocks, and a flow's
+        // opening block is one, so a flow starts behind a relay whose quota is held by blocks
+        // that move slowly. It costs at most one micro-block per flow (H per flow still holds).
         if self.cfg.backpressure
             && self.cfg.next_hop_backpressure
+            && !micro
             && f.is_relay()
             && !(repair && f.held_unmoved() > 0)
             && held_toward(f.dst) >= self.cfg.backpressure_limit.max(1)

@@ -106,3 +106,41 @@ fn an_older_block_passes_backpressure_without_the_vtx_flag() {
     h.recv(1, &bsyn_msg(hdr(3, 0), 250));
     assert_eq!(backs_to(&h.drain(), 1).len(), 1, "block 3 held back");
 }
+
+/// Relay 2 holds a whole block of one flow for next hop 3, its quota per next hop (H = 1).
+/// Another flow's micro-block still goes through (§3.6: micro-blocks do not wait behind
+/// large blocks), so a flow opened by a one-packet block starts behind a busy relay; a third
+/// flow's large block waits for the quota.
+#[test]
+fn a_micro_block_passes_a_full_next_hop_quota_and_a_large_block_waits() {
+    let cfg = HopConfig {
+        micro_block_threshold: 200,
+        ..small_cfg()
+    };
+    let mut h = Harness::new(2, &[(3, 3), (1, 1)], HopTransport::new(cfg));
+    feed_block(&mut h, 0, &[5; 250]);
+    h.drain();
+    let other = |id: u32, flags: u8| HopHeader {
+        flow_id: FLOW.id + id,
+        ..hdr(0, flags)
+    };
+    let payload = [7u8; 50];
+    let micro = HopMessage {
+        header: other(1, FLAG_MICRO | FLAG_ASK),
+        body: HopBody::Bsyn {
+            ctl: ControlSeq::default(),
+            offset: 0,
+            geom: BlockGeom {
+                block_len: 50,
+                packet_size: 100,
+            },
+            packet_num: 0,
+            expect: 0,
+            payload: &payload,
+        },
+    };
+    h.recv(1, &micro);
+    assert_eq!(backs_to(&h.drain(), 1).len(), 1, "the micro-block waited");
+    h.recv(1, &bsyn_msg(other(2, 0), 250));
+    assert!(backs_to(&h.drain(), 1).is_empty(), "a large block passed H");
+}
