@@ -134,7 +134,7 @@ impl HopTransport {
         // all flows. (A flow that holds no complete block here repairs nothing.) A micro-block
         // passes: §3.6 keeps small transfers from waiting behind large blocks, and a flow's
         // opening block is one, so a flow starts behind a relay whose quota is held by blocks
-        // that move slowly. It costs at most one micro-block per flow (H per flow still holds).
+        // that move slowly. H per flow still bounds what each flow holds here.
         if self.cfg.backpressure
             && self.cfg.next_hop_backpressure
             && !micro
